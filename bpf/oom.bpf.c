@@ -115,6 +115,8 @@ int ng_mark_victim_tp(struct trace_event_raw_mark_victim *ctx)
 	e->anon_rss_pages = 0;
 	e->file_rss_pages = 0;
 	e->shmem_rss_pages = 0;
+	if (!bpf_core_field_exists(ctx->anon_rss) || !bpf_core_field_exists(ctx->oom_score_adj))
+		e->hdr.flags |= NG_FLAG_NO_TASK_DETAILS;
 	if (bpf_core_field_exists(ctx->anon_rss)) {
 		__u32 loc = BPF_CORE_READ(ctx, __data_loc_comm);
 

@@ -32,10 +32,13 @@ enum ng_kind {
 /* The cgroup ids are those of the current task, not of the subject task
  * (classic-tracepoint fallbacks that only know the subject's pid). */
 #define NG_FLAG_CGROUP_OF_CURRENT 0x01
-/* A string field was cut to fit its buffer. */
+/* A string field filled its whole buffer and may have been cut. */
 #define NG_FLAG_TRUNCATED 0x02
 /* The record came from a classic tracepoint, not from tp_btf. */
 #define NG_FLAG_CLASSIC_TP 0x04
+/* The kind's task details (comm, rss, oom_score_adj) were not available on
+ * this kernel and are zero; zero is then "unknown", not a measurement. */
+#define NG_FLAG_NO_TASK_DETAILS 0x08
 
 #define NG_COMM_LEN 16
 #define NG_PATH_LEN 256
@@ -43,7 +46,10 @@ enum ng_kind {
 /* 40 bytes. memcg_id is the id (kernfs node id, equal to the directory's
  * inode number) of the cgroup that holds the task's memory controller: a v1
  * memory cgroup on hybrid/v1 hosts, the cgroup2 cgroup on pure v2 hosts.
- * cgroup_id is the cgroup2 (unified) id, as bpf_get_current_cgroup_id(). */
+ * cgroup_id is the cgroup2 (unified) id, as bpf_get_current_cgroup_id().
+ * A host has one memory hierarchy, so memcg_id needs no hierarchy id of its
+ * own: it is the memory controller's hierarchy (0 on pure cgroup2). Page
+ * counts assume 4 KiB pages (x86_64, the only target built). */
 struct ng_header {
 	__u16 kind;
 	__u8 version;
@@ -67,7 +73,7 @@ struct ng_oom_kill {
 	__u64 file_rss_pages;
 	__u64 shmem_rss_pages;
 	__u32 memcg_level; /* depth of the victim's memcg in its hierarchy */
-	__u32 memcg_hierarchy;
+	__u32 memcg_hierarchy; /* hierarchy id of that memcg; 0 is cgroup2 */
 };
 
 /* Reclaim flavours (ng_reclaim.type, and the reclaim_stats key). */
@@ -98,7 +104,7 @@ struct ng_cgroup {
 	__u64 parent_id; /* 0 when unknown (classic tracepoint) */
 	__u32 hierarchy_id; /* 0 is the unified (cgroup2) hierarchy */
 	__u32 level;
-	char path[NG_PATH_LEN]; /* relative to the hierarchy root, NUL-terminated */
+	char path[NG_PATH_LEN]; /* within the hierarchy, starting with '/', NUL-terminated */
 };
 
 /* NG_KIND_OOM_SCORE_ADJ from oom/oom_score_adj_update. The header describes
