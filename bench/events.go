@@ -37,6 +37,9 @@ type EventsConfig struct {
 	Window           int
 	// Progress, when set, receives one line per phase.
 	Progress io.Writer
+	// SkipDecode leaves out the decode micro-benchmark (it cannot run
+	// inside a `go test -bench` benchmark, which has its own).
+	SkipDecode bool
 }
 
 // DefaultEventsConfig is what `nodeguard bench events` runs.
@@ -149,6 +152,9 @@ func RunEvents(ctx context.Context, src EventSource, cfg EventsConfig) (EventsRe
 	}
 	res.Lost = after.Lost() - before.Lost()
 
+	if cfg.SkipDecode {
+		return res, nil
+	}
 	progressf(cfg.Progress, "decode: testing.Benchmark over a reclaim record")
 	rec := reclaimRecord()
 	br := testing.Benchmark(func(b *testing.B) {

@@ -1,0 +1,103 @@
+package cgroups
+
+import (
+	"bufio"
+	"bytes"
+	"strings"
+)
+
+// mountEntry is the part of one /proc/<pid>/mountinfo line that discovery
+// needs.
+type mountEntry struct {
+	root       string   // field 4: the mount's root within its filesystem
+	mountPoint string   // field 5, unescaped
+	fsType     string   // first field after the "-" separator
+	superOpts  []string // third field after the separator, split on ","
+}
+
+// parseMountinfo parses the mountinfo format described in proc(5). name is
+// the file's path, used in errors. Every line must be well formed: a
+// malformed line is an error, even if it is not a cgroup mount, because it
+// means the format is not what this parser believes.
+func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		// Split on single spaces, not runs of them: the source field may
+		// be empty, and collapsing would shift the fields after it.
+		f := strings.Split(line, " ")
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 {
+			return nil, &ParseError{File: name, Line: n, Msg: `no "-" separator after the sixth field`}
+		}
+		if len(f) != sep+4 {
+			return nil, &ParseError{File: name, Line: n, Msg: "want 3 fields after the separator, have " + itoa(len(f)-sep-1)}
+		}
+		root, ok := unescapeOctal(f[3])
+		if !ok || !strings.HasPrefix(root, "/") {
+			return nil, &ParseError{File: name, Line: n, Msg: "bad root " + quote(f[3])}
+		}
+		mp, ok := unescapeOctal(f[4])
+		if !ok || !strings.HasPrefix(mp, "/") {
+			return nil, &ParseError{File: name, Line: n, Msg: "bad mount point " + quote(f[4])}
+		}
+		if f[sep+1] == "" {
+			return nil, &ParseError{File: name, Line: n, Msg: "empty filesystem type"}
+		}
+		out = append(out, mountEntry{
+			root:       root,
+			mountPoint: mp,
+			fsType:     f[sep+1],
+			superOpts:  strings.Split(f[sep+3], ","),
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &ParseError{File: name, Line: n + 1, Msg: err.Error()}
+	}
+	return out, nil
+}
+
+// unescapeOctal undoes the kernel's mangling of space, tab, newline and
+// backslash as \ooo. It reports false for a backslash not followed by three
+// octal digits.
+func unescapeOctal(s string) (string, bool) {
+	if !strings.Contains(s, `\`) {
+		return s, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+4 > len(s) {
+			return "", false
+		}
+		v := 0
+		for _, c := range []byte(s[i+1 : i+4]) {
+			if c < '0' || c > '7' {
+				return "", false
+			}
+			v = v*8 + int(c-'0')
+		}
+		if v > 0xff {
+			return "", false
+		}
+		b.WriteByte(byte(v))
+		i += 3
+	}
+	return b.String(), true
+}

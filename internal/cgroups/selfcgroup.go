@@ -1,0 +1,65 @@
+package cgroups
+
+import (
+	"bufio"
+	"bytes"
+	"strconv"
+	"strings"
+)
+
+// membership is one line of /proc/<pid>/cgroup: the process's cgroup in one
+// hierarchy.
+type membership struct {
+	id          uint32   // hierarchy id; 0 is the cgroup2 hierarchy
+	controllers []string // v1 controllers (and "name=x"); empty for cgroup2
+	path        string   // the cgroup's path within the hierarchy
+}
+
+// parseSelfCgroup parses the /proc/<pid>/cgroup format described in
+// cgroups(7). name is the file's path, used in errors.
+func parseSelfCgroup(data []byte, name string) ([]membership, error) {
+	var out []membership
+	seen := make(map[uint32]bool)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		// The path may itself contain ':', so split at most twice.
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			return nil, &ParseError{File: name, Line: n, Msg: `want "id:controllers:path"`}
+		}
+		id, err := strconv.ParseUint(f[0], 10, 32)
+		if err != nil {
+			return nil, &ParseError{File: name, Line: n, Msg: "bad hierarchy id " + quote(f[0])}
+		}
+		if !strings.HasPrefix(f[2], "/") {
+			return nil, &ParseError{File: name, Line: n, Msg: "cgroup path " + quote(f[2]) + " is not absolute"}
+		}
+		if seen[uint32(id)] {
+			return nil, &ParseError{File: name, Line: n, Msg: "hierarchy id " + f[0] + " listed twice"}
+		}
+		seen[uint32(id)] = true
+		m := membership{id: uint32(id), path: f[2]}
+		if f[1] != "" {
+			m.controllers = strings.Split(f[1], ",")
+		}
+		if m.id != 0 && len(m.controllers) == 0 {
+			return nil, &ParseError{File: name, Line: n, Msg: "v1 hierarchy " + f[0] + " has no controllers"}
+		}
+		out = append(out, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &ParseError{File: name, Line: n + 1, Msg: err.Error()}
+	}
+	return out, nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func quote(s string) string { return strconv.Quote(s) }

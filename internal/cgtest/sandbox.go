@@ -1,0 +1,358 @@
+package cgtest
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+)
+
+// Bounds on cleanup. SIGKILLed processes normally leave their cgroup within
+// milliseconds; the bounds only keep a stuck cleanup from hanging the test
+// binary.
+const (
+	// killWait bounds how long cleanup waits for killed processes to
+	// leave the sandbox.
+	killWait = 2 * time.Second
+	// rmdirWait bounds how long cleanup retries rmdir on EBUSY (the
+	// kernel may still be tearing down an exited task's css_set).
+	rmdirWait = 2 * time.Second
+	// pollEvery is the retry interval of both loops.
+	pollEvery = 10 * time.Millisecond
+)
+
+// namePrefix starts the name of every top-level sandbox, so that leftovers
+// are easy to find: find /sys/fs/cgroup -name 'nodeguard-test*'.
+const namePrefix = "nodeguard-test-"
+
+// Sandbox is a cgroup created for one test, in the memory hierarchy and in
+// the cgroup2 hierarchy (one directory on pure v2, where they are the same;
+// the memory one alone on pure v1).
+type Sandbox struct {
+	layout  *cgroups.Layout
+	rel     string        // relative to this process's own cgroups
+	dirs    []cgroups.Dir // memory first, then cgroup2 (Layout.Monitored order)
+	memory  *cgroups.Dir  // points into dirs; nil without a memory hierarchy
+	unified *cgroups.Dir  // points into dirs; nil without cgroup2
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	layout      *cgroups.Layout
+	memoryLimit int64
+}
+
+// WithLayout makes New use l instead of discovering the host's layout.
+func WithLayout(l *cgroups.Layout) Option { return func(c *config) { c.layout = l } }
+
+// WithMemoryLimit makes New set the sandbox's memory limit (see
+// SetMemoryLimit).
+func WithMemoryLimit(bytes int64) Option { return func(c *config) { c.memoryLimit = bytes } }
+
+// New creates a sandbox named nodeguard-test-<pid>-<random> beneath this
+// process's own cgroup and registers a t.Cleanup that kills what is left in
+// it and removes it. It skips (or fails, see RequirePrivileged) when not
+// root or when the host has no memory controller, and fails t when the
+// sandbox cannot be made.
+func New(t testing.TB, opts ...Option) *Sandbox {
+	t.Helper()
+	RequirePrivileged(t)
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.layout == nil {
+		l, err := cgroups.Discover()
+		if err != nil {
+			t.Fatalf("cgtest: %v", err)
+		}
+		c.layout = l
+	}
+	Need(t, c.layout.Memory != nil, "cgtest: no hierarchy holds the memory controller")
+	name := namePrefix + strconv.Itoa(os.Getpid()) + "-" + fmt.Sprintf("%08x", rand.Uint32())
+	s := create(t, c.layout, name)
+	if c.memoryLimit != 0 {
+		if err := s.SetMemoryLimit(c.memoryLimit); err != nil {
+			t.Fatalf("cgtest: %v", err)
+		}
+	}
+	return s
+}
+
+// Child creates a sandbox nested in s under name, with its own cleanup
+// registered on t (which runs before s's when t is the same test). name is
+// one path component.
+func (s *Sandbox) Child(t testing.TB, name string) *Sandbox {
+	t.Helper()
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		t.Fatalf("cgtest: child name %q is not a single path component", name)
+	}
+	return create(t, s.layout, s.rel+"/"+name)
+}
+
+// create makes rel in the monitored hierarchies. The cleanup is registered
+// before the first mkdir, so a half-made sandbox is removed too.
+func create(t testing.TB, l *cgroups.Layout, rel string) *Sandbox {
+	t.Helper()
+	dirs, err := l.ResolveMonitored(rel)
+	if err != nil {
+		t.Fatalf("cgtest: %v", err)
+	}
+	s := &Sandbox{layout: l, rel: rel, dirs: dirs}
+	for i := range s.dirs {
+		d := &s.dirs[i]
+		if d.Hierarchy == l.Memory {
+			s.memory = d
+		}
+		if d.Hierarchy == l.Unified {
+			s.unified = d
+		}
+	}
+	t.Cleanup(func() {
+		if err := s.destroy(); err != nil {
+			t.Errorf("cgtest: clean up sandbox %s: %v", s.rel, err)
+		}
+	})
+	for _, d := range s.dirs {
+		if err := os.Mkdir(d.Path, 0o755); err != nil {
+			t.Fatalf("cgtest: create sandbox: %v", err)
+		}
+	}
+	return s
+}
+
+// Layout returns the layout the sandbox was made in.
+func (s *Sandbox) Layout() *cgroups.Layout { return s.layout }
+
+// Dirs returns the sandbox's directories: memory hierarchy first, then
+// cgroup2 when that is a different hierarchy.
+func (s *Sandbox) Dirs() []cgroups.Dir { return slices.Clone(s.dirs) }
+
+// MemoryDir returns the sandbox's directory in the memory hierarchy.
+func (s *Sandbox) MemoryDir() string {
+	if s.memory == nil {
+		return ""
+	}
+	return s.memory.Path
+}
+
+// UnifiedDir returns the sandbox's directory in the cgroup2 hierarchy, or ""
+// on a host without one.
+func (s *Sandbox) UnifiedDir() string {
+	if s.unified == nil {
+		return ""
+	}
+	return s.unified.Path
+}
+
+// Rel returns the sandbox's path relative to this process's own cgroups,
+// as `nodeguard events --cgroup REL` takes it.
+func (s *Sandbox) Rel() string { return s.rel }
+
+// ID returns the cgroup id of the sandbox's directory in h.
+func (s *Sandbox) ID(h *cgroups.Hierarchy) (uint64, error) {
+	for _, d := range s.dirs {
+		if d.Hierarchy == h {
+			return cgroups.ID(d.Path)
+		}
+	}
+	return 0, fmt.Errorf("cgroup id of sandbox %s: %w: no directory in hierarchy %d", s.rel, cgroups.ErrUnsupported, h.ID)
+}
+
+// MemoryID returns the cgroup id of the sandbox's memory cgroup: what BPF
+// sees as the memcg id of a task in it. On cgroup2 that holds only when the
+// memory controller is enabled in the sandbox (listed in the parent's
+// cgroup.subtree_control); otherwise a task's memcg is the nearest ancestor
+// that has it.
+func (s *Sandbox) MemoryID() (uint64, error) {
+	if s.memory == nil {
+		return 0, fmt.Errorf("memory cgroup id of sandbox %s: %w: no memory hierarchy", s.rel, cgroups.ErrUnsupported)
+	}
+	return cgroups.ID(s.memory.Path)
+}
+
+// UnifiedID returns the cgroup id of the sandbox's cgroup2 directory: what
+// bpf_get_current_cgroup_id() returns for a task in it.
+func (s *Sandbox) UnifiedID() (uint64, error) {
+	if s.unified == nil {
+		return 0, fmt.Errorf("cgroup2 id of sandbox %s: %w: no cgroup2 hierarchy", s.rel, cgroups.ErrUnsupported)
+	}
+	return cgroups.ID(s.unified.Path)
+}
+
+// Procs returns the pids in the sandbox's own cgroup.procs files (not its
+// children's), sorted and without duplicates.
+func (s *Sandbox) Procs() ([]int, error) {
+	var out []int
+	for _, d := range s.dirs {
+		pids, err := readProcs(d.Path)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pids...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// Kill sends SIGKILL to every process in the sandbox and its descendants.
+// It does not wait for them to exit.
+func (s *Sandbox) Kill() error {
+	_, err := s.killAll()
+	return err
+}
+
+// tree lists the sandbox's directories and all their descendants, deepest
+// first, so that removing them in order always removes children first.
+func (s *Sandbox) tree() ([]string, error) {
+	var all []string
+	for _, d := range s.dirs {
+		var pre []string
+		err := cgroups.Walk(d.Path, func(p string) error {
+			pre = append(pre, p)
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		slices.Reverse(pre)
+		all = append(all, pre...)
+	}
+	return all, nil
+}
+
+// killAll SIGKILLs every process in the tree and reports how many it found.
+func (s *Sandbox) killAll() (int, error) {
+	dirs, err := s.tree()
+	if err != nil {
+		return 0, err
+	}
+	found := 0
+	var errs []error
+	for _, d := range dirs {
+		n, err := killProcs(d)
+		found += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return found, errors.Join(errs...)
+}
+
+// Remove kills what is left in the sandbox and removes its directories now,
+// for tests that watch the removal; the cleanup registered by New then finds
+// nothing left to do.
+func (s *Sandbox) Remove() error { return s.destroy() }
+
+// destroy kills what is left in the sandbox, waits for it to leave, and
+// removes the directories bottom-up. A sandbox already gone is fine.
+func (s *Sandbox) destroy() error {
+	deadline := time.Now().Add(killWait)
+	for {
+		n, err := s.killAll()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes still in the sandbox %v after SIGKILL", killWait)
+		}
+		time.Sleep(pollEvery)
+	}
+	dirs, err := s.tree()
+	if err != nil {
+		return err
+	}
+	deadline = time.Now().Add(rmdirWait)
+	for _, d := range dirs {
+		for {
+			err := unix.Rmdir(d)
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				return fmt.Errorf("remove %s: %w", d, err)
+			}
+			time.Sleep(pollEvery)
+		}
+	}
+	return nil
+}
+
+// readProcs reads dir/cgroup.procs. A directory already removed has no
+// processes.
+func readProcs(dir string) ([]int, error) {
+	name := dir + "/cgroup.procs"
+	b, err := os.ReadFile(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: bad pid %q: %w", name, f, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// killProcs SIGKILLs the processes listed in dir/cgroup.procs and returns
+// how many were listed. To never hit a recycled pid it pins each process
+// with a pidfd first, then signals only those still listed afterwards: a
+// pid listed both before and after the pidfd was opened belongs to a
+// process in our cgroup.
+func killProcs(dir string) (int, error) {
+	pids, err := readProcs(dir)
+	if err != nil || len(pids) == 0 {
+		return 0, err
+	}
+	fds := make(map[int]int, len(pids))
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				continue // already gone
+			}
+			return len(pids), fmt.Errorf("pidfd_open %d: %w", pid, err)
+		}
+		fds[pid] = fd
+	}
+	still, err := readProcs(dir)
+	if err != nil {
+		return len(pids), err
+	}
+	for _, pid := range still {
+		fd, ok := fds[pid]
+		if !ok {
+			continue // appeared meanwhile; the next round gets it
+		}
+		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return len(pids), fmt.Errorf("kill %d in %s: %w", pid, dir, err)
+		}
+	}
+	return len(pids), nil
+}

@@ -1,0 +1,97 @@
+package host
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodeguard/nodeguard/internal/cgtest"
+)
+
+func TestTracefsAtRejectsOtherFilesystems(t *testing.T) {
+	dir := t.TempDir()
+	_, err := tracefsAt(dir, filepath.Join(dir, "missing"))
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("tracefsAt() = %v, want ErrUnsupported", err)
+	}
+	for _, want := range []string{dir + ": not tracefs", filepath.Join(dir, "missing") + ": no such file"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func TestTracepointIn(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "events", "oom", "mark_victim"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "events", "oom", "mark_victim", "id"), []byte("512\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "events", "oom", "no_id"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name           string
+		category, tp   string
+		want           error // nil: exists
+		wantAnyFailure bool
+	}{
+		{name: "an event directory with an id exists", category: "oom", tp: "mark_victim"},
+		{name: "an event directory without an id does not exist", category: "oom", tp: "no_id", want: ErrUnsupported},
+		{name: "an unknown event is unsupported", category: "oom", tp: "nope", want: ErrUnsupported},
+		{name: "an unknown category is unsupported", category: "nope", tp: "mark_victim", want: ErrUnsupported},
+		{name: "a name with a slash is refused", category: "oom/../oom", tp: "mark_victim", wantAnyFailure: true},
+		{name: "a dot-dot name is refused", category: "..", tp: "events", wantAnyFailure: true},
+		{name: "an empty name is refused", category: "oom", tp: "", wantAnyFailure: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tracepointIn(root, tt.category, tt.tp)
+			switch {
+			case tt.wantAnyFailure:
+				if err == nil || errors.Is(err, ErrUnsupported) {
+					t.Errorf("tracepointIn() = %v, want a refusal", err)
+				}
+			case tt.want == nil && err != nil:
+				t.Errorf("tracepointIn() = %v, want nil", err)
+			case tt.want != nil && !errors.Is(err, tt.want):
+				t.Errorf("tracepointIn() = %v, want an error matching %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTracefsOnThisHost(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	root, err := Tracefs()
+	cgtest.Need(t, err == nil, "no tracefs: "+errString(err))
+	t.Logf("tracefs at %s", root)
+	tests := []struct {
+		name         string
+		category, tp string
+		want         bool
+	}{
+		{"the OOM victim tracepoint exists", "oom", "mark_victim", true},
+		{"the cgroup mkdir tracepoint exists", "cgroup", "cgroup_mkdir", true},
+		{"the memcg reclaim tracepoint exists", "vmscan", "mm_vmscan_memcg_reclaim_begin", true},
+		{"a made-up tracepoint does not exist", "nodeguard", "nothing", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := TracepointExists(tt.category, tt.tp); got != tt.want {
+				t.Errorf("TracepointExists(%q, %q) = %v, want %v (%v)", tt.category, tt.tp, got, tt.want, CheckTracepoint(tt.category, tt.tp))
+			}
+		})
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The demo of nodeguard's main job at this stage: see a real OOM through the
+# kernel event pipeline. It checks the host (nodeguard doctor), makes a memory
+# cgroup with a 64 MiB limit beneath its own cgroup, streams the events of that
+# subtree while a memory hog runs into the limit, and removes everything it made.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin/nodeguard}
+name="nodeguard-demo-$$"
+
+step() { printf '\n== %s\n' "$*"; }
+
+own() { awk -F: -v c="$1" '$2==c {print $3}' /proc/self/cgroup; }
+if grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts; then
+	mem_dir="/sys/fs/cgroup$(awk -F: '$1=="0"{print $3}' /proc/self/cgroup)/$name"
+	uni_dir=""
+	limit_file=memory.max
+else
+	mem_dir="/sys/fs/cgroup/memory$(own memory)/$name"
+	uni_dir=""
+	if [ -d /sys/fs/cgroup/unified ]; then
+		uni_dir="/sys/fs/cgroup/unified$(awk -F: '$1=="0"{print $3}' /proc/self/cgroup)/$name"
+	fi
+	limit_file=memory.limit_in_bytes
+fi
+
+events_pid=""
+cleanup() {
+	[ -n "$events_pid" ] && kill "$events_pid" 2>/dev/null && wait "$events_pid" 2>/dev/null || true
+	for d in "$mem_dir" "$uni_dir"; do
+		[ -n "$d" ] && [ -d "$d" ] && rmdir "$d" 2>/dev/null || true
+	done
+}
+trap cleanup EXIT
+
+step "1/4 what this host allows (nodeguard doctor)"
+"$BIN" doctor || true
+
+step "2/4 a memory cgroup with a 64 MiB limit: $mem_dir"
+mkdir -p "$mem_dir"
+[ -n "$uni_dir" ] && mkdir -p "$uni_dir"
+echo $((64 << 20)) > "$mem_dir/$limit_file"
+[ -f "$mem_dir/memory.swap.max" ] && echo 0 > "$mem_dir/memory.swap.max"
+
+step "3/4 streaming its events (nodeguard events --json --cgroup $name --min-reclaim 0) while a hog allocates 256 MiB"
+out=$(mktemp)
+"$BIN" events --json --cgroup "$name" --duration 8s --min-reclaim 0 >"$out" &
+events_pid=$!
+sleep 1.5
+# The hog moves itself into the demo cgroups, then allocates (bounded: 256 MiB, 5 s).
+sh -c 'echo $$ > "$1/cgroup.procs"; [ -n "$2" ] && echo $$ > "$2/cgroup.procs"; exec stress-ng --vm 1 --vm-bytes 256M --vm-keep --timeout 5s --oomable --quiet' \
+	sh "$mem_dir" "$uni_dir" || true
+wait "$events_pid" || true
+events_pid=""
+
+step "4/4 what nodeguard saw"
+printf '%-14s %s\n' kind count
+for k in oom_kill reclaim exit oom_score_adj cgroup_mkdir cgroup_rmdir; do
+	printf '%-14s %s\n' "$k" "$(grep -c "\"kind\":\"$k\"" "$out" || true)"
+done
+echo
+echo "the OOM kills, as nodeguard events --json prints them:"
+grep '"kind":"oom_kill"' "$out" | head -3 || echo "(none: see the reclaim and exit lines above)"
+rm -f "$out"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building and testing nodeguard needs on Debian 12, through apt,
+# only when something is missing. Safe to run again.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have clang-19       || need+=(clang-19)
+have llvm-strip-19  || need+=(llvm-19)
+have bpftool        || need+=(bpftool)
+have stress-ng      || need+=(stress-ng)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+
+if [ ${#need[@]} -eq 0 ]; then
+	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng)"
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
+	exit 1
+fi
+echo "deps: installing ${need[*]} through apt"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+echo "deps: installed ${need[*]}"
