@@ -330,4 +330,3 @@ func TestHooksReportEveryAttempt(t *testing.T) {
 		}
 	}
 }
-
