@@ -9,10 +9,11 @@ have clang-19       || need+=(clang-19)
 have llvm-strip-19  || need+=(llvm-19)
 have bpftool        || need+=(bpftool)
 have stress-ng      || need+=(stress-ng)
+have prometheus     || need+=(prometheus)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 
 if [ ${#need[@]} -eq 0 ]; then
-	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng)"
+	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng, prometheus)"
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

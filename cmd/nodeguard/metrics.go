@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/loader"
+	"github.com/nodeguard/nodeguard/loader/event"
+	"github.com/nodeguard/nodeguard/metrics"
+	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/psi"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// DefaultMetricsAddr is loopback only: a node agent's metrics are scraped
+// by a local or sidecar Prometheus unless the operator opens them up.
+const DefaultMetricsAddr = "127.0.0.1:9847"
+
+type senseFlags struct {
+	metricsAddr string
+	roots       []string
+	podsRoot    string
+	rootDir     string
+	imageFS     string
+	tick        time.Duration
+	noBPF       bool
+}
+
+func (f *senseFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.metricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on")
+	cmd.Flags().StringArrayVar(&f.roots, "cgroup-root", nil, "cgroup subtree to monitor (repeatable; relative paths resolve against nodeguard's own cgroup)")
+	cmd.Flags().StringVar(&f.podsRoot, "pods-root", "", "pod cgroup root for allocatableMemory.available (default: the first --cgroup-root)")
+	cmd.Flags().StringVar(&f.rootDir, "root-dir", "/var/lib/nodeguard", "nodeguard's state directory: its filesystem is nodefs")
+	cmd.Flags().StringVar(&f.imageFS, "image-fs", "/var/lib/containerd", "a path on the runtime's image filesystem (imagefs); skipped when missing")
+	cmd.Flags().DurationVar(&f.tick, "tick", time.Second, "snapshot interval (the safety tick; PSI triggers and OOM events wake it earlier)")
+	cmd.Flags().BoolVar(&f.noBPF, "no-bpf", false, "sense without the eBPF pipeline (PSI and cgroup statistics only)")
+}
+
+func newMetricsCmd(g *globalFlags) *cobra.Command {
+	f := &senseFlags{}
+	cmd := &cobra.Command{
+		Use:   "metrics",
+		Short: "Sense only: serve node and cgroup pressure, kernel events and nodeguard's own health to Prometheus",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			s, err := startSensing(cmd.Context(), f, log)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			return s.Serve(cmd.Context())
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// sensing is the running SENSE side: kernel pipeline, snapshots, PSI
+// triggers and the exporter.
+type sensing struct {
+	log      *slog.Logger
+	flags    *senseFlags
+	layout   *cgroups.Layout
+	pipeline *loader.Pipeline
+	snapper  *pressure.Snapshotter
+	sensor   *pressure.Sensor
+	watcher  *psi.Watcher
+	exporter *metrics.Exporter
+	ln       net.Listener
+}
+
+func existing(path, fallback string) string {
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	return fallback
+}
+
+func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sensing, retErr error) {
+	s := &sensing{log: log, flags: f}
+	defer func() {
+		if retErr != nil {
+			s.Close()
+		}
+	}()
+	var err error
+	if s.layout, err = cgroups.Discover(); err != nil {
+		return nil, fmt.Errorf("discover cgroups: %w", err)
+	}
+	podsRoot := f.podsRoot
+	if podsRoot == "" && len(f.roots) > 0 {
+		podsRoot = f.roots[0]
+	}
+	imageFS := existing(f.imageFS, "")
+	s.snapper, err = pressure.New(pressure.Config{
+		Layout:      s.layout,
+		Roots:       f.roots,
+		PodsRoot:    podsRoot,
+		NodeFSPath:  existing(f.rootDir, "/"),
+		ImageFSPath: imageFS,
+		Logger:      log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !f.noBPF {
+		s.pipeline, err = loader.Open(loader.Options{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		for _, root := range f.roots {
+			dirs, err := s.layout.ResolveMonitored(root)
+			if err != nil {
+				return nil, fmt.Errorf("--cgroup-root %q: %w", root, err)
+			}
+			for _, d := range dirs {
+				if _, err := s.pipeline.MonitorTree(d.Hierarchy.ID, d.Path, d.Rel); err != nil {
+					return nil, fmt.Errorf("--cgroup-root %q: %w", root, err)
+				}
+			}
+		}
+	}
+	s.sensor = pressure.NewSensor(s.snapper, f.tick, nil)
+	opts := metrics.Options{Snapshots: s.sensor, Version: version}
+	if s.pipeline != nil {
+		opts.Kernel = s.pipeline
+	}
+	s.exporter = metrics.New(opts).WithRuntimeCollectors()
+	s.sensor.OnSnapshot = s.exporter.ObserveSnapshot
+
+	// A node-wide memory trigger wakes the sensor between ticks: 100 ms of
+	// some-stall in a 1 s window (the kernel may only allow 2 s windows
+	// here; the watcher falls back and says so once).
+	s.watcher, err = psi.NewWatcher(log, []psi.Trigger{{
+		Path: filepath.Join(psi.SystemDir, "memory"), Kind: psi.KindSome,
+		Stall: 100 * time.Millisecond, Window: time.Second,
+	}})
+	if err != nil {
+		log.Warn("no PSI trigger: the safety tick alone drives snapshots", "err", err)
+		s.watcher = nil
+	}
+	if f.metricsAddr != "" {
+		if s.ln, err = net.Listen("tcp", f.metricsAddr); err != nil {
+			return nil, fmt.Errorf("--metrics-addr %s: %w", f.metricsAddr, err)
+		}
+	}
+	return s, nil
+}
+
+// Serve runs everything until ctx is done.
+func (s *sensing) Serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.sensor.Run(ctx)
+	if s.watcher != nil {
+		wakes := make(chan psi.Wake, 16)
+		go func() { _ = s.watcher.Run(ctx, wakes) }()
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case w := <-wakes:
+					s.exporter.ObserveWakeup(w.Trigger.String())
+					s.sensor.Wake()
+				}
+			}
+		}()
+	}
+	if s.pipeline != nil {
+		go s.consumeEvents(ctx)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.exporter.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		snap := s.sensor.Latest()
+		if snap == nil || time.Since(snap.Time) > 10*s.flags.tick {
+			http.Error(w, "no fresh snapshot", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, c := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer c()
+		_ = srv.Shutdown(shut)
+	}()
+	s.log.Info("serving metrics", "addr", s.ln.Addr().String(), "cgroup_roots", s.flags.roots, "cgroups", s.snapper.Len())
+	if err := srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve metrics: %w", err)
+	}
+	return nil
+}
+
+// consumeEvents counts kernel events and keeps the snapshotter's cgroup
+// set current without waiting for a rescan.
+func (s *sensing) consumeEvents(ctx context.Context) {
+	memHier := s.layout.Memory.ID
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-s.pipeline.Events():
+			if !ok {
+				return
+			}
+			s.exporter.ObserveEvent(ev)
+			switch e := ev.(type) {
+			case *event.Cgroup:
+				if e.HierarchyID != memHier {
+					continue
+				}
+				if e.Kind == event.KindCgroupMkdir {
+					s.sensor.Add(e.Path)
+				} else {
+					s.sensor.Remove(e.Path)
+				}
+			case *event.OOMKill:
+				s.sensor.Wake()
+			}
+		}
+	}
+}
+
+func (s *sensing) Close() {
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	if s.watcher != nil {
+		s.watcher.Close()
+	}
+	if s.pipeline != nil {
+		s.pipeline.Close()
+	}
+	if s.snapper != nil {
+		s.snapper.Close()
+	}
+}

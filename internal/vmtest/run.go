@@ -1,0 +1,501 @@
+package vmtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Environment variables the runner reads.
+const (
+	// EnvKernel selects the guest kernel series ("6.1", "6.12") or a
+	// linux-image-* package; required. The guest sees it too, so tests
+	// (cgtest.Lane) know they run in the VM lane.
+	EnvKernel = "NODEGUARD_VM_KERNEL"
+	// EnvCache overrides DefaultCacheDir.
+	EnvCache = "NODEGUARD_VM_CACHE"
+	// EnvTimeout bounds one guest run: seconds ("240") or a Go duration
+	// ("4m"); DefaultTimeout when unset.
+	EnvTimeout = "NODEGUARD_VM_TIMEOUT"
+	// EnvMemory is the guest's memory in qemu's -m syntax; DefaultMemory.
+	EnvMemory = "NODEGUARD_VM_MEMORY"
+	// EnvCPUs is the guest's vCPU count; DefaultCPUs.
+	EnvCPUs = "NODEGUARD_VM_CPUS"
+	// EnvConsole set to "1" copies the guest's whole kernel console to
+	// stderr after the run (it is always shown when a run ends abnormally).
+	EnvConsole = "NODEGUARD_VM_CONSOLE"
+	// EnvRelease is set in the guest to the kernel release (uname -r).
+	EnvRelease = "NODEGUARD_VM_RELEASE"
+)
+
+// Defaults, each with its reason.
+const (
+	// DefaultCacheDir holds kernels and the base initramfs across runs.
+	DefaultCacheDir = "/var/cache/nodeguard-vm"
+	// DefaultTimeout bounds a guest run: the slowest package (loader, with
+	// a real OOM and BPF loads under TCG) takes well under a minute; a
+	// hung guest must not hold CI for go test's 10 minutes.
+	DefaultTimeout = 240 * time.Second
+	// DefaultMemory fits a test binary in the initramfs (tens of MiB),
+	// the kernel, and tests that drive a 64 MiB cgroup into OOM, at ~300
+	// MiB of host memory.
+	DefaultMemory = "512M"
+	// DefaultCPUs matches the host's 2 cores: multi-threaded TCG runs one
+	// host thread per vCPU, and per-CPU BPF maps and rings get two CPUs.
+	DefaultCPUs = 2
+	// defaultTSCkHz is used when the host's TSC frequency is unknown.
+	defaultTSCkHz = 2000000
+	// killGrace is how long timeout(1) waits after SIGTERM before SIGKILL.
+	killGrace = 5 * time.Second
+	// consoleTail is how many kernel console lines an abnormal end shows.
+	consoleTail = 60
+)
+
+// Config configures Prepare and Run.
+type Config struct {
+	Kernel   string // series or package, see EnvKernel
+	CacheDir string
+	Timeout  time.Duration
+	Memory   string
+	CPUs     int
+	Console  bool // see EnvConsole
+	Log      *slog.Logger
+}
+
+// ConfigFromEnv reads Config from the environment through getenv.
+func ConfigFromEnv(getenv func(string) string, log *slog.Logger) (Config, error) {
+	c := Config{
+		Kernel:   getenv(EnvKernel),
+		CacheDir: getenv(EnvCache),
+		Timeout:  DefaultTimeout,
+		Memory:   getenv(EnvMemory),
+		CPUs:     DefaultCPUs,
+		Console:  getenv(EnvConsole) == "1",
+		Log:      log,
+	}
+	if c.Kernel == "" {
+		return c, fmt.Errorf("%s is not set: name the guest kernel (%s)", EnvKernel, strings.Join(KernelSeries(), ", "))
+	}
+	if _, err := metaPackage(c.Kernel); err != nil {
+		return c, err
+	}
+	if c.CacheDir == "" {
+		c.CacheDir = DefaultCacheDir
+	}
+	if c.Memory == "" {
+		c.Memory = DefaultMemory
+	}
+	if v := getenv(EnvTimeout); v != "" {
+		d, err := parseTimeout(v)
+		if err != nil {
+			return c, fmt.Errorf("%s=%q: %w", EnvTimeout, v, err)
+		}
+		c.Timeout = d
+	}
+	if v := getenv(EnvCPUs); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			return c, fmt.Errorf("%s=%q: want a number of vCPUs from 1 to 64", EnvCPUs, v)
+		}
+		c.CPUs = n
+	}
+	return c, nil
+}
+
+// parseTimeout accepts whole seconds or a Go duration, at least one second.
+func parseTimeout(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(v)
+		if nerr != nil {
+			return 0, errors.New("want seconds or a duration such as 4m")
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < time.Second {
+		return 0, errors.New("want at least one second")
+	}
+	return d, nil
+}
+
+// Prepared is what every run of one kernel shares.
+type Prepared struct {
+	Kernel *Kernel
+	// Base is the cached base initramfs (BaseArchive).
+	Base string
+}
+
+// Prepare installs missing host tools, resolves and caches the kernel and
+// the base initramfs. It holds an exclusive lock on the cache directory
+// while it works, so runners started in parallel by go test for several
+// packages download and build each thing once.
+func Prepare(ctx context.Context, c Config) (*Prepared, error) {
+	if err := os.MkdirAll(c.CacheDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cache %s: %w", c.CacheDir, err)
+	}
+	unlock, err := lockDir(ctx, c.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	a := &apt{log: c.Log}
+	if err := a.ensureTools(ctx); err != nil {
+		return nil, err
+	}
+	k, err := a.resolveKernel(ctx, c.Kernel)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.fetchKernel(ctx, c.CacheDir, k); err != nil {
+		return nil, err
+	}
+	base, err := baseArchive(c.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{Kernel: k, Base: base}, nil
+}
+
+// baseArchive returns the cached base initramfs, building it when the init
+// script or busybox changed.
+func baseArchive(cache string) (string, error) {
+	key, err := BaseArchiveKey(Busybox)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "initramfs")
+	name := filepath.Join(dir, "base-"+key+".cpio")
+	if _, err := os.Stat(name); err == nil {
+		return name, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("build base initramfs: %w", err)
+	}
+	// Older bases are stale by construction.
+	old, _ := filepath.Glob(filepath.Join(dir, "base-*.cpio"))
+	for _, o := range old {
+		_ = os.Remove(o)
+	}
+	f, err := os.CreateTemp(dir, "base-*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("build base initramfs: %w", err)
+	}
+	defer os.Remove(f.Name())
+	err = BaseArchive(f, Busybox)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("build base initramfs: %w", err)
+	}
+	if err := os.Rename(f.Name(), name); err != nil {
+		return "", fmt.Errorf("build base initramfs: %w", err)
+	}
+	return name, nil
+}
+
+// lockDir takes an exclusive flock on dir/lock, giving up when ctx ends.
+func lockDir(ctx context.Context, dir string) (func(), error) {
+	name := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Test is one test binary run in a guest.
+type Test struct {
+	// Binary is the host path of the static test binary; Args follow it.
+	Binary string
+	Args   []string
+	// Dir is the host working directory (go test starts the runner in
+	// the package directory). The guest runs in the same path, with
+	// Dir/testdata packed when it exists.
+	Dir string
+	// Environ is the host environment the guest's is taken from.
+	Environ []string
+}
+
+// Result is how a guest run ended.
+type Result struct {
+	// Status is the test binary's exit status; meaningful when Exited.
+	Status int
+	// Exited reports that the guest printed the exit marker.
+	Exited bool
+	// TimedOut reports that the run was killed at Config.Timeout.
+	TimedOut bool
+	// Elapsed is the qemu wall-clock time, boot to power-off.
+	Elapsed time.Duration
+}
+
+// Run boots p's kernel with the base initramfs plus t, streams the test's
+// output to stdout, and reports how the guest ended. Kernel console lines
+// that report a kernel bug are copied to stderr, and the console's tail too
+// when the guest ended without an exit status.
+func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.Writer) (Result, error) {
+	var res Result
+	if err := CheckStatic(t.Binary); err != nil {
+		return res, err
+	}
+	tmp, err := os.MkdirTemp("", "nodeguard-vmrun-")
+	if err != nil {
+		return res, fmt.Errorf("run %s: %w", t.Binary, err)
+	}
+	defer os.RemoveAll(tmp)
+
+	nonce := make([]byte, 8)
+	if _, err := rand.Read(nonce); err != nil {
+		return res, fmt.Errorf("run %s: %w", t.Binary, err)
+	}
+	spec := &RunSpec{
+		Binary: t.Binary,
+		Args:   t.Args,
+		Env:    guestEnv(t.Environ, c.Kernel, p.Kernel.Release),
+		Dir:    t.Dir,
+		Marker: ExitMarkerPrefix + "-" + hex.EncodeToString(nonce),
+	}
+	if st, err := os.Stat(filepath.Join(t.Dir, "testdata")); err == nil && st.IsDir() {
+		spec.Testdata = filepath.Join(t.Dir, "testdata")
+	}
+	initrd := filepath.Join(tmp, "initrd.cpio")
+	if err := writeInitrd(initrd, p.Base, spec); err != nil {
+		return res, err
+	}
+
+	console := filepath.Join(tmp, "console.log")
+	secs := int((c.Timeout + time.Second - 1) / time.Second)
+	args := append([]string{"-k", strconv.Itoa(int(killGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"},
+		qemuArgs(c, p.Kernel.Vmlinux, initrd, console, hostTSCkHz())...)
+	cmd := exec.Command("timeout", args...)
+	cmd.Stdin = nil // /dev/null: the test channel carries output only
+	var qemuErr bytes.Buffer
+	cmd.Stderr = &qemuErr
+	// If the runner dies, timeout(1) gets SIGTERM and passes it to qemu.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, fmt.Errorf("start qemu: %w", err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("start qemu: %w", err)
+	}
+	// On cancellation (the runner got SIGINT or SIGTERM) stop the guest
+	// the same way: timeout(1) forwards SIGTERM to qemu.
+	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+	defer stop()
+
+	status, found, cerr := copyUntilMarker(stdout, out, spec.Marker)
+	werr := cmd.Wait()
+	res.Elapsed = time.Since(start)
+	res.Status, res.Exited = status, found
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) && (ee.ExitCode() == 124 || ee.ExitCode() == 137) && !found {
+		res.TimedOut = true
+	}
+
+	reportConsole(stderr, console, c.Console, !found)
+	switch {
+	case cerr != nil:
+		return res, fmt.Errorf("read guest output: %w", cerr)
+	case found:
+		return res, nil
+	case ctx.Err() != nil:
+		return res, fmt.Errorf("guest stopped: %w", ctx.Err())
+	case res.TimedOut:
+		return res, fmt.Errorf("guest killed after %s without finishing (%s=%s; raise %s if the tests are just slow)",
+			c.Timeout, EnvKernel, c.Kernel, EnvTimeout)
+	case werr != nil:
+		return res, fmt.Errorf("qemu: %w: %s", werr, bytes.TrimSpace(qemuErr.Bytes()))
+	}
+	return res, fmt.Errorf("guest powered off without an exit status (kernel panic or /init failure; see the console above)%s",
+		suffix(bytes.TrimSpace(qemuErr.Bytes())))
+}
+
+func suffix(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return "; qemu: " + string(b)
+}
+
+// writeInitrd writes base followed by spec's run archive to name.
+func writeInitrd(name, base string, spec *RunSpec) (retErr error) {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("write initramfs: %w", err)
+	}
+	defer func() {
+		if err := f.Close(); err != nil && retErr == nil {
+			retErr = fmt.Errorf("write initramfs: %w", err)
+		}
+	}()
+	b, err := os.Open(base)
+	if err != nil {
+		return fmt.Errorf("write initramfs: %w", err)
+	}
+	defer b.Close()
+	if _, err := io.Copy(f, b); err != nil {
+		return fmt.Errorf("write initramfs: %w", err)
+	}
+	return RunArchive(f, spec)
+}
+
+// qemuArgs returns qemu's command line. The kernel console (ttyS0) goes to
+// the file console; the test channel (ttyS1, a second 16550 on the ISA bus)
+// is qemu's stdout, so kernel messages never mix into go test's output.
+//
+//   - microvm boots an uncompressed ELF vmlinux directly (no firmware, no
+//     PCI); under TCG it needs the PIT (pit=on) for timer calibration, the
+//     PIC and the RTC (wall clock).
+//   - tsc_early_khz: no calibration source is reliable under TCG, and
+//     TCG's TSC runs at the host's rate; tsc=reliable keeps 6.1 from
+//     declaring the vCPUs' TSCs unsynchronised and falling back to jiffies
+//     (4 ms resolution, which timing tests would notice).
+//   - cgroup_no_v1=all: the memory controller can only be on cgroup2.
+//   - panic=-1 with -no-reboot: a panic ends qemu at once; so does /init's
+//     final reboot -f.
+func qemuArgs(c Config, vmlinux, initrd, console string, tscKHz int) []string {
+	appendLine := strings.Join([]string{
+		"console=ttyS0",
+		"cgroup_no_v1=all",
+		"tsc_early_khz=" + strconv.Itoa(tscKHz),
+		"tsc=reliable",
+		"quiet",
+		"panic=-1",
+		"rdinit=/init",
+	}, " ")
+	return []string{
+		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on",
+		"-cpu", "max",
+		"-m", c.Memory,
+		"-smp", strconv.Itoa(c.CPUs),
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-chardev", "file,id=console,path=" + console,
+		"-serial", "chardev:console",
+		"-chardev", "stdio,id=test,signal=off",
+		"-device", "isa-serial,chardev=test,index=1",
+		"-kernel", vmlinux,
+		"-initrd", initrd,
+		"-append", appendLine,
+	}
+}
+
+// guestEnv returns the guest's environment: the host's NODEGUARD_*
+// variables and the Go runtime's knobs, with EnvKernel and EnvRelease set.
+func guestEnv(host []string, kernel, release string) []string {
+	var env []string
+	for _, kv := range host {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == EnvKernel || name == EnvRelease {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "NODEGUARD_"),
+			name == "GODEBUG", name == "GOTRACEBACK", name == "GOMAXPROCS", name == "GOGC", name == "GOMEMLIMIT":
+			env = append(env, kv)
+		}
+	}
+	return append(env, EnvKernel+"="+kernel, EnvRelease+"="+release)
+}
+
+// hostTSCkHz returns the host's TSC frequency from /proc/cpuinfo when the
+// TSC is invariant, else defaultTSCkHz.
+func hostTSCkHz() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return defaultTSCkHz
+	}
+	return parseTSCkHz(b)
+}
+
+// parseTSCkHz reads the first "cpu MHz" of a /proc/cpuinfo with the
+// constant_tsc flag; defaultTSCkHz otherwise.
+func parseTSCkHz(cpuinfo []byte) int {
+	mhz, constant := 0.0, false
+	sc := bufio.NewScanner(bytes.NewReader(cpuinfo))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "cpu MHz":
+			if mhz == 0 {
+				mhz, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+			}
+		case "flags":
+			constant = constant || strings.Contains(" "+v+" ", " constant_tsc ")
+		}
+	}
+	if !constant || mhz < 100 || mhz > 10000 {
+		return defaultTSCkHz
+	}
+	return int(mhz * 1000)
+}
+
+// kernelTrouble marks console lines that report a kernel bug (not the OOM
+// reports the tests provoke on purpose, which print a stack too).
+var kernelTrouble = []string{"BUG:", "WARNING: CPU:", "Oops:", "Kernel panic", "general protection fault",
+	"soft lockup", "hard LOCKUP", "blocked for more than", "UBSAN:", "KASAN:", "list_add corruption", "RCU stall"}
+
+// reportConsole copies kernel console lines that report a bug to w, and the
+// console's tail (everything when all) when tail is set.
+func reportConsole(w io.Writer, name string, all, tail bool) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		fmt.Fprintf(w, "vmrun: read kernel console: %v\n", err)
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if all {
+		fmt.Fprintf(w, "vmrun: kernel console:\n%s\n", strings.Join(lines, "\n"))
+		return
+	}
+	if tail {
+		from := max(0, len(lines)-consoleTail)
+		fmt.Fprintf(w, "vmrun: last %d lines of the kernel console:\n%s\n", len(lines)-from, strings.Join(lines[from:], "\n"))
+		return
+	}
+	for i, l := range lines {
+		for _, m := range kernelTrouble {
+			if strings.Contains(l, m) {
+				end := min(len(lines), i+20)
+				fmt.Fprintf(w, "vmrun: the guest kernel reported a problem:\n%s\n", strings.Join(lines[i:end], "\n"))
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package metrics_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/nodeguard/nodeguard/loader"
+	"github.com/nodeguard/nodeguard/loader/event"
+	"github.com/nodeguard/nodeguard/metrics"
+	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/cgstat"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+	"github.com/nodeguard/nodeguard/pressure/psi"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")
+
+type fixedSnapshots struct{ s *pressure.Snapshot }
+
+func (f fixedSnapshots) Latest() *pressure.Snapshot { return f.s }
+
+type fakeKernel struct{}
+
+func (fakeKernel) Stats() ([]loader.RingStats, error) {
+	return []loader.RingStats{
+		{Ring: "oom", Read: 3, Submitted: 3},
+		{Ring: "lifecycle", Read: 1200, Submitted: 1205, ReserveFailed: 5, QueueDropped: 2, Malformed: 1},
+	}, nil
+}
+
+func (fakeKernel) Hooks() []loader.HookStatus {
+	return []loader.HookStatus{
+		{Name: "mark_victim", Family: "oom", Path: loader.PathTPBTF},
+		{Name: "cgroup_mkdir", Family: "cgroup", Path: loader.PathTracepoint},
+		{Name: "sched_process_exit", Family: "exit", Path: loader.PathOff},
+	}
+}
+
+func (fakeKernel) ReclaimStats() ([]loader.ReclaimStat, error) {
+	return []loader.ReclaimStat{
+		{Cgroup: loader.CgroupKey{ID: 42, HierarchyID: 4}, Type: 1, Episodes: 10, Total: 1500 * time.Millisecond},
+		{Cgroup: loader.CgroupKey{ID: 0}, Type: 3, Episodes: 2, Total: 250 * time.Millisecond},
+		{Cgroup: loader.CgroupKey{ID: 99, HierarchyID: 4}, Type: 1, Episodes: 1, Total: time.Second}, // not monitored: left out
+	}, nil
+}
+
+type podResolver struct{}
+
+func (podResolver) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
+	if k.ID == 42 {
+		return metrics.PodLabels{Namespace: "default", Pod: "hog", UID: "u-1", QOS: "BestEffort"}, true
+	}
+	return metrics.PodLabels{}, false
+}
+
+func fixture() *pressure.Snapshot {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	line := func(avg float64, total time.Duration) psi.Line { return psi.Line{Avg10: avg, Total: total} }
+	mem := cgstat.Memory{Usage: 96 << 20, Limit: 128 << 20, InactiveFile: 16 << 20, Anon: 80 << 20,
+		Events: cgstat.MemoryEvents{OOMKill: 2}, Fields: cgstat.FieldPSI}
+	mem.PSI = psi.Stats{Some: line(12.5, 3*time.Second), Full: line(7, 2*time.Second), HasSome: true, HasFull: true}
+	return &pressure.Snapshot{
+		Time: t0, Took: 3 * time.Millisecond,
+		Node: pressure.Node{
+			PSI: map[psi.Resource]psi.Stats{
+				psi.CPU:    {Some: line(1, 10*time.Second), HasSome: true},
+				psi.Memory: {Some: line(2, 5*time.Second), Full: line(1, 4*time.Second), HasSome: true, HasFull: true},
+				psi.IO:     {Some: line(0, 7*time.Second), Full: line(0, 6*time.Second), HasSome: true, HasFull: true},
+			},
+			Vmstat: nodestats.Vmstat{OOMKill: 9},
+		},
+		Signals: []nodestats.Observation{
+			{Signal: nodestats.SignalMemoryAvailable, Available: 1 << 30, Capacity: 4 << 30, Time: t0},
+			{Signal: nodestats.SignalPIDAvailable, Available: 32000, Capacity: 32768, Time: t0},
+		},
+		Cgroups: []pressure.Cgroup{
+			{Key: pressure.CgroupKey{ID: 42, HierarchyID: 4}, Rel: "/kubepods/besteffort/pod-u-1", Memory: mem,
+				CPU: psi.Stats{Some: line(0, time.Second), HasSome: true, HasFull: true}, HasCPU: true},
+			{Key: pressure.CgroupKey{ID: 43, HierarchyID: 4}, Rel: "/kubepods/broken", Err: cgstat.ErrMalformed},
+		},
+	}
+}
+
+func newExporter() *metrics.Exporter {
+	snap := fixture()
+	e := metrics.New(metrics.Options{
+		Snapshots: fixedSnapshots{snap}, Kernel: fakeKernel{}, Resolver: podResolver{},
+		Now: func() time.Time { return snap.Time.Add(1500 * time.Millisecond) }, Version: "test",
+	})
+	e.ObserveEvent(&event.OOMKill{Header: event.Header{Kind: event.KindOOMKill}})
+	e.ObserveSnapshot(snap)
+	e.ObserveWakeup("some 150ms/1s on /proc/pressure/memory")
+	return e
+}
+
+func exposition(t *testing.T, e *metrics.Exporter, skip ...string) []byte {
+	t.Helper()
+	mfs, err := e.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+next:
+	for _, mf := range mfs {
+		for _, s := range skip {
+			if strings.HasPrefix(mf.GetName(), s) {
+				continue next
+			}
+		}
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// TestMetricsGolden pins every series name, label and value for a fixed
+// snapshot: renaming a metric breaks dashboards, so it must break this.
+func TestMetricsGolden(t *testing.T) {
+	got := exposition(t, newExporter(), "nodeguard_scrape_collector_duration_seconds", "nodeguard_snapshot_duration_seconds")
+	const path = "testdata/metrics.golden"
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./metrics -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("/metrics differs from %s (go test ./metrics -update if intended):\n%s", path, got)
+	}
+}
+
+func TestMetricsPassPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed (make deps installs Debian's prometheus package)")
+	}
+	body := exposition(t, newExporter().WithRuntimeCollectors())
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func TestCollectorsReportFailure(t *testing.T) {
+	e := metrics.New(metrics.Options{Snapshots: fixedSnapshots{nil}})
+	body := string(exposition(t, e))
+	for _, want := range []string{
+		`nodeguard_scrape_collector_success{collector="node"} 0`,
+		`nodeguard_scrape_collector_success{collector="cgroup"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("without a snapshot, want %q in\n%s", want, body)
+		}
+	}
+}

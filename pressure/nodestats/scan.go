@@ -1,0 +1,87 @@
+package nodestats
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// lines iterates over the newline-separated lines of a kernel text file
+// without allocating. A final line without a newline is still a line.
+type lines struct {
+	rest []byte
+	n    int // number of the line last returned, 1-based
+}
+
+// next returns the next line without its newline, and false at the end.
+func (l *lines) next() ([]byte, bool) {
+	if len(l.rest) == 0 {
+		return nil, false
+	}
+	l.n++
+	i := bytes.IndexByte(l.rest, '\n')
+	if i < 0 {
+		line := l.rest
+		l.rest = nil
+		return line, true
+	}
+	line := l.rest[:i]
+	l.rest = l.rest[i+1:]
+	return line, true
+}
+
+// parseUint parses an unsigned decimal number: digits only, no sign, no
+// spaces, no leading "+", at most math.MaxUint64. strconv.ParseUint would
+// need a string, and so an allocation.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}
+
+// splitFlat splits a line of a flat-keyed file ("key value", one space, as
+// in /proc/vmstat and memory.stat) into its key and numeric value.
+func splitFlat(line []byte) (key []byte, v uint64, ok bool) {
+	i := bytes.IndexByte(line, ' ')
+	if i <= 0 {
+		return nil, 0, false
+	}
+	v, ok = parseUint(line[i+1:])
+	return line[:i], v, ok
+}
+
+// readKernelFile reads a whole kernel file. A missing file is
+// ErrUnsupported (the kernel or the mount does not provide it); other
+// failures keep their cause.
+func readKernelFile(name string) ([]byte, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, readError(name, err)
+	}
+	return b, nil
+}
+
+// readError wraps a failure to open or read name.
+func readError(name string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("read %s: %w: %w", name, ErrUnsupported, err)
+	}
+	return fmt.Errorf("read %s: %w", name, err)
+}

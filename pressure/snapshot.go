@@ -1,0 +1,513 @@
+package pressure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/pressure/cgstat"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+	"github.com/nodeguard/nodeguard/pressure/psi"
+)
+
+// CgroupKey identifies a cgroup by its memory cgroup: ids are unique only
+// within a hierarchy, and a host has one memory hierarchy.
+type CgroupKey struct {
+	ID          uint64
+	HierarchyID uint32
+}
+
+// Cgroup is one cgroup's statistics in a Snapshot.
+type Cgroup struct {
+	Key CgroupKey
+	// UnifiedID is the cgroup2 id (the same as Key.ID on pure v2, 0 when
+	// there is no cgroup2 directory).
+	UnifiedID uint64
+	// Rel is the cgroup's path within its hierarchy ("/a/b"); Dir its
+	// memory directory on disk.
+	Rel, Dir string
+	Memory   cgstat.Memory
+	// CPU and IO pressure from the cgroup2 directory (HasCPU/HasIO).
+	CPU, IO       psi.Stats
+	HasCPU, HasIO bool
+	// Err is the first error reading this cgroup; its figures are then
+	// incomplete (those not read are zero and must not be used).
+	Err error
+}
+
+// Node is the node-wide part of a Snapshot.
+type Node struct {
+	Meminfo nodestats.Meminfo
+	Vmstat  nodestats.Vmstat
+	// PSI of the whole node by resource; a resource missing from the map
+	// is not supported by this kernel.
+	PSI     map[psi.Resource]psi.Stats
+	NodeFS  nodestats.FSStats
+	ImageFS nodestats.FSStats
+	PIDs    nodestats.PIDStats
+	// Root is the node's memory as the kubelet reads it (root cgroup).
+	Root nodestats.CgroupMemory
+	// Pods is the pod cgroup root's memory and PodsLimit its limit
+	// (HasPods).
+	Pods      nodestats.CgroupMemory
+	PodsLimit uint64
+	HasPods   bool
+
+	// Which of the above were read; a figure not read is zero and unused.
+	okMeminfo, okRoot, okNodeFS, okImageFS, okPIDs bool
+}
+
+// Snapshot is everything sensed in one tick.
+type Snapshot struct {
+	Time    time.Time
+	Took    time.Duration
+	Node    Node
+	Signals []nodestats.Observation
+	Cgroups []Cgroup
+	// Errors are node-level read failures; per-cgroup errors are in
+	// Cgroup.Err.
+	Errors []error
+}
+
+// Signal returns the observation of one signal, if it was made.
+func (s *Snapshot) Signal(sig nodestats.Signal) (nodestats.Observation, bool) {
+	for _, o := range s.Signals {
+		if o.Signal == sig {
+			return o, true
+		}
+	}
+	return nodestats.Observation{}, false
+}
+
+// Config says what a Snapshotter reads.
+type Config struct {
+	Layout *cgroups.Layout
+	// Roots are the monitored cgroup subtrees (as nodeguard events
+	// --cgroup: relative paths resolve against nodeguard's own cgroup).
+	Roots []string
+	// PodsRoot is the pod cgroup root (kubepods) for
+	// allocatableMemory.available; "" leaves that signal out.
+	PodsRoot string
+	// Allocatable is the memory allocatable to pods in bytes; the pod
+	// root's own limit applies when it is lower or Allocatable is 0.
+	Allocatable uint64
+	// ProcDir is /proc (injected for tests).
+	ProcDir string
+	// RootMemoryDir is the node's root memory cgroup directory (v1
+	// /sys/fs/cgroup/memory, v2 /sys/fs/cgroup), read only.
+	RootMemoryDir string
+	// NodeFSPath and ImageFSPath are paths on the node and image
+	// filesystems ("" leaves the signals out).
+	NodeFSPath, ImageFSPath string
+	// RescanEvery walks the roots again to find cgroups missed by Add.
+	RescanEvery time.Duration
+	Logger      *slog.Logger
+}
+
+// Snapshotter reads Snapshots. Snapshot may be called from one goroutine
+// at a time; Add and Remove from any.
+type Snapshotter struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*entry // by Rel
+	pending []string          // Rels added since the last tick
+	scanned time.Time
+
+	meminfo *nodestats.MeminfoReader
+	vmstat  *nodestats.VmstatReader
+	sysPSI  map[psi.Resource]*psi.File
+	roots   []root
+	pods    *cgstat.Reader
+}
+
+// root is one monitored subtree in every hierarchy. A cgroup beneath it has
+// the same path below the root in each hierarchy, while the roots
+// themselves may sit at different places (a relative root resolves against
+// nodeguard's own cgroup, which differs between hierarchies on hybrid hosts).
+type root struct {
+	mem   cgroups.Dir   // in the memory hierarchy
+	other []cgroups.Dir // in the other monitored hierarchies (cgroup2 on hybrid hosts)
+}
+
+type entry struct {
+	rel     string
+	key     CgroupKey
+	uid     uint64
+	dir     string
+	reader  *cgstat.Reader
+	cpu, io *psi.File
+}
+
+// New opens the node-wide files and scans the roots once.
+func New(cfg Config) (_ *Snapshotter, retErr error) {
+	if cfg.Layout == nil {
+		return nil, errors.New("new snapshotter: no cgroup layout")
+	}
+	if cfg.Layout.Memory == nil {
+		return nil, fmt.Errorf("new snapshotter: %w: no memory controller mounted", cgroups.ErrUnsupported)
+	}
+	if cfg.ProcDir == "" {
+		cfg.ProcDir = "/proc"
+	}
+	if cfg.RootMemoryDir == "" {
+		cfg.RootMemoryDir = cfg.Layout.Memory.Mount
+	}
+	if cfg.RescanEvery <= 0 {
+		cfg.RescanEvery = 10 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Snapshotter{cfg: cfg, log: log, entries: map[string]*entry{}, sysPSI: map[psi.Resource]*psi.File{}}
+	defer func() {
+		if retErr != nil {
+			s.Close()
+		}
+	}()
+	var err error
+	if s.meminfo, err = nodestats.OpenMeminfo(filepath.Join(cfg.ProcDir, "meminfo")); err != nil {
+		return nil, fmt.Errorf("new snapshotter: %w", err)
+	}
+	if s.vmstat, err = nodestats.OpenVmstat(filepath.Join(cfg.ProcDir, "vmstat")); err != nil {
+		return nil, fmt.Errorf("new snapshotter: %w", err)
+	}
+	for _, r := range psi.Resources() {
+		f, err := psi.OpenSystem(filepath.Join(cfg.ProcDir, "pressure"), r)
+		if err != nil {
+			if errors.Is(err, psi.ErrUnsupported) {
+				continue
+			}
+			return nil, fmt.Errorf("new snapshotter: %w", err)
+		}
+		s.sysPSI[r] = f
+	}
+	for _, spec := range cfg.Roots {
+		dirs, err := cfg.Layout.ResolveMonitored(spec)
+		if err != nil {
+			return nil, fmt.Errorf("new snapshotter: root %q: %w", spec, err)
+		}
+		var r root
+		for _, d := range dirs {
+			if d.Hierarchy.ID == cfg.Layout.Memory.ID {
+				r.mem = d
+			} else {
+				r.other = append(r.other, d)
+			}
+		}
+		if r.mem.Path == "" {
+			return nil, fmt.Errorf("new snapshotter: root %q: not in the memory hierarchy", spec)
+		}
+		s.roots = append(s.roots, r)
+	}
+	if cfg.PodsRoot != "" {
+		dirs, err := cfg.Layout.ResolveMonitored(cfg.PodsRoot)
+		if err != nil {
+			return nil, fmt.Errorf("new snapshotter: pod root %q: %w", cfg.PodsRoot, err)
+		}
+		src, err := cgstat.SourceFor(dirs)
+		if err != nil {
+			return nil, fmt.Errorf("new snapshotter: pod root %q: %w", cfg.PodsRoot, err)
+		}
+		s.pods = cgstat.NewReader(src)
+	}
+	if err := s.rescan(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Add starts reading the cgroup at rel (its path within the memory
+// hierarchy, as the kernel's cgroup_mkdir reports it) from the next
+// Snapshot on. Paths outside the monitored roots are ignored.
+func (s *Snapshotter) Add(rel string) {
+	s.mu.Lock()
+	s.pending = append(s.pending, rel)
+	s.mu.Unlock()
+}
+
+// Remove stops reading the cgroup at rel.
+func (s *Snapshotter) Remove(rel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.entries[rel]; ok {
+		e.close()
+		delete(s.entries, rel)
+	}
+}
+
+// Len is the number of cgroups read per Snapshot.
+func (s *Snapshotter) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+func (e *entry) close() {
+	_ = e.reader.Close()
+	if e.cpu != nil {
+		_ = e.cpu.Close()
+	}
+	if e.io != nil {
+		_ = e.io.Close()
+	}
+}
+
+// rescan walks the roots in the memory hierarchy and adds the cgroups it
+// does not know; those that vanished are dropped when a read says so.
+func (s *Snapshotter) rescan() error {
+	var rels []string
+	for _, r := range s.roots {
+		err := cgroups.Walk(r.mem.Path, func(p string) error {
+			rels = append(rels, filepath.Join(r.mem.Rel, strings.TrimPrefix(p, r.mem.Path)))
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("scan cgroup root %s: %w", r.mem.Path, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rel := range rels {
+		if _, ok := s.entries[rel]; !ok {
+			s.pending = append(s.pending, rel)
+		}
+	}
+	s.scanned = time.Now()
+	return nil
+}
+
+// admit opens readers for pending cgroups; vanished ones are skipped.
+func (s *Snapshotter) admit() {
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	for _, rel := range pending {
+		s.mu.Lock()
+		_, known := s.entries[rel]
+		s.mu.Unlock()
+		if known {
+			continue
+		}
+		e, err := s.open(rel)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				s.log.Debug("cgroup not admitted", "cgroup", rel, "err", err)
+			}
+			continue
+		}
+		s.mu.Lock()
+		s.entries[rel] = e
+		s.mu.Unlock()
+	}
+}
+
+// dirsOf maps a path in the memory hierarchy to the cgroup's directory in
+// every monitored hierarchy, through the root it lies beneath.
+func (s *Snapshotter) dirsOf(rel string) ([]cgroups.Dir, error) {
+	for _, r := range s.roots {
+		sub, ok := strings.CutPrefix(rel, r.mem.Rel)
+		if !ok || (sub != "" && sub[0] != '/') {
+			continue
+		}
+		dirs := []cgroups.Dir{{Hierarchy: r.mem.Hierarchy, Path: r.mem.Path + sub, Rel: rel}}
+		for _, o := range r.other {
+			dirs = append(dirs, cgroups.Dir{Hierarchy: o.Hierarchy, Path: o.Path + sub, Rel: o.Rel + sub})
+		}
+		return dirs, nil
+	}
+	return nil, fmt.Errorf("cgroup %s: %w: not beneath a monitored root", rel, fs.ErrNotExist)
+}
+
+func (s *Snapshotter) open(rel string) (*entry, error) {
+	dirs, err := s.dirsOf(rel)
+	if err != nil {
+		return nil, err
+	}
+	src, err := cgstat.SourceFor(dirs)
+	if err != nil {
+		return nil, err
+	}
+	id, err := cgroups.ID(src.Memory)
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{rel: rel, dir: src.Memory, key: CgroupKey{ID: id, HierarchyID: s.cfg.Layout.Memory.ID}, reader: cgstat.NewReader(src)}
+	if src.PSI != "" {
+		if uid, err := cgroups.ID(src.PSI); err == nil {
+			e.uid = uid
+		}
+		// cpu and io pressure files exist in every cgroup2 directory
+		// when PSI is on; a missing one is simply not reported.
+		if f, err := psi.OpenFile(filepath.Join(src.PSI, "cpu.pressure")); err == nil {
+			e.cpu = f
+		}
+		if f, err := psi.OpenFile(filepath.Join(src.PSI, "io.pressure")); err == nil {
+			e.io = f
+		}
+	}
+	return e, nil
+}
+
+// Snapshot reads everything once. now is the time the Snapshot is taken
+// at (injected: the caller's clock).
+func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
+	start := time.Now()
+	if now.Sub(s.scanned) >= s.cfg.RescanEvery {
+		if err := s.rescan(); err != nil {
+			s.log.Warn("rescan cgroups", "err", err)
+		}
+	}
+	s.admit()
+	snap := &Snapshot{Time: now}
+	s.readNode(ctx, snap)
+
+	s.mu.Lock()
+	entries := make([]*entry, 0, len(s.entries))
+	for _, e := range s.entries {
+		entries = append(entries, e)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(entries, func(a, b *entry) int { return strings.Compare(a.rel, b.rel) })
+
+	snap.Cgroups = make([]Cgroup, 0, len(entries))
+	var gone []string
+	for _, e := range entries {
+		c := Cgroup{Key: e.key, UnifiedID: e.uid, Rel: e.rel, Dir: e.dir}
+		if err := e.reader.Read(&c.Memory); err != nil {
+			if errors.Is(err, cgstat.ErrGone) {
+				gone = append(gone, e.rel)
+				continue
+			}
+			c.Err = err
+		}
+		if e.cpu != nil {
+			if st, err := e.cpu.Read(); err == nil {
+				c.CPU, c.HasCPU = st, true
+			} else if c.Err == nil && !errors.Is(err, psi.ErrUnsupported) {
+				c.Err = err
+			}
+		}
+		if e.io != nil {
+			if st, err := e.io.Read(); err == nil {
+				c.IO, c.HasIO = st, true
+			} else if c.Err == nil && !errors.Is(err, psi.ErrUnsupported) {
+				c.Err = err
+			}
+		}
+		snap.Cgroups = append(snap.Cgroups, c)
+	}
+	for _, rel := range gone {
+		s.Remove(rel)
+	}
+	snap.Signals = s.signals(snap)
+	snap.Took = time.Since(start)
+	return snap
+}
+
+func (s *Snapshotter) readNode(ctx context.Context, snap *Snapshot) {
+	n := &snap.Node
+	fail := func(err error) bool {
+		if err != nil {
+			snap.Errors = append(snap.Errors, err)
+			return false
+		}
+		return true
+	}
+	var err error
+	n.Meminfo, err = s.meminfo.Read()
+	n.okMeminfo = fail(err)
+	n.Vmstat, err = s.vmstat.Read()
+	fail(err)
+	n.PSI = make(map[psi.Resource]psi.Stats, len(s.sysPSI))
+	for r, f := range s.sysPSI {
+		st, err := f.Read()
+		if fail(err) {
+			n.PSI[r] = st
+		}
+	}
+	if s.cfg.Layout.Memory.V2() {
+		n.Root, err = nodestats.ReadCgroupMemoryV2(s.cfg.RootMemoryDir)
+	} else {
+		n.Root, err = nodestats.ReadCgroupMemoryV1(s.cfg.RootMemoryDir)
+	}
+	n.okRoot = fail(err)
+	if s.pods != nil {
+		var m cgstat.Memory
+		if fail(s.pods.Read(&m)) {
+			n.Pods = nodestats.CgroupMemory{Usage: m.Usage, InactiveFile: m.InactiveFile}
+			n.PodsLimit = m.Limit
+			n.HasPods = true
+		}
+	}
+	if s.cfg.NodeFSPath != "" {
+		n.NodeFS, err = nodestats.NodeFS(ctx, s.cfg.NodeFSPath)
+		n.okNodeFS = fail(err)
+	}
+	if s.cfg.ImageFSPath != "" {
+		n.ImageFS, err = nodestats.ImageFS(ctx, s.cfg.ImageFSPath)
+		n.okImageFS = fail(err)
+	}
+	n.PIDs, err = nodestats.ReadPIDs(s.cfg.ProcDir)
+	n.okPIDs = fail(err)
+}
+
+// signals computes the kubelet's signals from what this Snapshot read;
+// a signal whose inputs failed is left out, never computed from zeros.
+func (s *Snapshotter) signals(snap *Snapshot) []nodestats.Observation {
+	n := &snap.Node
+	in := nodestats.Inputs{}
+	if n.okMeminfo && n.okRoot {
+		in.Meminfo, in.Root = &n.Meminfo, &n.Root
+	}
+	if n.HasPods {
+		in.Pods, in.PodsLimit = &n.Pods, n.PodsLimit
+		if s.cfg.Allocatable > 0 {
+			in.PodsLimit = min(in.PodsLimit, s.cfg.Allocatable)
+		}
+	}
+	if n.okNodeFS {
+		in.NodeFS = &n.NodeFS
+	}
+	if n.okImageFS {
+		in.ImageFS = &n.ImageFS
+	}
+	if n.okPIDs {
+		in.PIDs = &n.PIDs
+	}
+	return nodestats.AppendObservations(nil, in, snap.Time)
+}
+
+// Close releases every descriptor.
+func (s *Snapshotter) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for rel, e := range s.entries {
+		e.close()
+		delete(s.entries, rel)
+	}
+	if s.meminfo != nil {
+		_ = s.meminfo.Close()
+	}
+	if s.vmstat != nil {
+		_ = s.vmstat.Close()
+	}
+	for _, f := range s.sysPSI {
+		_ = f.Close()
+	}
+	if s.pods != nil {
+		_ = s.pods.Close()
+	}
+	return nil
+}
