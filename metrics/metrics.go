@@ -130,4 +130,3 @@ func (e *Exporter) ObserveSnapshot(s *pressure.Snapshot) {
 func (e *Exporter) ObserveWakeup(trigger string) {
 	e.wakeups.WithLabelValues(trigger).Inc()
 }
-
