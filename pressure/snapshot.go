@@ -35,9 +35,15 @@ type Cgroup struct {
 	// memory directory on disk.
 	Rel, Dir string
 	Memory   cgstat.Memory
-	// CPU and IO pressure from the cgroup2 directory (HasCPU/HasIO).
+	// CPU and IO pressure from the cgroup2 directory (HasCPU/HasIO),
+	// read every Config.SlowEvery snapshots at SlowAt. Memory limits and
+	// event counters are refreshed on the same slow ticks; usage,
+	// memory.stat and memory pressure on every tick. The slow figures feed
+	// metrics, not decisions (OOM kills arrive as kernel events), and
+	// leaving them out halves the cost of a tick.
 	CPU, IO       psi.Stats
 	HasCPU, HasIO bool
+	SlowAt        time.Time
 	// Err is the first error reading this cgroup; its figures are then
 	// incomplete (those not read are zero and must not be used).
 	Err error
@@ -109,7 +115,10 @@ type Config struct {
 	NodeFSPath, ImageFSPath string
 	// RescanEvery walks the roots again to find cgroups missed by Add.
 	RescanEvery time.Duration
-	Logger      *slog.Logger
+	// SlowEvery: cgroup cpu and io pressure are read every SlowEvery-th
+	// snapshot (default 5) and carried over in between.
+	SlowEvery int
+	Logger    *slog.Logger
 }
 
 // Snapshotter reads Snapshots. Snapshot may be called from one goroutine
@@ -128,6 +137,7 @@ type Snapshotter struct {
 	sysPSI  map[psi.Resource]*psi.File
 	roots   []root
 	pods    *cgstat.Reader
+	ticks   int
 }
 
 // root is one monitored subtree in every hierarchy. A cgroup beneath it has
@@ -140,6 +150,13 @@ type root struct {
 }
 
 type entry struct {
+	// last slow reading, carried between slow ticks
+	mem           cgstat.Memory
+	full          bool
+	cpuSt, ioSt   psi.Stats
+	hasCPU, hasIO bool
+	slowAt        time.Time
+
 	rel     string
 	key     CgroupKey
 	uid     uint64
@@ -164,6 +181,9 @@ func New(cfg Config) (_ *Snapshotter, retErr error) {
 	}
 	if cfg.RescanEvery <= 0 {
 		cfg.RescanEvery = 10 * time.Second
+	}
+	if cfg.SlowEvery <= 0 {
+		cfg.SlowEvery = 5
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -381,31 +401,32 @@ func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 	s.mu.Unlock()
 	slices.SortFunc(entries, func(a, b *entry) int { return strings.Compare(a.rel, b.rel) })
 
+	slow := s.ticks%s.cfg.SlowEvery == 0
+	s.ticks++
 	snap.Cgroups = make([]Cgroup, 0, len(entries))
 	var gone []string
 	for _, e := range entries {
 		c := Cgroup{Key: e.key, UnifiedID: e.uid, Rel: e.rel, Dir: e.dir}
-		if err := e.reader.Read(&c.Memory); err != nil {
+		// Limits and event counters are read on slow ticks only; usage,
+		// memory.stat and memory pressure on every tick.
+		read := e.reader.ReadHot
+		if slow || !e.full {
+			read = e.reader.Read
+		}
+		c.Memory = e.mem
+		if err := read(&c.Memory); err != nil {
 			if errors.Is(err, cgstat.ErrGone) {
 				gone = append(gone, e.rel)
 				continue
 			}
 			c.Err = err
+		} else {
+			e.mem, e.full = c.Memory, true
 		}
-		if e.cpu != nil {
-			if st, err := e.cpu.Read(); err == nil {
-				c.CPU, c.HasCPU = st, true
-			} else if c.Err == nil && !errors.Is(err, psi.ErrUnsupported) {
-				c.Err = err
-			}
+		if slow || e.slowAt.IsZero() {
+			e.readSlow(now, &c)
 		}
-		if e.io != nil {
-			if st, err := e.io.Read(); err == nil {
-				c.IO, c.HasIO = st, true
-			} else if c.Err == nil && !errors.Is(err, psi.ErrUnsupported) {
-				c.Err = err
-			}
-		}
+		c.CPU, c.HasCPU, c.IO, c.HasIO, c.SlowAt = e.cpuSt, e.hasCPU, e.ioSt, e.hasIO, e.slowAt
 		snap.Cgroups = append(snap.Cgroups, c)
 	}
 	for _, rel := range gone {
@@ -414,6 +435,27 @@ func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 	snap.Signals = s.signals(snap)
 	snap.Took = time.Since(start)
 	return snap
+}
+
+// readSlow reads cpu and io pressure; an error other than "unsupported"
+// marks the cgroup's reading.
+func (e *entry) readSlow(now time.Time, c *Cgroup) {
+	e.slowAt = now
+	e.hasCPU, e.hasIO = false, false
+	if e.cpu != nil {
+		if st, err := e.cpu.Read(); err == nil {
+			e.cpuSt, e.hasCPU = st, true
+		} else if c.Err == nil && !errors.Is(err, psi.ErrUnsupported) {
+			c.Err = err
+		}
+	}
+	if e.io != nil {
+		if st, err := e.io.Read(); err == nil {
+			e.ioSt, e.hasIO = st, true
+		} else if c.Err == nil && !errors.Is(err, psi.ErrUnsupported) {
+			c.Err = err
+		}
+	}
 }
 
 func (s *Snapshotter) readNode(ctx context.Context, snap *Snapshot) {

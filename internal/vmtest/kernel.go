@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -189,6 +190,11 @@ func vmlinuzFromDeb(ctx context.Context, deb, release string) ([]byte, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", deb)
+	// dpkg-deb forks its decompressor: stop the whole group it leads, or
+	// the decompressor keeps the stderr pipe (and Wait) open.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	pipe, err := cmd.StdoutPipe()

@@ -203,6 +203,9 @@ func baseArchive(cache string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("build base initramfs: %w", err)
 	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return "", fmt.Errorf("build base initramfs: %w", err)
+	}
 	if err := os.Rename(f.Name(), name); err != nil {
 		return "", fmt.Errorf("build base initramfs: %w", err)
 	}

@@ -153,6 +153,49 @@ func (r *Reader) Read(m *Memory) error {
 	return r.readV2(m)
 }
 
+// slowFields are the Fields that ReadHot carries over instead of reading.
+const slowFields = FieldHigh | FieldEventsLow | FieldEventsHigh | FieldEventsOOM | FieldEventsOOMGroupKill | FieldUnderOOM
+
+// ReadHot refreshes what moves under pressure (usage, memory.stat and
+// memory.pressure: three files instead of five to seven) and keeps the
+// limits and event counters of m from the last Read. It is for ticks
+// between full reads; m must hold a full reading of this cgroup (Read
+// first). Errors are Read's.
+func (r *Reader) ReadHot(m *Memory) error {
+	if r.closed {
+		return fmt.Errorf("read memory statistics of %s: %w", r.src.Memory, fs.ErrClosed)
+	}
+	if !r.opened {
+		return r.Read(m)
+	}
+	prev := *m
+	*m = Memory{High: Unlimited}
+	b, err := r.read(fileUsage)
+	if err != nil {
+		return err
+	}
+	if m.Usage, err = parseSingle(b, r.files[fileUsage].path, false); err != nil {
+		return err
+	}
+	if b, err = r.read(fileStat); err != nil {
+		return err
+	}
+	if r.src.V1 {
+		err = parseMemoryStatV1(b, r.files[fileStat].path, m)
+	} else {
+		err = parseMemoryStatV2(b, r.files[fileStat].path, m)
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.readPSI(m); err != nil {
+		return err
+	}
+	m.Limit, m.High, m.Events, m.UnderOOM = prev.Limit, prev.High, prev.Events, prev.UnderOOM
+	m.Fields |= prev.Fields & slowFields
+	return nil
+}
+
 func (r *Reader) readV2(m *Memory) error {
 	var err error
 	b, err := r.read(fileUsage)
