@@ -25,24 +25,26 @@ else
 fi
 
 events_pid=""
+hog_pid=""
 cleanup() {
 	[ -n "$events_pid" ] && kill "$events_pid" 2>/dev/null && wait "$events_pid" 2>/dev/null || true
+	[ -n "$hog_pid" ] && kill "$hog_pid" 2>/dev/null && wait "$hog_pid" 2>/dev/null || true
 	for d in "$mem_dir" "$uni_dir"; do
 		[ -n "$d" ] && [ -d "$d" ] && rmdir "$d" 2>/dev/null || true
 	done
 }
 trap cleanup EXIT
 
-step "1/4 what this host allows (nodeguard doctor)"
+step "1/5 what this host allows (nodeguard doctor)"
 "$BIN" doctor || true
 
-step "2/4 a memory cgroup with a 64 MiB limit: $mem_dir"
+step "2/5 a memory cgroup with a 64 MiB limit: $mem_dir"
 mkdir -p "$mem_dir"
 [ -n "$uni_dir" ] && mkdir -p "$uni_dir"
 echo $((64 << 20)) > "$mem_dir/$limit_file"
 [ -f "$mem_dir/memory.swap.max" ] && echo 0 > "$mem_dir/memory.swap.max"
 
-step "3/4 streaming its events (nodeguard events --json --cgroup $name --min-reclaim 0) while a hog allocates 256 MiB"
+step "3/5 streaming its events (nodeguard events --json --cgroup $name --min-reclaim 0) while a hog allocates 256 MiB"
 out=$(mktemp)
 "$BIN" events --json --cgroup "$name" --duration 8s --min-reclaim 0 >"$out" &
 events_pid=$!
@@ -53,7 +55,7 @@ sh -c 'echo $$ > "$1/cgroup.procs"; [ -n "$2" ] && echo $$ > "$2/cgroup.procs"; 
 wait "$events_pid" || true
 events_pid=""
 
-step "4/4 what nodeguard saw"
+step "4/5 what nodeguard saw"
 printf '%-14s %s\n' kind count
 for k in oom_kill reclaim exit oom_score_adj cgroup_mkdir cgroup_rmdir; do
 	printf '%-14s %s\n' "$k" "$(grep -c "\"kind\":\"$k\"" "$out" || true)"
@@ -62,3 +64,12 @@ echo
 echo "the OOM kills, as nodeguard events --json prints them:"
 grep '"kind":"oom_kill"' "$out" | head -3 || echo "(none: see the reclaim and exit lines above)"
 rm -f "$out"
+
+step "5/5 the same cgroup under pressure, as nodeguard top --once shows it (a 5 s hog that stress-ng respawns after each OOM kill)"
+sh -c 'echo $$ > "$1/cgroup.procs"; [ -n "$2" ] && echo $$ > "$2/cgroup.procs"; exec stress-ng --vm 1 --vm-bytes 256M --vm-keep --timeout 5s --quiet' \
+	sh "$mem_dir" "$uni_dir" &
+hog_pid=$!
+sleep 1
+"$BIN" top --once --interval 2s --cgroup-root "$name" --log-level warn || true
+wait "$hog_pid" || true
+hog_pid=""
