@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,7 +100,38 @@ func (s *Sandbox) Child(t testing.TB, name string) *Sandbox {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		t.Fatalf("cgtest: child name %q is not a single path component", name)
 	}
+	if err := s.delegate(); err != nil {
+		t.Fatalf("cgtest: %v", err)
+	}
 	return create(t, s.layout, s.rel+"/"+name)
+}
+
+// delegate enables, on cgroup2, every controller the sandbox has in its
+// cgroup.subtree_control, so that children get memory.max and friends (the
+// kernel gives a child only the controllers its parent delegates). v1
+// hierarchies need nothing. It fails when the sandbox itself holds
+// processes (cgroup2's no-internal-processes rule).
+func (s *Sandbox) delegate() error {
+	for _, d := range s.dirs {
+		if !d.Hierarchy.V2() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d.Path, "cgroup.controllers"))
+		if err != nil {
+			return fmt.Errorf("delegate controllers of %s: %w", d.Path, err)
+		}
+		var enable []string
+		for _, c := range strings.Fields(string(b)) {
+			enable = append(enable, "+"+c)
+		}
+		if len(enable) == 0 {
+			continue
+		}
+		if err := writeFile(filepath.Join(d.Path, "cgroup.subtree_control"), strings.Join(enable, " ")); err != nil {
+			return fmt.Errorf("delegate controllers of %s: %w", d.Path, err)
+		}
+	}
+	return nil
 }
 
 // create makes rel in the monitored hierarchies. The cleanup is registered

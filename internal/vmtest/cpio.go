@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -64,6 +65,39 @@ func (c *CPIOWriter) File(name string, perm uint32, size int64, r io.Reader) err
 		return err
 	}
 	return c.entry(name, cpioModeRegular|perm&0o7777, 1, size, r)
+}
+
+// Links adds one regular file of size bytes read from r under every name in
+// names, as hard links to one inode (so /proc/PID/exe of a process started
+// through any name shows that name). The data goes with the first name.
+func (c *CPIOWriter) Links(names []string, perm uint32, size int64, r io.Reader) error {
+	if len(names) == 0 {
+		return errors.New("cpio hard links: no names")
+	}
+	clean := make([]string, len(names))
+	for i, n := range names {
+		n, err := cleanArchivePath(n)
+		if err != nil {
+			return err
+		}
+		if err := c.parents(n); err != nil {
+			return err
+		}
+		clean[i] = n
+	}
+	ino := c.ino
+	for i, n := range clean {
+		c.ino = ino // every name shares the first name's inode
+		var body io.Reader
+		sz := int64(0)
+		if i == 0 {
+			body, sz = r, size
+		}
+		if err := c.entry(n, cpioModeRegular|perm&0o7777, uint32(len(clean)), sz, body); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Symlink adds a symbolic link name pointing at target.

@@ -9,12 +9,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
 
-// Guest paths of the per-run files that BuildRunArchive adds and initScript
+// Guest paths of the per-run files that RunArchive adds and initScript
 // reads.
 const (
 	guestRunDir    = "/vmtest"
@@ -27,11 +29,25 @@ const (
 // a test cannot end the run early by printing a look-alike.
 const ExitMarkerPrefix = "NODEGUARD-VM-EXIT"
 
-// busyboxLinks are the applets linked at build time, enough for /init to
-// start; /init then runs `busybox --install -s` for every other applet
-// (sleep, true, echo, ... which the tests exec by name or by /bin path).
-var busyboxLinks = []string{"bin/sh", "bin/mount", "bin/mkdir", "bin/cat", "bin/echo", "bin/true",
-	"bin/sleep", "bin/stty", "sbin/poweroff", "sbin/reboot"}
+// busyboxApplets returns the paths busybox installs its applets at
+// (bin/sh, bin/sleep, usr/bin/timeout, ...), from `busybox --list-full`.
+func busyboxApplets(busybox string) ([]string, error) {
+	out, err := exec.Command(busybox, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("list busybox applets: %w", err)
+	}
+	var paths []string
+	for _, l := range strings.Fields(string(out)) {
+		if p, err := cleanArchivePath(l); err == nil && p != "bin/busybox" {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 || !slices.Contains(paths, "bin/sh") {
+		return nil, fmt.Errorf("list busybox applets: %s has no sh applet", busybox)
+	}
+	sort.Strings(paths)
+	return paths, nil
+}
 
 // initScript is /init, PID 1 of the guest. It makes the guest look like a
 // pure cgroup v2 host (systemd's mount options, every controller enabled for
@@ -41,8 +57,6 @@ var busyboxLinks = []string{"bin/sh", "bin/mount", "bin/mkdir", "bin/cat", "bin/
 const initScript = `#!/bin/sh
 # nodeguard VM lane: PID 1 of a throwaway test VM (see internal/vmtest).
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root TMPDIR=/tmp
-/bin/busybox mkdir -p /usr/bin /usr/sbin /proc /sys /dev /tmp /run /root
-/bin/busybox --install -s
 say() { echo "vmtest-init: $*" >/dev/console; }
 fail() { say "$*"; reboot -f; }
 
@@ -52,7 +66,9 @@ mount -t devtmpfs -o nosuid,mode=0755 devtmpfs /dev || fail "mount devtmpfs"
 mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o nosuid,noexec,gid=5,mode=620,ptmxmode=000 devpts /dev/pts
 mount -t tmpfs -o nosuid,nodev tmpfs /dev/shm
-mount -t tmpfs -o nosuid,nodev,mode=1777 tmpfs /tmp
+mount -t mqueue -o nosuid,nodev,noexec mqueue /dev/mqueue
+# /tmp stays on the initramfs (already in RAM): a package directory under
+# /tmp, packed there, must not be hidden by a mount.
 mount -t tmpfs -o nosuid,nodev,mode=0755 tmpfs /run
 mount -t cgroup2 -o nosuid,nodev,noexec,nsdelegate,memory_recursiveprot cgroup2 /sys/fs/cgroup ||
 	mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /sys/fs/cgroup || fail "mount cgroup2"
@@ -83,6 +99,9 @@ printf '\n%s=%d\n' "$marker" "$rc" >"$out"
 reboot -f
 `
 
+// guestMounts are the directories /init mounts file systems on.
+var guestMounts = []string{"/proc", "/sys", "/dev", "/run"}
+
 // etcFiles make user lookups (os/user without cgo reads these) work.
 var etcFiles = []struct{ name, body string }{
 	{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},
@@ -92,7 +111,10 @@ var etcFiles = []struct{ name, body string }{
 }
 
 // BaseArchive writes the part of the initramfs that is the same for every
-// run: directories, /etc, busybox with its first links, and /init.
+// run: directories, /etc, busybox hard-linked under every applet's name (a
+// test that starts "sleep" sees a process whose /proc/PID/exe ends in
+// "sleep", as on a real host; with symlinks it would be /bin/busybox), and
+// /init.
 func BaseArchive(w io.Writer, busybox string) error {
 	if err := CheckStatic(busybox); err != nil {
 		return err
@@ -107,7 +129,7 @@ func BaseArchive(w io.Writer, busybox string) error {
 		return fmt.Errorf("stat busybox: %w", err)
 	}
 	c := NewCPIOWriter(w)
-	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "root", "vmtest"} {
+	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "run", "root", "vmtest"} {
 		if err := c.Dir(d, 0o755); err != nil {
 			return err
 		}
@@ -120,13 +142,12 @@ func BaseArchive(w io.Writer, busybox string) error {
 			return err
 		}
 	}
-	if err := c.File("bin/busybox", 0o755, st.Size(), f); err != nil {
+	applets, err := busyboxApplets(busybox)
+	if err != nil {
 		return err
 	}
-	for _, l := range busyboxLinks {
-		if err := c.Symlink(l, "/bin/busybox"); err != nil {
-			return err
-		}
+	if err := c.Links(append([]string{"bin/busybox"}, applets...), 0o755, st.Size(), f); err != nil {
+		return err
 	}
 	if err := c.File("init", 0o755, int64(len(initScript)), strings.NewReader(initScript)); err != nil {
 		return err
@@ -134,11 +155,15 @@ func BaseArchive(w io.Writer, busybox string) error {
 	return c.Close()
 }
 
+// baseLayoutVersion changes whenever BaseArchive lays files out
+// differently, to invalidate cached bases.
+const baseLayoutVersion = 3
+
 // BaseArchiveKey identifies a cached base archive: it changes with the init
 // script, the archive layout and the busybox binary.
 func BaseArchiveKey(busybox string) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "init:%s\nlinks:%q\netc:%v\n", initScript, busyboxLinks, etcFiles)
+	fmt.Fprintf(h, "layout:%d\ninit:%s\netc:%v\n", baseLayoutVersion, initScript, etcFiles)
 	f, err := os.Open(busybox)
 	if err != nil {
 		return "", fmt.Errorf("open busybox: %w", err)
@@ -180,6 +205,11 @@ func RunArchive(w io.Writer, s *RunSpec) error {
 	}
 	if !filepath.IsAbs(s.Dir) {
 		return fmt.Errorf("write run archive: working directory %q is not absolute", s.Dir)
+	}
+	for _, m := range guestMounts {
+		if s.Dir == m || strings.HasPrefix(s.Dir, m+"/") {
+			return fmt.Errorf("write run archive: working directory %s is under %s, which the guest mounts over", s.Dir, m)
+		}
 	}
 	c := NewCPIOWriter(w)
 	if err := c.Dir(s.Dir, 0o755); err != nil {

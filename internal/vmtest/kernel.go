@@ -149,12 +149,7 @@ func (a *apt) fetchKernel(ctx context.Context, cache string, k *Kernel) error {
 	// apt's download sandbox user cannot write to a root-owned temp dir.
 	args := []string{"download", "-q", "-o", "APT::Sandbox::User=root", k.Package + "=" + k.Version}
 	if out, err := run(ctx, tmp, "apt-get", args...); err != nil {
-		if uerr := a.update(ctx); uerr != nil {
-			return uerr
-		}
-		if out, err = run(ctx, tmp, "apt-get", args...); err != nil {
-			return fmt.Errorf("apt-get download %s=%s: %w: %s", k.Package, k.Version, err, out)
-		}
+		return fmt.Errorf("apt-get download %s=%s: %w: %s", k.Package, k.Version, err, out)
 	}
 	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
 	if len(debs) != 1 {

@@ -62,7 +62,10 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 			results, err := c.goTest(ctx, k, pkg, stdout, stderr)
 			if err != nil {
 				failed = true
-				fmt.Fprintf(stderr, "vm lane: go test %s on %s: %v\n", pkg, k, err)
+				if !anyFailed(results) {
+					// go test failed without a failed package: say why.
+					fmt.Fprintf(stderr, "vm lane: go test %s on %s: %v\n", pkg, k, err)
+				}
 			}
 			if len(results) == 0 {
 				// Nothing parsed: count the pattern as one failed
@@ -114,4 +117,13 @@ func (c *LaneConfig) goTest(ctx context.Context, kernel, pkg string, stdout, std
 		return results, rerr
 	}
 	return results, werr
+}
+
+func anyFailed(rs []PackageResult) bool {
+	for _, r := range rs {
+		if r.Action == "fail" {
+			return true
+		}
+	}
+	return false
 }

@@ -41,8 +41,8 @@ type PackageResult struct {
 var fileLine = regexp.MustCompile(`^\s*[\w.-]+\.go:\d+: `)
 
 // ReadTestJSON reads a `go test -json` stream and writes it to out as go test
-// would print it without -v: package lines always, a test's own output only
-// when it fails (or at once, every line, when verbose). It returns the
+// would print it without -v: a package's own lines when it ends, a test's
+// own output only when it fails (or every line at once, when verbose). It returns the
 // results of each package, in the order they ended.
 func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, error) {
 	type testState struct {
@@ -50,9 +50,10 @@ func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, er
 		done   bool
 	}
 	type pkgState struct {
-		res   PackageResult
-		tests map[string]*testState
-		order []string
+		res    PackageResult
+		tests  map[string]*testState
+		order  []string
+		output []string // the package's own lines, printed at its end
 	}
 	pkgs := map[string]*pkgState{}
 	var ended []PackageResult
@@ -64,7 +65,6 @@ func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, er
 		}
 		return p
 	}
-	var nonJSON []string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -74,7 +74,12 @@ func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, er
 			// go test prints some errors (a package that does not
 			// exist) as plain text.
 			fmt.Fprintln(out, string(line))
-			nonJSON = append(nonJSON, string(line))
+			continue
+		}
+		if e.Action == "build-output" {
+			// Compiler errors, keyed by ImportPath; the package's
+			// own "fail" event follows.
+			io.WriteString(out, e.Output)
 			continue
 		}
 		if e.Package == "" {
@@ -83,8 +88,12 @@ func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, er
 		p := get(e.Package)
 		if e.Test == "" {
 			switch e.Action {
-			case "output", "build-output":
-				io.WriteString(out, e.Output)
+			case "output":
+				if verbose {
+					io.WriteString(out, e.Output)
+				} else {
+					p.output = append(p.output, e.Output)
+				}
 			case "pass", "fail", "skip":
 				p.res.Action = e.Action
 				// Tests that never finished failed with the binary.
@@ -97,10 +106,9 @@ func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, er
 						}
 					}
 				}
+				io.WriteString(out, strings.Join(p.output, ""))
 				ended = append(ended, p.res)
 				delete(pkgs, e.Package)
-			case "build-fail":
-				p.res.Action = "fail"
 			}
 			continue
 		}
@@ -114,7 +122,8 @@ func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, er
 		case "output":
 			if verbose {
 				io.WriteString(out, e.Output)
-			} else {
+			}
+			if !isFraming(e.Output) {
 				t.output = append(t.output, e.Output)
 			}
 		case "pass":
@@ -144,10 +153,22 @@ func ReadTestJSON(r io.Reader, out io.Writer, verbose bool) ([]PackageResult, er
 	sort.Strings(names)
 	for _, n := range names {
 		p := pkgs[n]
+		io.WriteString(out, strings.Join(p.output, ""))
 		p.res.Action = "fail"
 		ended = append(ended, p.res)
 	}
 	return ended, nil
+}
+
+// isFraming reports the "=== RUN", "=== PAUSE", "=== CONT" and "=== NAME"
+// lines that -json's implied -v adds; go test without -v has none.
+func isFraming(line string) bool {
+	for _, p := range []string{"=== RUN", "=== PAUSE", "=== CONT", "=== NAME"} {
+		if strings.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // skipReason returns the message a skipped test gave: its last output line

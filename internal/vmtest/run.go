@@ -145,6 +145,9 @@ type Prepared struct {
 // while it works, so runners started in parallel by go test for several
 // packages download and build each thing once.
 func Prepare(ctx context.Context, c Config) (*Prepared, error) {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
 	if err := os.MkdirAll(c.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cache %s: %w", c.CacheDir, err)
 	}
@@ -162,7 +165,21 @@ func Prepare(ctx context.Context, c Config) (*Prepared, error) {
 		return nil, err
 	}
 	if err := a.fetchKernel(ctx, c.CacheDir, k); err != nil {
-		return nil, err
+		if a.updated {
+			return nil, err
+		}
+		// Stale package lists name a version the archive no longer
+		// has: update them once, resolve again and retry.
+		c.Log.Info("kernel download failed; updating the package lists and retrying", "err", err)
+		if uerr := a.update(ctx); uerr != nil {
+			return nil, errors.Join(err, uerr)
+		}
+		if k, err = a.resolveKernel(ctx, c.Kernel); err != nil {
+			return nil, err
+		}
+		if err := a.fetchKernel(ctx, c.CacheDir, k); err != nil {
+			return nil, err
+		}
 	}
 	base, err := baseArchive(c.CacheDir)
 	if err != nil {
@@ -271,7 +288,8 @@ func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.W
 	if err := CheckStatic(t.Binary); err != nil {
 		return res, err
 	}
-	tmp, err := os.MkdirTemp("", "nodeguard-vmrun-")
+	sweepStaleRuns(os.TempDir())
+	tmp, err := os.MkdirTemp("", runDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return res, fmt.Errorf("run %s: %w", t.Binary, err)
 	}
@@ -344,6 +362,26 @@ func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.W
 	}
 	return res, fmt.Errorf("guest powered off without an exit status (kernel panic or /init failure; see the console above)%s",
 		suffix(bytes.TrimSpace(qemuErr.Bytes())))
+}
+
+// runDirPrefix starts the name of each run's temporary directory, followed
+// by the runner's pid.
+const runDirPrefix = "nodeguard-vmrun-"
+
+// sweepStaleRuns removes run directories left by runners that were killed
+// (SIGKILL skips their cleanup): those whose pid no longer exists.
+func sweepStaleRuns(dir string) {
+	old, _ := filepath.Glob(filepath.Join(dir, runDirPrefix+"*-*"))
+	for _, o := range old {
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(o), runDirPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			_ = os.RemoveAll(o)
+		}
+	}
 }
 
 func suffix(b []byte) string {
