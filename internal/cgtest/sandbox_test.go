@@ -436,12 +436,14 @@ func TestCleanupLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		grand = g
-		procs, err := child.Procs()
+		// mv renames the pid file before it exits: wait for it to go.
+		var procs []int
+		waitFor(t, "the shell and its grandchild alone in the child", func() bool {
+			procs, err = child.Procs()
+			return err == nil && len(procs) == 2
+		})
 		if err != nil {
 			t.Fatal(err)
-		}
-		if len(procs) != 2 {
-			t.Errorf("child Procs() = %v, want the shell and its grandchild", procs)
 		}
 	})
 	t.Run("after the test every directory and process is gone", func(t *testing.T) {
