@@ -36,6 +36,9 @@ type hookSpec struct {
 	btfProg    string // "" when there is no tp_btf variant
 	tracepoint string // classic tracepoint program
 	optional   bool   // off is a normal state on a healthy node (bench)
+	// args are the leading tracepoint arguments the tp_btf program reads,
+	// checked against the kernel's prototype before it is loaded.
+	args []string
 }
 
 // family is one BPF object.
@@ -57,23 +60,23 @@ const (
 func families() []family {
 	return []family{
 		{name: FamilyOOM, load: loadOom, hooks: []hookSpec{
-			{name: "mark_victim", group: "oom", btfProg: "ng_mark_victim_btf", tracepoint: "ng_mark_victim_tp"},
-			{name: "oom_score_adj_update", group: "oom", btfProg: "ng_oom_score_adj_btf", tracepoint: "ng_oom_score_adj_tp"},
+			{name: "mark_victim", group: "oom", btfProg: "ng_mark_victim_btf", tracepoint: "ng_mark_victim_tp", args: []string{"*task_struct"}},
+			{name: "oom_score_adj_update", group: "oom", btfProg: "ng_oom_score_adj_btf", tracepoint: "ng_oom_score_adj_tp", args: []string{"*task_struct"}},
 		}},
 		{name: FamilyReclaim, load: loadReclaim, hooks: []hookSpec{
-			{name: "mm_vmscan_memcg_reclaim_begin", group: "vmscan", btfProg: "ng_memcg_reclaim_begin_btf", tracepoint: "ng_memcg_reclaim_begin_tp"},
-			{name: "mm_vmscan_memcg_reclaim_end", group: "vmscan", btfProg: "ng_memcg_reclaim_end_btf", tracepoint: "ng_memcg_reclaim_end_tp"},
-			{name: "mm_vmscan_direct_reclaim_begin", group: "vmscan", btfProg: "ng_direct_reclaim_begin_btf", tracepoint: "ng_direct_reclaim_begin_tp"},
-			{name: "mm_vmscan_direct_reclaim_end", group: "vmscan", btfProg: "ng_direct_reclaim_end_btf", tracepoint: "ng_direct_reclaim_end_tp"},
-			{name: "mm_vmscan_kswapd_wake", group: "vmscan", btfProg: "ng_kswapd_wake_btf", tracepoint: "ng_kswapd_wake_tp"},
-			{name: "mm_vmscan_kswapd_sleep", group: "vmscan", btfProg: "ng_kswapd_sleep_btf", tracepoint: "ng_kswapd_sleep_tp"},
+			{name: "mm_vmscan_memcg_reclaim_begin", group: "vmscan", btfProg: "ng_memcg_reclaim_begin_btf", tracepoint: "ng_memcg_reclaim_begin_tp", args: []string{"int", "gfp_t"}},
+			{name: "mm_vmscan_memcg_reclaim_end", group: "vmscan", btfProg: "ng_memcg_reclaim_end_btf", tracepoint: "ng_memcg_reclaim_end_tp", args: []string{"unsigned long"}},
+			{name: "mm_vmscan_direct_reclaim_begin", group: "vmscan", btfProg: "ng_direct_reclaim_begin_btf", tracepoint: "ng_direct_reclaim_begin_tp", args: []string{"int", "gfp_t"}},
+			{name: "mm_vmscan_direct_reclaim_end", group: "vmscan", btfProg: "ng_direct_reclaim_end_btf", tracepoint: "ng_direct_reclaim_end_tp", args: []string{"unsigned long"}},
+			{name: "mm_vmscan_kswapd_wake", group: "vmscan", btfProg: "ng_kswapd_wake_btf", tracepoint: "ng_kswapd_wake_tp", args: []string{"int", "int", "int"}},
+			{name: "mm_vmscan_kswapd_sleep", group: "vmscan", btfProg: "ng_kswapd_sleep_btf", tracepoint: "ng_kswapd_sleep_tp", args: []string{"int"}},
 		}},
 		{name: FamilyCgroup, load: loadCgroup, hooks: []hookSpec{
-			{name: "cgroup_mkdir", group: "cgroup", btfProg: "ng_cgroup_mkdir_btf", tracepoint: "ng_cgroup_mkdir_tp"},
-			{name: "cgroup_rmdir", group: "cgroup", btfProg: "ng_cgroup_rmdir_btf", tracepoint: "ng_cgroup_rmdir_tp"},
+			{name: "cgroup_mkdir", group: "cgroup", btfProg: "ng_cgroup_mkdir_btf", tracepoint: "ng_cgroup_mkdir_tp", args: []string{"*cgroup", "*char"}},
+			{name: "cgroup_rmdir", group: "cgroup", btfProg: "ng_cgroup_rmdir_btf", tracepoint: "ng_cgroup_rmdir_tp", args: []string{"*cgroup", "*char"}},
 		}},
 		{name: FamilyExit, load: loadExit, hooks: []hookSpec{
-			{name: "sched_process_exit", group: "sched", btfProg: "ng_exit_btf", tracepoint: "ng_exit_tp"},
+			{name: "sched_process_exit", group: "sched", btfProg: "ng_exit_btf", tracepoint: "ng_exit_tp", args: []string{"*task_struct"}},
 		}},
 		{name: FamilyBench, load: loadBench, hooks: []hookSpec{
 			{name: "sys_enter", group: "raw_syscalls", tracepoint: "ng_bench_sys_enter", optional: true},

@@ -255,6 +255,12 @@ func (p *Pipeline) loadFamily(f family, opts Options, paths []AttachPath, cache 
 			if prog == "" {
 				continue
 			}
+			if path == PathTPBTF {
+				if err := checkSignature(cache, h.name, h.args); err != nil {
+					st.Failures = append(st.Failures, Attempt{Path: path, Err: err.Error()})
+					continue
+				}
+			}
 			l, pr, err := attachOne(spec, prog, path, h, coll.Maps, cache)
 			if err != nil {
 				st.Failures = append(st.Failures, Attempt{Path: path, Err: err.Error()})
