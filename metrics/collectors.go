@@ -67,6 +67,18 @@ var (
 	cgOOM        = prometheus.NewDesc("container_oom_events_total", "Count of out of memory events observed for the container", cgLabels, nil)
 	cgLimit      = prometheus.NewDesc("nodeguard_cgroup_memory_limit_bytes", "The cgroup's own hard memory limit (absent when unlimited).", cgLabels, nil)
 
+	// cAdvisor's names for the full statistics.
+	cgCPUUsage     = prometheus.NewDesc("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", cgLabels, nil)
+	cgCPUUser      = prometheus.NewDesc("container_cpu_user_seconds_total", "Cumulative user cpu time consumed in seconds.", cgLabels, nil)
+	cgCPUSystem    = prometheus.NewDesc("container_cpu_system_seconds_total", "Cumulative system cpu time consumed in seconds.", cgLabels, nil)
+	cgCFSPeriods   = prometheus.NewDesc("container_cpu_cfs_periods_total", "Number of elapsed enforcement period intervals.", cgLabels, nil)
+	cgCFSThrottled = prometheus.NewDesc("container_cpu_cfs_throttled_periods_total", "Number of throttled period intervals.", cgLabels, nil)
+	cgCFSThrottleS = prometheus.NewDesc("container_cpu_cfs_throttled_seconds_total", "Total time duration the container has been throttled.", cgLabels, nil)
+	cgThreads      = prometheus.NewDesc("container_threads", "Number of threads running inside the container", cgLabels, nil)
+	cgThreadsMax   = prometheus.NewDesc("container_threads_max", "Maximum number of threads allowed inside the container, infinity if value is zero", cgLabels, nil)
+	cgBlkio        = prometheus.NewDesc("container_blkio_device_usage_total", "Blkio Device bytes usage", append([]string{"device", "major", "minor", "operation"}, cgLabels...), nil)
+	fullAge        = prometheus.NewDesc("nodeguard_full_stats_age_seconds", "Age of the newest full cgroup statistics (cpu, io, pids).", nil, nil)
+
 	ringRecords = prometheus.NewDesc("nodeguard_bpf_ring_records_total", "Records read from a ring buffer.", []string{"ring"}, nil)
 	ringLost    = prometheus.NewDesc("nodeguard_bpf_ring_lost_total",
 		"Kernel events lost, by ring and reason: reserve_failed (ring full, counted in the kernel), queue_full (consumer queue full), malformed.", []string{"ring", "reason"}, nil)
@@ -102,6 +114,9 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	run("node", func() error { return c.node(ch, snap) })
 	run("cgroup", func() error { return c.cgroups(ch, snap) })
+	if c.e.opts.Full != nil {
+		run("cgroup_full", func() error { return c.full(ch, snap) })
+	}
 	if c.e.opts.Kernel != nil {
 		run("bpf", func() error { return c.bpf(ch, snap) })
 	}
@@ -182,6 +197,56 @@ func (c *scrapeCollector) cgroups(ch chan<- prometheus.Metric, snap *pressure.Sn
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%d cgroups unreadable: %w", len(errs), errs[0])
+	}
+	return nil
+}
+
+func (c *scrapeCollector) full(ch chan<- prometheus.Metric, snap *pressure.Snapshot) error {
+	fs := c.e.opts.Full.LatestFull()
+	if fs == nil || snap == nil {
+		return errNoSnapshot
+	}
+	ch <- prometheus.MustNewConstMetric(fullAge, prometheus.GaugeValue, c.e.opts.Now().Sub(fs.Time).Seconds())
+	for i := range snap.Cgroups {
+		cg := &snap.Cgroups[i]
+		f, ok := fs.ByKey[cg.Key]
+		if !ok {
+			continue
+		}
+		lv := c.labels(cg.Key, cg.Rel)
+		if f.CPU != nil {
+			ch <- prometheus.MustNewConstMetric(cgCPUUsage, prometheus.CounterValue, f.CPU.Usage.Seconds(), lv...)
+			ch <- prometheus.MustNewConstMetric(cgCPUUser, prometheus.CounterValue, f.CPU.User.Seconds(), lv...)
+			ch <- prometheus.MustNewConstMetric(cgCPUSystem, prometheus.CounterValue, f.CPU.System.Seconds(), lv...)
+		}
+		if f.Throttling != nil {
+			ch <- prometheus.MustNewConstMetric(cgCFSPeriods, prometheus.CounterValue, float64(f.Throttling.Periods), lv...)
+			ch <- prometheus.MustNewConstMetric(cgCFSThrottled, prometheus.CounterValue, float64(f.Throttling.ThrottledPeriods), lv...)
+			ch <- prometheus.MustNewConstMetric(cgCFSThrottleS, prometheus.CounterValue, f.Throttling.ThrottledTime.Seconds(), lv...)
+		}
+		if f.Pids != nil {
+			ch <- prometheus.MustNewConstMetric(cgThreads, prometheus.GaugeValue, float64(f.Pids.Current), lv...)
+			max := 0.0 // cAdvisor: zero means unlimited
+			if f.Pids.Max != cgstat.Unlimited {
+				max = float64(f.Pids.Max)
+			}
+			ch <- prometheus.MustNewConstMetric(cgThreadsMax, prometheus.GaugeValue, max, lv...)
+		}
+		if f.IO != nil {
+			for _, d := range f.IO.Devices {
+				dev := fmt.Sprintf("%d:%d", d.Major, d.Minor)
+				maj, min := fmt.Sprint(d.Major), fmt.Sprint(d.Minor)
+				for _, op := range []struct {
+					name string
+					v    uint64
+				}{{"Read", d.ReadBytes}, {"Write", d.WriteBytes}} {
+					ch <- prometheus.MustNewConstMetric(cgBlkio, prometheus.CounterValue, float64(op.v), append([]string{dev, maj, min, op.name}, lv...)...)
+				}
+			}
+		}
+	}
+	if fs.Errors > 0 {
+		return fmt.Errorf("%d cgroups without full statistics", fs.Errors)
 	}
 	return nil
 }

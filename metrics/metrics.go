@@ -15,6 +15,12 @@ type SnapshotSource interface {
 	Latest() *pressure.Snapshot
 }
 
+// FullSource hands out the newest full statistics (cpu, io, pids), read
+// at a slow cadence; nil before the first.
+type FullSource interface {
+	LatestFull() *pressure.FullStats
+}
+
 // KernelSource is the loaded event pipeline.
 type KernelSource interface {
 	Stats() ([]loader.RingStats, error)
@@ -36,6 +42,7 @@ type Resolver interface {
 // Options wire the exporter.
 type Options struct {
 	Snapshots SnapshotSource
+	Full      FullSource   // nil: no cpu, io and pids series
 	Kernel    KernelSource // nil: no BPF series
 	Resolver  Resolver     // nil: cgroup path labels only
 	// Clock for nodeguard_snapshot_age_seconds.

@@ -26,6 +26,10 @@ type fixedSnapshots struct{ s *pressure.Snapshot }
 
 func (f fixedSnapshots) Latest() *pressure.Snapshot { return f.s }
 
+type fixedFull struct{ f *pressure.FullStats }
+
+func (f fixedFull) LatestFull() *pressure.FullStats { return f.f }
+
 type fakeKernel struct{}
 
 func (fakeKernel) Stats() ([]loader.RingStats, error) {
@@ -90,8 +94,16 @@ func fixture() *pressure.Snapshot {
 
 func newExporter() *metrics.Exporter {
 	snap := fixture()
+	full := &pressure.FullStats{Time: snap.Time, ByKey: map[pressure.CgroupKey]*cgstat.Full{
+		{ID: 42, HierarchyID: 4}: {
+			CPU:        &cgstat.CPU{Usage: 12 * time.Second, User: 8 * time.Second, System: 4 * time.Second},
+			Throttling: &cgstat.Throttling{Periods: 100, ThrottledPeriods: 7, ThrottledTime: 350 * time.Millisecond},
+			Pids:       &cgstat.Pids{Current: 5, Max: cgstat.Unlimited},
+			IO:         &cgstat.IO{Devices: []cgstat.IODevice{{Major: 254, Minor: 0, ReadBytes: 4096, WriteBytes: 8192}}},
+		},
+	}}
 	e := metrics.New(metrics.Options{
-		Snapshots: fixedSnapshots{snap}, Kernel: fakeKernel{}, Resolver: podResolver{},
+		Snapshots: fixedSnapshots{snap}, Full: fixedFull{full}, Kernel: fakeKernel{}, Resolver: podResolver{},
 		Now: func() time.Time { return snap.Time.Add(1500 * time.Millisecond) }, Version: "test",
 	})
 	e.ObserveEvent(&event.OOMKill{Header: event.Header{Kind: event.KindOOMKill}})

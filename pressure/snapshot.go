@@ -147,6 +147,7 @@ type Snapshotter struct {
 type root struct {
 	mem   cgroups.Dir   // in the memory hierarchy
 	other []cgroups.Dir // in the other monitored hierarchies (cgroup2 on hybrid hosts)
+	all   []cgroups.Dir // in every hierarchy (full statistics)
 }
 
 type entry struct {
@@ -227,6 +228,9 @@ func New(cfg Config) (_ *Snapshotter, retErr error) {
 		}
 		if r.mem.Path == "" {
 			return nil, fmt.Errorf("new snapshotter: root %q: not in the memory hierarchy", spec)
+		}
+		if r.all, err = cfg.Layout.Resolve(spec); err != nil {
+			return nil, fmt.Errorf("new snapshotter: root %q: %w", spec, err)
 		}
 		s.roots = append(s.roots, r)
 	}
@@ -344,6 +348,23 @@ func (s *Snapshotter) dirsOf(rel string) ([]cgroups.Dir, error) {
 		dirs := []cgroups.Dir{{Hierarchy: r.mem.Hierarchy, Path: r.mem.Path + sub, Rel: rel}}
 		for _, o := range r.other {
 			dirs = append(dirs, cgroups.Dir{Hierarchy: o.Hierarchy, Path: o.Path + sub, Rel: o.Rel + sub})
+		}
+		return dirs, nil
+	}
+	return nil, fmt.Errorf("cgroup %s: %w: not beneath a monitored root", rel, fs.ErrNotExist)
+}
+
+// AllDirs maps a cgroup (its path in the memory hierarchy) to its
+// directories in every hierarchy, for cgstat.Stater.Full.
+func (s *Snapshotter) AllDirs(rel string) ([]cgroups.Dir, error) {
+	for _, r := range s.roots {
+		sub, ok := strings.CutPrefix(rel, r.mem.Rel)
+		if !ok || (sub != "" && sub[0] != '/') {
+			continue
+		}
+		dirs := make([]cgroups.Dir, 0, len(r.all))
+		for _, d := range r.all {
+			dirs = append(dirs, cgroups.Dir{Hierarchy: d.Hierarchy, Path: d.Path + sub, Rel: d.Rel + sub})
 		}
 		return dirs, nil
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/cgstat"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 
@@ -36,6 +37,7 @@ type senseFlags struct {
 	rootDir     string
 	imageFS     string
 	tick        time.Duration
+	fullEvery   time.Duration
 	noBPF       bool
 }
 
@@ -46,6 +48,7 @@ func (f *senseFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.rootDir, "root-dir", "/var/lib/nodeguard", "nodeguard's state directory: its filesystem is nodefs")
 	cmd.Flags().StringVar(&f.imageFS, "image-fs", "/var/lib/containerd", "a path on the runtime's image filesystem (imagefs); skipped when missing")
 	cmd.Flags().DurationVar(&f.tick, "tick", time.Second, "snapshot interval (the safety tick; PSI triggers and OOM events wake it earlier)")
+	cmd.Flags().DurationVar(&f.fullEvery, "full-stats-every", 15*time.Second, "interval of full cgroup statistics (cpu, io, pids) for metrics")
 	cmd.Flags().BoolVar(&f.noBPF, "no-bpf", false, "sense without the eBPF pipeline (PSI and cgroup statistics only)")
 }
 
@@ -138,7 +141,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		}
 	}
 	s.sensor = pressure.NewSensor(s.snapper, f.tick, nil)
-	opts := metrics.Options{Snapshots: s.sensor, Version: version}
+	opts := metrics.Options{Snapshots: s.sensor, Full: s.sensor, Version: version}
 	if s.pipeline != nil {
 		opts.Kernel = s.pipeline
 	}
@@ -169,6 +172,7 @@ func (s *sensing) Serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.sensor.Run(ctx)
+	go s.sensor.RunFull(ctx, cgstat.NewStater(s.layout), s.flags.fullEvery)
 	if s.watcher != nil {
 		wakes := make(chan psi.Wake, 16)
 		go func() { _ = s.watcher.Run(ctx, wakes) }()

@@ -90,7 +90,7 @@ func TestDashboardAgainstARealPrometheus(t *testing.T) {
 	addr := promtest.FreeLoopbackAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	ng := exec.CommandContext(ctx, bin, "metrics", "--metrics-addr", addr, "--cgroup-root", sb.Rel(), "--tick", "500ms")
+	ng := exec.CommandContext(ctx, bin, "metrics", "--metrics-addr", addr, "--cgroup-root", sb.Rel(), "--tick", "500ms", "--full-stats-every", "2s")
 	var ngLog strings.Builder
 	ng.Stdout, ng.Stderr = &ngLog, &ngLog
 	if err := ng.Start(); err != nil {
@@ -171,6 +171,11 @@ func TestDashboardAgainstARealPrometheus(t *testing.T) {
 	oom, err := prom.Query(ctx, fmt.Sprintf(`container_oom_events_total{id=~".*%s/hog"}`, name))
 	if err != nil || len(oom.Series) == 0 || oom.Series[0].Value == "0" {
 		t.Errorf("container_oom_events_total for the hog cgroup: %+v, %v", oom.Series, err)
+	}
+	// Full statistics (through containerd/cgroups): the hog's CPU time.
+	cpu, err := prom.Query(ctx, fmt.Sprintf(`container_cpu_usage_seconds_total{id=~".*%s/hog"} > 0`, name))
+	if err != nil || len(cpu.Series) == 0 {
+		t.Errorf("container_cpu_usage_seconds_total for the hog cgroup: %+v, %v", cpu.Series, err)
 	}
 	ev, err := prom.Query(ctx, `nodeguard_bpf_events_total{kind="oom_kill"}`)
 	if err != nil || len(ev.Series) == 0 || ev.Series[0].Value == "0" {
