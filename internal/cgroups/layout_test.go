@@ -307,6 +307,13 @@ func TestParseMountinfoUnescapesPaths(t *testing.T) {
 			wantOpts:  []string{"rw"},
 		},
 		{
+			name:      "a bind-mounted network namespace file has an object, not a path, as root",
+			line:      `603 31 0:4 net:[4026532246] /tmp/env/netns rw shared:1 - nsfs nsfs rw`,
+			wantRoot:  "net:[4026532246]",
+			wantMount: "/tmp/env/netns",
+			wantOpts:  []string{"rw"},
+		},
+		{
 			name:      "an empty source field does not shift the super options",
 			line:      `7 1 0:2 / /x rw - tmpfs  rw,size=4k`,
 			wantRoot:  "/",

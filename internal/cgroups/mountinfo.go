@@ -47,7 +47,14 @@ func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
 			return nil, &ParseError{File: name, Line: n, Msg: "want 3 fields after the separator, have " + itoa(len(f)-sep-1)}
 		}
 		root, ok := unescapeOctal(f[3])
-		if !ok || !strings.HasPrefix(root, "/") {
+		fsType := ""
+		if sep+1 < len(f) {
+			fsType = f[sep+1]
+		}
+		// Roots are paths, except for pseudo filesystems whose root names
+		// an object: a bind-mounted namespace file (nsfs) reads
+		// "net:[4026532246]". Only cgroup roots matter here.
+		if !ok || (!strings.HasPrefix(root, "/") && (fsType == "cgroup" || fsType == "cgroup2")) {
 			return nil, &ParseError{File: name, Line: n, Msg: "bad root " + quote(f[3])}
 		}
 		mp, ok := unescapeOctal(f[4])
