@@ -1,0 +1,178 @@
+package podspec
+
+import (
+	"reflect"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// NotSupported is the detail of every error about a field nodeguard cannot
+// honour.
+const NotSupported = "not supported by nodeguard"
+
+// use says what nodeguard does with a field that is set.
+type use int
+
+const (
+	// honoured fields are validated and acted upon.
+	honoured use = iota
+	// scheduling fields mean nothing on a node agent, which runs every pod it
+	// is given: they are accepted with a warning.
+	scheduling
+	// serverSet fields are filled in by an API server; manifests copied from
+	// "kubectl get -o yaml" carry them. Accepted with a warning.
+	serverSet
+	// noEffect fields are accepted silently: their values cannot change what
+	// nodeguard does (the value checks in Validate refuse the ones that
+	// would).
+	noEffect
+)
+
+// fieldUse lists, per API type, every field nodeguard accepts. A field of a
+// listed type that is set but not listed is refused with NotSupported, so
+// a field added to k8s.io/api later is refused until someone decides what
+// nodeguard does with it: nothing is ignored silently. Fields whose type is
+// listed here are checked field by field; other fields are leaves.
+var fieldUse = map[reflect.Type]map[string]use{
+	reflect.TypeFor[corev1.Pod](): {
+		"apiVersion": noEffect, "kind": noEffect, "metadata": honoured, "spec": honoured,
+		"status": serverSet,
+	},
+	reflect.TypeFor[metav1.ObjectMeta](): {
+		"name": honoured, "namespace": honoured, "uid": honoured, "labels": honoured, "annotations": honoured,
+		"creationTimestamp": serverSet, "resourceVersion": serverSet, "generation": serverSet,
+		"selfLink": serverSet, "managedFields": serverSet,
+	},
+	reflect.TypeFor[corev1.PodSpec](): {
+		"volumes": honoured, "initContainers": honoured, "containers": honoured,
+		"restartPolicy": honoured, "terminationGracePeriodSeconds": honoured,
+		"dnsPolicy": honoured, "dnsConfig": honoured, "hostname": honoured, "subdomain": honoured,
+		"hostNetwork": honoured, "hostPID": honoured, "hostIPC": honoured,
+		"securityContext": honoured, "priorityClassName": honoured, "priority": honoured,
+		"os": honoured,
+		// Only their harmless values pass Validate.
+		"hostUsers": honoured, "shareProcessNamespace": honoured,
+		"automountServiceAccountToken": honoured, "setHostnameAsFQDN": honoured,
+		"enableServiceLinks": noEffect,
+		"nodeName":           scheduling, "nodeSelector": scheduling, "affinity": scheduling,
+		"tolerations": scheduling, "schedulerName": scheduling,
+		"topologySpreadConstraints": scheduling, "schedulingGates": scheduling,
+		"preemptionPolicy": scheduling,
+	},
+	reflect.TypeFor[corev1.PodSecurityContext](): {
+		"runAsUser": honoured, "runAsGroup": honoured,
+	},
+	reflect.TypeFor[corev1.PodOS](): {"name": honoured},
+	reflect.TypeFor[corev1.PodDNSConfig](): {
+		"nameservers": honoured, "searches": honoured, "options": honoured,
+	},
+	reflect.TypeFor[corev1.Container](): {
+		"name": honoured, "image": honoured, "command": honoured, "args": honoured,
+		"workingDir": honoured, "ports": honoured, "env": honoured, "resources": honoured,
+		"volumeMounts": honoured, "securityContext": honoured, "imagePullPolicy": honoured,
+		// Only their defaults pass Validate.
+		"terminationMessagePath": honoured, "terminationMessagePolicy": honoured,
+	},
+	reflect.TypeFor[corev1.ContainerPort](): {
+		"name": honoured, "containerPort": honoured, "hostPort": honoured, "protocol": honoured, "hostIP": honoured,
+	},
+	reflect.TypeFor[corev1.EnvVar]():               {"name": honoured, "value": honoured, "valueFrom": honoured},
+	reflect.TypeFor[corev1.EnvVarSource]():         {"fieldRef": honoured},
+	reflect.TypeFor[corev1.ResourceRequirements](): {"limits": honoured, "requests": honoured},
+	reflect.TypeFor[corev1.SecurityContext](): {
+		"runAsUser": honoured, "runAsGroup": honoured, "privileged": honoured,
+		"readOnlyRootFilesystem": honoured, "capabilities": honoured,
+		"allowPrivilegeEscalation": honoured,
+		// Only "Default" passes Validate.
+		"procMount": honoured,
+	},
+	reflect.TypeFor[corev1.VolumeMount](): {
+		"name": honoured, "readOnly": honoured, "mountPath": honoured, "subPath": honoured,
+		// Only "None" and "Disabled" pass Validate.
+		"mountPropagation": honoured, "recursiveReadOnly": honoured,
+	},
+	reflect.TypeFor[corev1.Volume](): {
+		"name": honoured, "hostPath": honoured, "emptyDir": honoured, "configMap": honoured,
+		"secret": honoured, "projected": honoured, "downwardAPI": honoured,
+	},
+	reflect.TypeFor[corev1.EmptyDirVolumeSource](): {"medium": honoured, "sizeLimit": honoured},
+	reflect.TypeFor[corev1.HostPathVolumeSource](): {"path": honoured, "type": honoured},
+	reflect.TypeFor[corev1.ConfigMapVolumeSource](): {
+		"name": honoured, "items": honoured, "defaultMode": honoured, "optional": honoured,
+	},
+	reflect.TypeFor[corev1.SecretVolumeSource](): {
+		"secretName": honoured, "items": honoured, "defaultMode": honoured, "optional": honoured,
+	},
+	reflect.TypeFor[corev1.ProjectedVolumeSource]():   {"sources": honoured, "defaultMode": honoured},
+	reflect.TypeFor[corev1.VolumeProjection]():        {"configMap": honoured, "secret": honoured, "downwardAPI": honoured},
+	reflect.TypeFor[corev1.ConfigMapProjection]():     {"name": honoured, "items": honoured, "optional": honoured},
+	reflect.TypeFor[corev1.SecretProjection]():        {"name": honoured, "items": honoured, "optional": honoured},
+	reflect.TypeFor[corev1.DownwardAPIProjection]():   {"items": honoured},
+	reflect.TypeFor[corev1.DownwardAPIVolumeSource](): {"items": honoured, "defaultMode": honoured},
+	reflect.TypeFor[corev1.DownwardAPIVolumeFile]():   {"path": honoured, "fieldRef": honoured, "mode": honoured},
+	reflect.TypeFor[corev1.KeyToPath]():               {"key": honoured, "path": honoured, "mode": honoured},
+}
+
+// checkSupport walks the pod and returns a warning for every scheduling or
+// server-set field that is set and a Forbidden error for every set field
+// nodeguard does not know what to do with.
+func checkSupport(p *corev1.Pod) (warnings []string, errs field.ErrorList) {
+	walkSupport(reflect.ValueOf(p).Elem(), nil, &warnings, &errs)
+	return warnings, errs
+}
+
+func walkSupport(v reflect.Value, p *field.Path, warnings *[]string, errs *field.ErrorList) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			walkSupport(v.Elem(), p, warnings, errs)
+		}
+		return
+	case reflect.Slice:
+		for i := 0; i < v.Len(); i++ {
+			walkSupport(v.Index(i), p.Index(i), warnings, errs)
+		}
+		return
+	case reflect.Struct:
+	default:
+		return
+	}
+	uses, ok := fieldUse[v.Type()]
+	if !ok {
+		return // a leaf type, validated as a whole
+	}
+	walkFields(v, uses, p, warnings, errs)
+}
+
+// walkFields checks the set fields of struct v against uses; fields of an
+// inlined embedded struct (TypeMeta, VolumeSource) count as v's own.
+func walkFields(v reflect.Value, uses map[string]use, p *field.Path, warnings *[]string, errs *field.ErrorList) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		fv := v.Field(i)
+		if fv.IsZero() || !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && fv.Kind() == reflect.Struct {
+			walkFields(fv, uses, p, warnings, errs)
+			continue
+		}
+		fp := child(p, name)
+		u, ok := uses[name]
+		switch {
+		case !ok:
+			*errs = append(*errs, field.Forbidden(fp, NotSupported))
+		case u == scheduling:
+			*warnings = append(*warnings, fp.String()+": ignored: nodeguard does no scheduling, it runs every pod it is given")
+		case u == serverSet:
+			*warnings = append(*warnings, fp.String()+": ignored: set by an API server, not read from manifests")
+		case u == honoured:
+			walkSupport(fv, fp, warnings, errs)
+		}
+	}
+}

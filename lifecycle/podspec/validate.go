@@ -1,0 +1,732 @@
+package podspec
+
+import (
+	"fmt"
+	"net/netip"
+	"path"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
+)
+
+// Options is the node policy Validate checks pods against.
+type Options struct {
+	// PriorityClasses maps priority class names to their values. The
+	// built-in system-node-critical and system-cluster-critical always
+	// exist and cannot be redefined.
+	PriorityClasses map[string]int32
+	// AllowPrivileged lets containers run privileged (the kubelet's
+	// --allow-privileged).
+	AllowPrivileged bool
+}
+
+// DNS limits from Linux libc resolution (pkg/apis/core/validation).
+const (
+	maxDNSNameservers     = 3
+	maxDNSSearchPaths     = 32
+	maxDNSSearchListChars = 2048
+	// maxUIDLen bounds metadata.uid so that "pod"+uid fits a cgroup name.
+	maxUIDLen = 128
+	// fileModeMax is the largest volume file mode (0777).
+	fileModeMax        = 0o777
+	fileModeErrorMsg   = "must be a number between 0 and 0777 (octal), both inclusive"
+	isNegativeErrorMsg = "must be greater than or equal to 0"
+)
+
+var (
+	supportedResources       = []string{string(corev1.ResourceCPU), string(corev1.ResourceEphemeralStorage), string(corev1.ResourceMemory)}
+	supportedProtocols       = []string{string(corev1.ProtocolSCTP), string(corev1.ProtocolTCP), string(corev1.ProtocolUDP)}
+	supportedRestartPolicies = []corev1.RestartPolicy{corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever}
+	supportedDNSPolicies     = []string{string(corev1.DNSClusterFirstWithHostNet), string(corev1.DNSClusterFirst), string(corev1.DNSDefault), string(corev1.DNSNone)}
+	supportedPullPolicies    = []string{string(corev1.PullAlways), string(corev1.PullIfNotPresent), string(corev1.PullNever)}
+	supportedHostPathTypes   = []string{"", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"}
+	supportedMedia           = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
+	// The downward API fields nodeguard can fill in for env.
+	supportedEnvFieldPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "status.podIP"}
+	// The downward API fields of volumes (validVolumeDownwardAPIFieldPathExpressions).
+	supportedVolumeFieldPaths = []string{"metadata.annotations", "metadata.labels", "metadata.name", "metadata.namespace", "metadata.uid"}
+	// Linux capabilities up to CAP_CHECKPOINT_RESTORE (Linux 5.9), and ALL.
+	capabilities = []string{
+		"ALL", "AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF", "CHECKPOINT_RESTORE",
+		"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "IPC_LOCK", "IPC_OWNER", "KILL",
+		"LEASE", "LINUX_IMMUTABLE", "MAC_ADMIN", "MAC_OVERRIDE", "MKNOD", "NET_ADMIN", "NET_BIND_SERVICE",
+		"NET_BROADCAST", "NET_RAW", "PERFMON", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYSLOG",
+		"SYS_ADMIN", "SYS_BOOT", "SYS_CHROOT", "SYS_MODULE", "SYS_NICE", "SYS_PACCT", "SYS_PTRACE",
+		"SYS_RAWIO", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "WAKE_ALARM",
+	}
+)
+
+// Validate checks a (defaulted) pod as the API server would on create
+// (pkg/apis/core/validation ValidatePodCreate, with the messages and field
+// paths it uses) and against what nodeguard supports and the node's policy.
+// Warnings name fields that are accepted but have no effect (scheduling
+// fields, fields an API server sets); errors name everything that stops the
+// pod from running as written. See the package documentation for the
+// supported fields. Validate does not modify the pod.
+func Validate(pod *corev1.Pod, opts Options) (warnings []string, errs field.ErrorList) {
+	if pod.APIVersion != "" && pod.APIVersion != "v1" {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), pod.APIVersion, []string{"v1"}))
+	}
+	if pod.Kind != "" && pod.Kind != "Pod" {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), pod.Kind, []string{"Pod"}))
+	}
+	warnings, unsupported := checkSupport(pod)
+	errs = append(errs, unsupported...)
+	errs = append(errs, validateMetadata(pod)...)
+	errs = append(errs, validateSpec(&pod.Spec, opts, field.NewPath("spec"))...)
+	if _, err := ResolvePriority(pod, opts); err != nil {
+		errs = append(errs, err)
+	}
+	return warnings, errs
+}
+
+func validateMetadata(pod *corev1.Pod) field.ErrorList {
+	mp := field.NewPath("metadata")
+	errs := apivalidation.ValidateObjectMeta(&pod.ObjectMeta, true, apivalidation.NameIsDNSSubdomain, mp)
+	uid := string(pod.UID)
+	switch {
+	case uid == "":
+		errs = append(errs, field.Required(mp.Child("uid"), "Parse and Default set it"))
+	case len(uid) > maxUIDLen || strings.Trim(uid, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "":
+		errs = append(errs, field.Invalid(mp.Child("uid"), uid,
+			fmt.Sprintf("must consist of at most %d ASCII letters, digits and '-' (it names the pod's cgroup)", maxUIDLen)))
+	}
+	return errs
+}
+
+func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	volumes, verrs := validateVolumes(s.Volumes, sp.Child("volumes"))
+	errs = append(errs, verrs...)
+
+	if len(s.Containers) == 0 {
+		errs = append(errs, field.Required(sp.Child("containers"), ""))
+	}
+	names := map[string]bool{}
+	for i := range s.Containers {
+		errs = append(errs, validateContainer(&s.Containers[i], names, volumes, opts, sp.Child("containers").Index(i))...)
+	}
+	for i := range s.InitContainers {
+		errs = append(errs, validateContainer(&s.InitContainers[i], names, volumes, opts, sp.Child("initContainers").Index(i))...)
+	}
+	errs = append(errs, uniqueHostPorts(s.Containers, sp.Child("containers"))...)
+	if s.HostNetwork {
+		for _, list := range []struct {
+			cs []corev1.Container
+			p  *field.Path
+		}{{s.Containers, sp.Child("containers")}, {s.InitContainers, sp.Child("initContainers")}} {
+			for i, c := range list.cs {
+				for j, port := range c.Ports {
+					if port.HostPort != port.ContainerPort {
+						errs = append(errs, field.Invalid(list.p.Index(i).Child("ports").Index(j).Child("containerPort"),
+							port.ContainerPort, "must match `hostPort` when `hostNetwork` is true"))
+					}
+				}
+			}
+		}
+	}
+
+	switch s.RestartPolicy {
+	case corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever:
+	case "":
+		errs = append(errs, field.Required(sp.Child("restartPolicy"), ""))
+	default:
+		errs = append(errs, field.NotSupported(sp.Child("restartPolicy"), s.RestartPolicy, supportedRestartPolicies))
+	}
+	if g := s.TerminationGracePeriodSeconds; g != nil && *g < 0 {
+		errs = append(errs, field.Invalid(sp.Child("terminationGracePeriodSeconds"), *g, isNegativeErrorMsg))
+	}
+	errs = append(errs, validateDNS(s, sp)...)
+	if s.Hostname != "" {
+		errs = append(errs, dns1123Label(s.Hostname, sp.Child("hostname"))...)
+	}
+	if s.Subdomain != "" {
+		errs = append(errs, dns1123Label(s.Subdomain, sp.Child("subdomain"))...)
+	}
+	if sc := s.SecurityContext; sc != nil {
+		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp.Child("securityContext"))...)
+	}
+	if s.OS != nil && s.OS.Name != corev1.Linux {
+		errs = append(errs, field.NotSupported(sp.Child("os", "name"), s.OS.Name, []corev1.OSName{corev1.Linux}))
+	}
+	forbidTrue := func(v *bool, name, why string) {
+		if v != nil && *v {
+			errs = append(errs, field.Forbidden(sp.Child(name), NotSupported+": "+why))
+		}
+	}
+	forbidTrue(s.ShareProcessNamespace, "shareProcessNamespace", "each container has its own PID namespace")
+	forbidTrue(s.AutomountServiceAccountToken, "automountServiceAccountToken", "there is no API server to issue tokens")
+	forbidTrue(s.SetHostnameAsFQDN, "setHostnameAsFQDN", "the hostname is the pod's hostname")
+	if s.HostUsers != nil && !*s.HostUsers {
+		errs = append(errs, field.Forbidden(sp.Child("hostUsers"), NotSupported+": user namespaces"))
+	}
+	if s.PriorityClassName != "" {
+		for _, msg := range apivalidation.NameIsDNSSubdomain(s.PriorityClassName, false) {
+			errs = append(errs, field.Invalid(sp.Child("priorityClassName"), s.PriorityClassName, msg))
+		}
+	}
+	return errs
+}
+
+// ResolvePriority returns the pod's priority as the Priority admission
+// plugin computes it (plugin/pkg/admission/priority): the value of
+// spec.priorityClassName, looked up among the built-in classes and
+// opts.PriorityClasses, or 0 without a class name. A class that does not
+// exist is an error, and so is a spec.priority that differs from the class's
+// value. The caller stores the result in spec.priority.
+func ResolvePriority(pod *corev1.Pod, opts Options) (int32, *field.Error) {
+	sp := field.NewPath("spec")
+	name := pod.Spec.PriorityClassName
+	var value int32
+	if name != "" {
+		v, ok := qos.BuiltinPriority(name)
+		if !ok {
+			v, ok = opts.PriorityClasses[name]
+		}
+		if !ok {
+			return 0, field.NotFound(sp.Child("priorityClassName"), name)
+		}
+		value = v
+	}
+	if p := pod.Spec.Priority; p != nil && *p != value {
+		return 0, field.Forbidden(sp.Child("priority"), fmt.Sprintf(
+			"the integer value of priority (%d) must not be provided in pod spec; priority admission controller computed %d from the given PriorityClass name", *p, value))
+	}
+	return value, nil
+}
+
+func validateContainer(c *corev1.Container, names map[string]bool, volumes map[string]bool, opts Options, cp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case c.Name == "":
+		errs = append(errs, field.Required(cp.Child("name"), ""))
+	case names[c.Name]:
+		errs = append(errs, field.Duplicate(cp.Child("name"), c.Name))
+	default:
+		errs = append(errs, dns1123Label(c.Name, cp.Child("name"))...)
+	}
+	names[c.Name] = true
+	switch {
+	case c.Image == "":
+		errs = append(errs, field.Required(cp.Child("image"), ""))
+	case c.Image != strings.TrimSpace(c.Image):
+		errs = append(errs, field.Invalid(cp.Child("image"), c.Image, "must not have leading or trailing whitespace"))
+	}
+	if c.ImagePullPolicy != "" && !slices.Contains(supportedPullPolicies, string(c.ImagePullPolicy)) {
+		errs = append(errs, field.NotSupported(cp.Child("imagePullPolicy"), c.ImagePullPolicy, supportedPullPolicies))
+	}
+	if c.TerminationMessagePath != "" && c.TerminationMessagePath != DefaultTerminationMessagePath {
+		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePath"), NotSupported+": only "+DefaultTerminationMessagePath))
+	}
+	if c.TerminationMessagePolicy != "" && c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePolicy"), NotSupported+": only File"))
+	}
+	errs = append(errs, validatePorts(c.Ports, cp.Child("ports"))...)
+	errs = append(errs, validateEnv(c.Env, cp.Child("env"))...)
+	errs = append(errs, validateResources(&c.Resources, cp.Child("resources"))...)
+	errs = append(errs, validateMounts(c.VolumeMounts, volumes, cp.Child("volumeMounts"))...)
+	errs = append(errs, validateSecurityContext(c.SecurityContext, opts, cp.Child("securityContext"))...)
+	return errs
+}
+
+// validatePorts is validateContainerPorts of pkg/apis/core/validation, plus a
+// check of hostIP, which Kubernetes leaves to the runtime.
+func validatePorts(ports []corev1.ContainerPort, pp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, port := range ports {
+		ip := pp.Index(i)
+		if port.Name != "" {
+			if msgs := validation.IsValidPortName(port.Name); len(msgs) > 0 {
+				for _, msg := range msgs {
+					errs = append(errs, field.Invalid(ip.Child("name"), port.Name, msg))
+				}
+			} else if seen[port.Name] {
+				errs = append(errs, field.Duplicate(ip.Child("name"), port.Name))
+			} else {
+				seen[port.Name] = true
+			}
+		}
+		if port.ContainerPort == 0 {
+			errs = append(errs, field.Required(ip.Child("containerPort"), ""))
+		} else {
+			for _, msg := range validation.IsValidPortNum(int(port.ContainerPort)) {
+				errs = append(errs, field.Invalid(ip.Child("containerPort"), port.ContainerPort, msg))
+			}
+		}
+		if port.HostPort != 0 {
+			for _, msg := range validation.IsValidPortNum(int(port.HostPort)) {
+				errs = append(errs, field.Invalid(ip.Child("hostPort"), port.HostPort, msg))
+			}
+		}
+		if port.Protocol == "" {
+			errs = append(errs, field.Required(ip.Child("protocol"), ""))
+		} else if !slices.Contains(supportedProtocols, string(port.Protocol)) {
+			errs = append(errs, field.NotSupported(ip.Child("protocol"), port.Protocol, supportedProtocols))
+		}
+		if port.HostIP != "" {
+			if _, err := netip.ParseAddr(port.HostIP); err != nil {
+				errs = append(errs, field.Invalid(ip.Child("hostIP"), port.HostIP, "must be a valid IP address"))
+			}
+		}
+	}
+	return errs
+}
+
+// uniqueHostPorts is AccumulateUniqueHostPorts of pkg/apis/core/validation:
+// no two app container ports may use the same hostIP/protocol/hostPort.
+func uniqueHostPorts(containers []corev1.Container, cp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, c := range containers {
+		for j, port := range c.Ports {
+			if port.HostPort == 0 {
+				continue
+			}
+			key := fmt.Sprintf("%s/%s/%d", port.HostIP, port.Protocol, port.HostPort)
+			if seen[key] {
+				errs = append(errs, field.Duplicate(cp.Index(i).Child("ports").Index(j).Child("hostPort"), key))
+			}
+			seen[key] = true
+		}
+	}
+	return errs
+}
+
+// validateEnv is ValidateEnv of pkg/apis/core/validation with the relaxed
+// name rule (RelaxedEnvironmentVariableValidation, on by default), reduced
+// to the value sources nodeguard can fill in.
+func validateEnv(env []corev1.EnvVar, ep *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, ev := range env {
+		ip := ep.Index(i)
+		if ev.Name == "" {
+			errs = append(errs, field.Required(ip.Child("name"), ""))
+		} else {
+			for _, msg := range validation.IsRelaxedEnvVarName(ev.Name) {
+				errs = append(errs, field.Invalid(ip.Child("name"), ev.Name, msg))
+			}
+		}
+		vf := ev.ValueFrom
+		if vf == nil {
+			continue
+		}
+		vp := ip.Child("valueFrom")
+		if vf.FieldRef == nil {
+			// Every other source is refused by checkSupport; an empty
+			// valueFrom still needs a source.
+			if *vf == (corev1.EnvVarSource{}) {
+				errs = append(errs, field.Invalid(vp, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"))
+			}
+			continue
+		}
+		if ev.Value != "" {
+			errs = append(errs, field.Invalid(vp, "", "may not be specified when `value` is not empty"))
+		}
+		errs = append(errs, validateFieldRef(vf.FieldRef, supportedEnvFieldPaths, vp.Child("fieldRef"))...)
+	}
+	return errs
+}
+
+// validateFieldRef is validateObjectFieldSelector: apiVersion v1 and one of
+// the supported paths; label and annotation subscripts are not supported.
+func validateFieldRef(fs *corev1.ObjectFieldSelector, supported []string, fp *field.Path) field.ErrorList {
+	switch {
+	case fs.APIVersion == "":
+		return field.ErrorList{field.Required(fp.Child("apiVersion"), "")}
+	case fs.APIVersion != "v1":
+		return field.ErrorList{field.NotSupported(fp.Child("apiVersion"), fs.APIVersion, []string{"v1"})}
+	case fs.FieldPath == "":
+		return field.ErrorList{field.Required(fp.Child("fieldPath"), "")}
+	case !slices.Contains(supported, fs.FieldPath):
+		return field.ErrorList{field.NotSupported(fp.Child("fieldPath"), fs.FieldPath, supported)}
+	}
+	return nil
+}
+
+// validateResources is ValidateContainerResourceRequirements reduced to the
+// resources nodeguard manages: cpu, memory and ephemeral-storage.
+func validateResources(r *corev1.ResourceRequirements, rp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	check := func(list corev1.ResourceList, lp *field.Path) {
+		for _, name := range sortedNames(list) {
+			q := list[name]
+			np := lp.Key(string(name))
+			if !slices.Contains(supportedResources, string(name)) {
+				errs = append(errs, field.NotSupported(np, name, supportedResources))
+				continue
+			}
+			if q.Cmp(resource.Quantity{}) < 0 {
+				errs = append(errs, field.Invalid(np, q.String(), isNegativeErrorMsg))
+			}
+		}
+	}
+	check(r.Limits, rp.Child("limits"))
+	check(r.Requests, rp.Child("requests"))
+	for _, name := range sortedNames(r.Requests) {
+		req := r.Requests[name]
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			errs = append(errs, field.Invalid(rp.Child("requests"), req.String(),
+				fmt.Sprintf("must be less than or equal to %s limit of %s", name, lim.String())))
+		}
+	}
+	return errs
+}
+
+func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
+	names := make([]corev1.ResourceName, 0, len(l))
+	for n := range l {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// validateMounts is ValidateVolumeMounts of pkg/apis/core/validation, with
+// absolute mount paths required (Linux only) and the indexed subPath path.
+func validateMounts(mounts []corev1.VolumeMount, volumes map[string]bool, mp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	paths := map[string]bool{}
+	for i, m := range mounts {
+		ip := mp.Index(i)
+		if m.Name == "" {
+			errs = append(errs, field.Required(ip.Child("name"), ""))
+		} else if !volumes[m.Name] {
+			errs = append(errs, field.NotFound(ip.Child("name"), m.Name))
+		}
+		switch {
+		case m.MountPath == "":
+			errs = append(errs, field.Required(ip.Child("mountPath"), ""))
+		case paths[m.MountPath]:
+			errs = append(errs, field.Invalid(ip.Child("mountPath"), m.MountPath, "must be unique"))
+		case !path.IsAbs(m.MountPath):
+			errs = append(errs, field.Invalid(ip.Child("mountPath"), m.MountPath, "must be an absolute path"))
+		}
+		paths[m.MountPath] = true
+		if m.SubPath != "" {
+			errs = append(errs, localDescendingPath(m.SubPath, ip.Child("subPath"))...)
+		}
+		if m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone {
+			errs = append(errs, field.Forbidden(ip.Child("mountPropagation"), NotSupported+": only None"))
+		}
+		if m.RecursiveReadOnly != nil && *m.RecursiveReadOnly != corev1.RecursiveReadOnlyDisabled {
+			errs = append(errs, field.Forbidden(ip.Child("recursiveReadOnly"), NotSupported+": only Disabled"))
+		}
+	}
+	return errs
+}
+
+// localDescendingPath is validateLocalDescendingPath: relative, no "..".
+func localDescendingPath(p string, fp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if path.IsAbs(p) {
+		errs = append(errs, field.Invalid(fp, p, "must be a relative path"))
+	}
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		errs = append(errs, field.Invalid(fp, p, "must not contain '..'"))
+	}
+	return errs
+}
+
+func validateSecurityContext(sc *corev1.SecurityContext, opts Options, sp *field.Path) field.ErrorList {
+	if sc == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if sc.Privileged != nil && *sc.Privileged && !opts.AllowPrivileged {
+		errs = append(errs, field.Forbidden(sp.Child("privileged"), "disallowed by node policy"))
+	}
+	errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp)...)
+	if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
+		errs = append(errs, field.Forbidden(sp.Child("procMount"), NotSupported+": only Default"))
+	}
+	if c := sc.Capabilities; c != nil {
+		for _, l := range []struct {
+			caps []corev1.Capability
+			name string
+		}{{c.Add, "add"}, {c.Drop, "drop"}} {
+			for i, capability := range l.caps {
+				if !slices.Contains(capabilities, strings.TrimPrefix(string(capability), "CAP_")) {
+					errs = append(errs, field.Invalid(sp.Child("capabilities", l.name).Index(i), capability, "not a Linux capability"))
+				}
+			}
+		}
+	}
+	// validateSecurityContext in pkg/apis/core/validation.
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		if sc.Privileged != nil && *sc.Privileged {
+			errs = append(errs, field.Invalid(sp, sc, "cannot set `allowPrivilegeEscalation` to false and `privileged` to true"))
+		}
+		if sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "CAP_SYS_ADMIN") {
+			errs = append(errs, field.Invalid(sp, sc, "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN"))
+		}
+	}
+	return errs
+}
+
+func validateIDs(user, group *int64, sp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if user != nil {
+		for _, msg := range validation.IsValidUserID(*user) {
+			errs = append(errs, field.Invalid(sp.Child("runAsUser"), *user, msg))
+		}
+	}
+	if group != nil {
+		for _, msg := range validation.IsValidGroupID(*group) {
+			errs = append(errs, field.Invalid(sp.Child("runAsGroup"), *group, msg))
+		}
+	}
+	return errs
+}
+
+// validateDNS is validateDNSPolicy and validatePodDNSConfig.
+func validateDNS(s *corev1.PodSpec, sp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	dp := sp.Child("dnsPolicy")
+	switch s.DNSPolicy {
+	case corev1.DNSClusterFirstWithHostNet, corev1.DNSClusterFirst, corev1.DNSDefault, corev1.DNSNone:
+	case "":
+		errs = append(errs, field.Required(dp, ""))
+	default:
+		errs = append(errs, field.NotSupported(dp, s.DNSPolicy, supportedDNSPolicies))
+	}
+	cp := sp.Child("dnsConfig")
+	c := s.DNSConfig
+	if s.DNSPolicy == corev1.DNSNone {
+		if c == nil {
+			return append(errs, field.Required(cp, "must provide `dnsConfig` when `dnsPolicy` is None"))
+		}
+		if len(c.Nameservers) == 0 {
+			return append(errs, field.Required(cp.Child("nameservers"), "must provide at least one DNS nameserver when `dnsPolicy` is None"))
+		}
+	}
+	if c == nil {
+		return errs
+	}
+	if len(c.Nameservers) > maxDNSNameservers {
+		errs = append(errs, field.Invalid(cp.Child("nameservers"), c.Nameservers, fmt.Sprintf("must not have more than %v nameservers", maxDNSNameservers)))
+	}
+	for i, ns := range c.Nameservers {
+		errs = append(errs, validation.IsValidIP(cp.Child("nameservers").Index(i), ns)...)
+	}
+	if len(c.Searches) > maxDNSSearchPaths {
+		errs = append(errs, field.Invalid(cp.Child("searches"), c.Searches, fmt.Sprintf("must not have more than %v search paths", maxDNSSearchPaths)))
+	}
+	if len(strings.Join(c.Searches, " ")) > maxDNSSearchListChars {
+		errs = append(errs, field.Invalid(cp.Child("searches"), c.Searches, fmt.Sprintf("must not have more than %v characters (including spaces) in the search list", maxDNSSearchListChars)))
+	}
+	for i, search := range c.Searches {
+		if search == "." {
+			continue // the root domain, allowed since Kubernetes 1.32
+		}
+		search = strings.TrimSuffix(search, ".")
+		for _, msg := range validation.IsDNS1123Subdomain(search) {
+			errs = append(errs, field.Invalid(cp.Child("searches").Index(i), search, msg))
+		}
+	}
+	for i, o := range c.Options {
+		if o.Name == "" {
+			errs = append(errs, field.Required(cp.Child("options").Index(i), "must not be empty"))
+		}
+	}
+	return errs
+}
+
+// validateVolumes is validateVolumes of pkg/apis/core/validation for the
+// volume types nodeguard supports; it returns the set of valid names.
+func validateVolumes(volumes []corev1.Volume, vp *field.Path) (map[string]bool, field.ErrorList) {
+	var errs field.ErrorList
+	names := map[string]bool{}
+	for i := range volumes {
+		v := &volumes[i]
+		ip := vp.Index(i)
+		np := ip.Child("name")
+		nameErrs := dns1123Label(v.Name, np)
+		switch {
+		case v.Name == "":
+			errs = append(errs, field.Required(np, ""))
+		case len(nameErrs) > 0:
+			errs = append(errs, nameErrs...)
+		case names[v.Name]:
+			errs = append(errs, field.Duplicate(np, v.Name))
+		default:
+			names[v.Name] = true
+		}
+		errs = append(errs, validateVolumeSource(&v.VolumeSource, ip)...)
+	}
+	return names, errs
+}
+
+func validateVolumeSource(s *corev1.VolumeSource, ip *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	n := 0
+	if e := s.EmptyDir; e != nil {
+		n++
+		ep := ip.Child("emptyDir")
+		if !slices.Contains(supportedMedia, string(e.Medium)) {
+			errs = append(errs, field.NotSupported(ep.Child("medium"), e.Medium, supportedMedia))
+		}
+		if e.SizeLimit != nil && e.SizeLimit.Sign() < 0 {
+			errs = append(errs, field.Forbidden(ep.Child("sizeLimit"), "SizeLimit field must be a valid resource quantity"))
+		}
+	}
+	if h := s.HostPath; h != nil {
+		if n++; n == 1 {
+			hp := ip.Child("hostPath")
+			switch {
+			case h.Path == "":
+				errs = append(errs, field.Required(hp.Child("path"), ""))
+			case !path.IsAbs(h.Path):
+				errs = append(errs, field.Invalid(hp.Child("path"), h.Path, "must be an absolute path"))
+			case slices.Contains(strings.Split(h.Path, "/"), ".."):
+				errs = append(errs, field.Invalid(hp.Child("path"), h.Path, "must not contain '..'"))
+			}
+			if h.Type != nil && !slices.Contains(supportedHostPathTypes, string(*h.Type)) {
+				errs = append(errs, field.NotSupported(hp.Child("type"), *h.Type, supportedHostPathTypes))
+			}
+		}
+	}
+	if c := s.ConfigMap; c != nil {
+		if n++; n == 1 {
+			cp := ip.Child("configMap")
+			errs = append(errs, objectName(c.Name, cp.Child("name"))...)
+			errs = append(errs, validateMode(c.DefaultMode, cp.Child("defaultMode"))...)
+			errs = append(errs, validateItems(c.Items, cp.Child("items"))...)
+		}
+	}
+	if c := s.Secret; c != nil {
+		if n++; n == 1 {
+			cp := ip.Child("secret")
+			errs = append(errs, objectName(c.SecretName, cp.Child("secretName"))...)
+			errs = append(errs, validateMode(c.DefaultMode, cp.Child("defaultMode"))...)
+			errs = append(errs, validateItems(c.Items, cp.Child("items"))...)
+		}
+	}
+	if d := s.DownwardAPI; d != nil {
+		if n++; n == 1 {
+			dp := ip.Child("downwardAPI")
+			errs = append(errs, validateMode(d.DefaultMode, dp.Child("defaultMode"))...)
+			errs = append(errs, validateDownwardItems(d.Items, dp.Child("items"))...)
+		}
+	}
+	if p := s.Projected; p != nil {
+		if n++; n == 1 {
+			errs = append(errs, validateProjected(p, ip.Child("projected"))...)
+		}
+	}
+	switch {
+	case n == 0 && !otherVolumeSource(s):
+		errs = append(errs, field.Required(ip, "must specify a volume type"))
+	case n > 1:
+		errs = append(errs, field.Forbidden(ip, "may not specify more than 1 volume type"))
+	}
+	return errs
+}
+
+// otherVolumeSource reports whether a volume type nodeguard refuses is set
+// (checkSupport reports it), so that "must specify a volume type" is not
+// reported as well.
+func otherVolumeSource(s *corev1.VolumeSource) bool {
+	return *s != (corev1.VolumeSource{})
+}
+
+func validateProjected(p *corev1.ProjectedVolumeSource, pp *field.Path) field.ErrorList {
+	errs := validateMode(p.DefaultMode, pp.Child("defaultMode"))
+	for i, src := range p.Sources {
+		sp := pp.Child("sources").Index(i)
+		n := 0
+		if c := src.ConfigMap; c != nil {
+			n++
+			errs = append(errs, objectName(c.Name, sp.Child("configMap", "name"))...)
+			errs = append(errs, validateItems(c.Items, sp.Child("configMap", "items"))...)
+		}
+		if c := src.Secret; c != nil {
+			n++
+			errs = append(errs, objectName(c.Name, sp.Child("secret", "name"))...)
+			errs = append(errs, validateItems(c.Items, sp.Child("secret", "items"))...)
+		}
+		if d := src.DownwardAPI; d != nil {
+			n++
+			errs = append(errs, validateDownwardItems(d.Items, sp.Child("downwardAPI", "items"))...)
+		}
+		if n > 1 {
+			errs = append(errs, field.Forbidden(sp, "may not specify more than 1 volume type per source"))
+		}
+	}
+	return errs
+}
+
+func validateItems(items []corev1.KeyToPath, ip *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, it := range items {
+		p := ip.Index(i)
+		if it.Key == "" {
+			errs = append(errs, field.Required(p.Child("key"), ""))
+		}
+		errs = append(errs, localNonReservedPath(it.Path, p.Child("path"))...)
+		errs = append(errs, validateMode(it.Mode, p.Child("mode"))...)
+	}
+	return errs
+}
+
+func validateDownwardItems(items []corev1.DownwardAPIVolumeFile, ip *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, it := range items {
+		p := ip.Index(i)
+		errs = append(errs, localNonReservedPath(it.Path, p.Child("path"))...)
+		errs = append(errs, validateMode(it.Mode, p.Child("mode"))...)
+		if it.FieldRef == nil {
+			errs = append(errs, field.Required(p, "one of `fieldRef` and `resourceFieldRef` is required"))
+			continue
+		}
+		errs = append(errs, validateFieldRef(it.FieldRef, supportedVolumeFieldPaths, p.Child("fieldRef"))...)
+	}
+	return errs
+}
+
+// localNonReservedPath is validateLocalNonReservedPath: a relative path
+// without ".." that does not start with "..".
+func localNonReservedPath(p string, fp *field.Path) field.ErrorList {
+	if p == "" {
+		return field.ErrorList{field.Required(fp, "")}
+	}
+	errs := localDescendingPath(p, fp)
+	if strings.HasPrefix(p, "..") && !slices.Contains(strings.Split(p, "/"), "..") {
+		errs = append(errs, field.Invalid(fp, p, "must not start with '..'"))
+	}
+	return errs
+}
+
+func validateMode(mode *int32, mp *field.Path) field.ErrorList {
+	if mode != nil && (*mode > fileModeMax || *mode < 0) {
+		return field.ErrorList{field.Invalid(mp, *mode, fileModeErrorMsg)}
+	}
+	return nil
+}
+
+// objectName checks a ConfigMap or Secret name: required, a DNS subdomain.
+func objectName(name string, np *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(np, "")}
+	}
+	var errs field.ErrorList
+	for _, msg := range apivalidation.NameIsDNSSubdomain(name, false) {
+		errs = append(errs, field.Invalid(np, name, msg))
+	}
+	return errs
+}
+
+func dns1123Label(v string, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(v) {
+		errs = append(errs, field.Invalid(p, v, msg))
+	}
+	return errs
+}
