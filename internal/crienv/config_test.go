@@ -1,0 +1,185 @@
+package crienv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeguard/nodeguard/internal/cgtest"
+)
+
+func testConfigParams(dir string) configParams {
+	return configParams{
+		Root: dir + "/root", State: dir + "/state", Temp: dir + "/tmp",
+		Socket: dir + "/containerd.sock", OptDir: dir + "/opt",
+		RuncBinary: "/usr/sbin/runc", RuncRoot: dir + "/runc",
+		SandboxImage: "registry.local/nodeguard/pause:3.9",
+		CNIBinDir:    "/usr/lib/cni", CNIConfDir: dir + "/cni/net.d",
+	}
+}
+
+func TestRenderConfig(t *testing.T) {
+	cfg, err := renderConfig(testConfigParams("/tmp/env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"version = 2\n",
+		"  restrict_oom_score_adj = true\n",
+		"  systemd_cgroup = false\n",
+		"  SystemdCgroup = false\n",
+		`  runtime_type = "io.containerd.runc.v2"` + "\n",
+		`  snapshotter = "overlayfs"` + "\n",
+		`  sandbox_image = "registry.local/nodeguard/pause:3.9"` + "\n",
+		`  address = "/tmp/env/containerd.sock"` + "\n",
+		`  conf_dir = "/tmp/env/cni/net.d"` + "\n",
+		`  Root = "/tmp/env/runc"` + "\n",
+		`  path = "/tmp/env/opt"` + "\n",
+		"  netns_mounts_under_state_dir = true\n",
+		"  disable_apparmor = true\n",
+		`required_plugins = ["io.containerd.grpc.v1.cri"]` + "\n",
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(cfg, "\n") {
+		if strings.HasPrefix(line, "disabled_plugins") && strings.Contains(line, "cri") {
+			t.Errorf("the CRI plugin is disabled: %s", line)
+		}
+	}
+}
+
+func TestRenderConfigRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*configParams)
+	}{
+		{"an empty directory", func(p *configParams) { p.State = "" }},
+		{"a path with a newline, which would end the TOML string", func(p *configParams) { p.Root = "/tmp/a\nversion = 3" }},
+		{"a path with a control character", func(p *configParams) { p.Socket = "/tmp/\x01.sock" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := testConfigParams("/tmp/env")
+			tt.modify(&p)
+			if _, err := renderConfig(p); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("renderConfig: %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+// TestContainerdReadsTheConfig checks every setting through containerd's
+// own parser: `containerd config dump` prints the merged config, with the
+// default for any key it did not recognise, so a misspelt key shows up as a
+// mismatch.
+func TestContainerdReadsTheConfig(t *testing.T) {
+	containerd, err := lookTool("containerd")
+	if err != nil {
+		cgtest.Need(t, false, "containerd is not installed (crienv.EnsurePackages installs it)")
+	}
+	dir := t.TempDir()
+	cfg, err := renderConfig(testConfigParams(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, containerd, "--config", file, "config", "dump").CombinedOutput()
+	if err != nil {
+		t.Fatalf("containerd config dump: %v: %s", err, out)
+	}
+	dump := string(out)
+	section := ""
+	for _, line := range strings.Split(cfg, "\n") {
+		l := strings.TrimSpace(line)
+		switch {
+		case l == "" || strings.HasPrefix(l, "#"):
+		case strings.HasPrefix(l, "["):
+			section = l
+			if !strings.Contains(dump, l+"\n") {
+				t.Errorf("dump lacks section %s", l)
+			}
+		case strings.HasPrefix(l, "disabled_plugins") || strings.HasPrefix(l, "required_plugins"):
+			// Arrays: containerd prints them in its own layout.
+			key, _, _ := strings.Cut(l, " =")
+			if !strings.Contains(dump, key+" = [") {
+				t.Errorf("dump lacks %s", key)
+			}
+		default:
+			if !strings.Contains(dump, l+"\n") {
+				t.Errorf("in %s containerd did not take %q", section, l)
+			}
+		}
+	}
+}
+
+func TestRenderCNI(t *testing.T) {
+	good := cniParams{Name: "nodeguard-crienv-ab", Bridge: "ngbrab", Subnet: netip.MustParsePrefix("10.88.0.0/16"), IPAMDir: "/tmp/env/ipam", Loopback: true}
+	b, err := renderCNI(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		CNIVersion string `json:"cniVersion"`
+		Name       string `json:"name"`
+		Plugins    []struct {
+			Type      string `json:"type"`
+			Bridge    string `json:"bridge"`
+			IsGateway bool   `json:"isGateway"`
+			IPMasq    bool   `json:"ipMasq"`
+			IPAM      struct {
+				Type    string                `json:"type"`
+				Ranges  [][]map[string]string `json:"ranges"`
+				DataDir string                `json:"dataDir"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &conf); err != nil {
+		t.Fatalf("conflist is not JSON: %v\n%s", err, b)
+	}
+	if conf.Name != good.Name || len(conf.Plugins) != 2 || conf.Plugins[0].Type != "bridge" || conf.Plugins[1].Type != "loopback" {
+		t.Fatalf("conflist %s: want network %s with bridge then loopback", b, good.Name)
+	}
+	br := conf.Plugins[0]
+	if br.Bridge != "ngbrab" || !br.IsGateway || br.IPMasq || br.IPAM.Type != "host-local" ||
+		br.IPAM.DataDir != "/tmp/env/ipam" || br.IPAM.Ranges[0][0]["subnet"] != "10.88.0.0/16" {
+		t.Fatalf("bridge plugin %+v: want bridge ngbrab, gateway, no masquerade, host-local in 10.88.0.0/16 with dataDir", br)
+	}
+
+	tests := []struct {
+		name   string
+		modify func(*cniParams)
+	}{
+		{"an empty network name", func(p *cniParams) { p.Name = "" }},
+		{"a network name with a slash", func(p *cniParams) { p.Name = "a/b" }},
+		{"a bridge name longer than IFNAMSIZ-1", func(p *cniParams) { p.Bridge = "ngbr0123456789ab" }},
+		{"a bridge name with a colon", func(p *cniParams) { p.Bridge = "br:0" }},
+		{"no subnet", func(p *cniParams) { p.Subnet = netip.Prefix{} }},
+		{"an IPv6 subnet", func(p *cniParams) { p.Subnet = netip.MustParsePrefix("fd00::/64") }},
+		{"a subnet with host bits", func(p *cniParams) { p.Subnet = netip.MustParsePrefix("10.88.0.1/16") }},
+		{"a /31", func(p *cniParams) { p.Subnet = netip.MustParsePrefix("10.88.0.0/31") }},
+		{"no IPAM dir", func(p *cniParams) { p.IPAMDir = "" }},
+	}
+	for _, tt := range tests {
+		t.Run("it rejects "+tt.name, func(t *testing.T) {
+			p := good
+			tt.modify(&p)
+			if _, err := renderCNI(p); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("renderCNI: %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}

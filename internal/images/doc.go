@@ -1,0 +1,32 @@
+// Package images builds the two container images of nodeguard's test
+// environment locally, with no registry and no network: a pause image and a
+// busybox image, each written as an OCI image-layout tarball that
+// `ctr -n k8s.io images import` accepts and names.
+//
+//   - Pause (PauseName): one static binary, /pause, built with
+//     `CGO_ENABLED=0 go build -trimpath` from pause/main.go, which is
+//     embedded in this package. It sleeps, reaps the children it inherits,
+//     and exits 0 on SIGTERM or SIGINT. Entrypoint ["/pause"].
+//   - Busybox (BusyboxName): Debian's static /bin/busybox (package
+//     busybox-static) with a symlink for every applet that the binary lists
+//     (`busybox --list-full`: sh, ls, cat, sleep, wget, nc, ip, ping, awk,
+//     ps, ...), a minimal /etc (passwd, group) and /tmp. Cmd ["sh"].
+//
+// Both names live under registry.local, which no registry answers, so a
+// runtime can never pull them: they exist only where they were imported.
+//
+// Invariants:
+//
+//   - Output is deterministic: the same inputs (pause source, Go toolchain
+//     version, busybox binary) give byte-identical archives. Tar entries
+//     are sorted with parents first, owned by 0:0, dated Epoch; gzip
+//     headers carry no name or time; JSON comes from structs.
+//   - An archive is written to a temporary file in its directory and
+//     renamed into place, so a reader never sees half of one.
+//   - Cached builds into a directory named by a hash of the inputs and
+//     publishes it with one rename under an flock, so parallel test
+//     binaries share one build and never see a partial one.
+//   - Nothing here uses the network: the pause build is a module without
+//     dependencies, run with GOTOOLCHAIN=local, GOPROXY=off and GOFLAGS
+//     cleared.
+package images

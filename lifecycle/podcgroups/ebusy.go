@@ -1,0 +1,5 @@
+package podcgroups
+
+import "golang.org/x/sys/unix"
+
+const syscallEBUSY = unix.EBUSY

@@ -1,0 +1,313 @@
+// Package podcgroups makes and removes the pod cgroup hierarchy on disk:
+// kubepods -> burstable|besteffort -> pod<uid> (Guaranteed pods directly
+// under kubepods), in every mounted hierarchy, with the pod-level limits
+// and CPU weights the kubelet sets, and node allocatable on kubepods.
+//
+// Invariants:
+//   - The cgroup root is resolved per hierarchy by internal/cgroups: a
+//     RELATIVE root lands beneath nodeguard's own cgroup in each hierarchy,
+//     exactly where runc resolves the same relative cgroup_parent (runc is
+//     started by a containerd that shares our cgroups), so the pod cgroup we
+//     make and limit is the one the containers are put beneath.
+//   - Only directories beneath the resolved root are ever made, written or
+//     removed; nothing above it is touched, except that on cgroup2 each
+//     level delegates its controllers to the next (cgroup.subtree_control).
+//   - Remove takes away the pod's directory in every hierarchy (CRI removes
+//     only the container leaves), deepest first, and reports what it could
+//     not remove; a directory already gone is not an error.
+//   - Only the cgroupfs layout is made on disk. The systemd driver's names
+//     are computed by lifecycle/cgroupnames, but making slices needs
+//     systemd's D-Bus API, so Ensure refuses the systemd driver.
+package podcgroups
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
+)
+
+// ErrUnsupported: the requested layout cannot be made here.
+var ErrUnsupported = errors.New("unsupported")
+
+// Manager makes pod cgroups beneath one root.
+type Manager struct {
+	layout *cgroups.Layout
+	root   string
+	// EnforceCPULimits sets CFS quotas from CPU limits (the kubelet's
+	// cpuCFSQuota, on by default).
+	EnforceCPULimits bool
+}
+
+// New returns a Manager for the cgroupfs driver beneath root (relative:
+// beneath nodeguard's own cgroup in each hierarchy; absolute: a path
+// within each hierarchy).
+func New(layout *cgroups.Layout, driver cgroupnames.Driver, root string) (*Manager, error) {
+	if driver != cgroupnames.Cgroupfs {
+		return nil, fmt.Errorf("pod cgroups with the %s driver: %w (use cgroupfs)", driver, ErrUnsupported)
+	}
+	if layout.Memory == nil {
+		return nil, fmt.Errorf("pod cgroups: %w: no memory controller mounted", ErrUnsupported)
+	}
+	return &Manager{layout: layout, root: root, EnforceCPULimits: true}, nil
+}
+
+// Parent is the pod's cgroup parent, as handed to CRI (relative when the
+// root is).
+func (m *Manager) Parent(pod *corev1.Pod) (string, error) {
+	return cgroupnames.PodParent(cgroupnames.Cgroupfs, m.root, qos.Class(pod), pod.UID)
+}
+
+func (m *Manager) v2Memory() bool { return m.layout.Memory.V2() }
+
+// Ensure makes the pod's cgroup (and its QoS parents) in every hierarchy
+// and writes the pod-level limits. It is idempotent.
+func (m *Manager) Ensure(pod *corev1.Pod) (string, error) {
+	parent, err := m.Parent(pod)
+	if err != nil {
+		return "", err
+	}
+	dirs, err := m.layout.Resolve(parent)
+	if err != nil {
+		return "", fmt.Errorf("ensure pod cgroup %s: %w", parent, err)
+	}
+	for _, d := range dirs {
+		if err := m.mkdirDelegating(d); err != nil {
+			return "", fmt.Errorf("ensure pod cgroup %s: %w", parent, err)
+		}
+	}
+	rc := cgroupnames.PodResources(pod, m.v2Memory(), m.EnforceCPULimits)
+	if err := writeResources(dirs, rc); err != nil {
+		return "", fmt.Errorf("set limits of pod cgroup %s: %w", parent, err)
+	}
+	return parent, nil
+}
+
+// mkdirDelegating makes d and its missing parents from the root down; on
+// cgroup2 every level above d (and the root's parent) delegates its
+// controllers, or d would have no memory.max to write.
+func (m *Manager) mkdirDelegating(d cgroups.Dir) error {
+	rootDirs, err := m.layout.Resolve(m.root)
+	if err != nil {
+		return err
+	}
+	var top string
+	for _, r := range rootDirs {
+		if r.Hierarchy.ID == d.Hierarchy.ID {
+			top = r.Path
+		}
+	}
+	if top == "" || (d.Path != top && !strings.HasPrefix(d.Path, top+"/")) {
+		return fmt.Errorf("%s is not beneath the cgroup root %s", d.Path, m.root)
+	}
+	levels := []string{filepath.Dir(top), top}
+	cur := top
+	if rest := strings.Trim(strings.TrimPrefix(d.Path, top), "/"); rest != "" {
+		for _, c := range strings.Split(rest, "/") {
+			cur = filepath.Join(cur, c)
+			levels = append(levels, cur)
+		}
+	}
+	for i, l := range levels {
+		if i > 0 {
+			if err := os.Mkdir(l, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+		}
+		if d.Hierarchy.V2() && i < len(levels)-1 {
+			if err := delegate(l); err != nil {
+				return fmt.Errorf("delegate controllers below %s: %w", l, err)
+			}
+		}
+	}
+	return nil
+}
+
+// delegate enables in dir's cgroup.subtree_control the controllers the
+// pod hierarchy uses that dir has.
+func delegate(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{"memory": true, "cpu": true, "pids": true, "io": true}
+	var enable []string
+	for _, c := range strings.Fields(string(b)) {
+		if want[c] {
+			enable = append(enable, "+"+c)
+		}
+	}
+	if len(enable) == 0 {
+		return nil
+	}
+	cur, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	if err == nil {
+		have := strings.Fields(string(cur))
+		missing := enable[:0:0]
+		for _, e := range enable {
+			found := false
+			for _, h := range have {
+				if "+"+h == e {
+					found = true
+				}
+			}
+			if !found {
+				missing = append(missing, e)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		enable = missing
+	}
+	return write(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(enable, " "))
+}
+
+func write(name, v string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %q to %s: %w", v, name, err)
+	}
+	return nil
+}
+
+// writeResources writes rc into the hierarchy that holds each controller.
+func writeResources(dirs []cgroups.Dir, rc cgroupnames.ResourceConfig) error {
+	for _, d := range dirs {
+		h := d.Hierarchy
+		v2 := h.V2()
+		has := func(c string) bool {
+			if !v2 {
+				return h.Has(c)
+			}
+			_, err := os.Stat(filepath.Join(d.Path, c+".max"))
+			if c == "cpu" {
+				_, err = os.Stat(filepath.Join(d.Path, "cpu.weight"))
+			}
+			return err == nil
+		}
+		if rc.Memory != nil && has("memory") {
+			name, v := "memory.limit_in_bytes", strconv.FormatInt(*rc.Memory, 10)
+			if v2 {
+				name = "memory.max"
+			}
+			if err := write(filepath.Join(d.Path, name), v); err != nil {
+				return err
+			}
+		}
+		if has("cpu") {
+			if v2 {
+				if rc.CPUWeight != nil {
+					if err := write(filepath.Join(d.Path, "cpu.weight"), strconv.FormatUint(*rc.CPUWeight, 10)); err != nil {
+						return err
+					}
+				}
+				if rc.CPUQuota != nil && rc.CPUPeriod != nil {
+					q := "max"
+					if *rc.CPUQuota >= 0 {
+						q = strconv.FormatInt(*rc.CPUQuota, 10)
+					}
+					if err := write(filepath.Join(d.Path, "cpu.max"), q+" "+strconv.FormatUint(*rc.CPUPeriod, 10)); err != nil {
+						return err
+					}
+				}
+			} else {
+				if rc.CPUShares != nil {
+					if err := write(filepath.Join(d.Path, "cpu.shares"), strconv.FormatUint(*rc.CPUShares, 10)); err != nil {
+						return err
+					}
+				}
+				if rc.CPUPeriod != nil {
+					if err := write(filepath.Join(d.Path, "cpu.cfs_period_us"), strconv.FormatUint(*rc.CPUPeriod, 10)); err != nil {
+						return err
+					}
+				}
+				if rc.CPUQuota != nil {
+					if err := write(filepath.Join(d.Path, "cpu.cfs_quota_us"), strconv.FormatInt(*rc.CPUQuota, 10)); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if rc.PidsLimit != nil && has("pids") {
+			if err := write(filepath.Join(d.Path, "pids.max"), strconv.FormatInt(*rc.PidsLimit, 10)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RemoveRoot removes the (empty) kubepods tree and the root itself, for
+// tests and a node being drained; it fails while any pod cgroup remains.
+func (m *Manager) RemoveRoot() error {
+	return m.Remove(m.root)
+}
+
+// Remove takes away the pod's cgroup in every hierarchy: leftover empty
+// children first (a container cgroup runc left behind), then the pod's.
+// It retries EBUSY briefly (a dying task still charged) and reports the
+// directories it could not remove.
+func (m *Manager) Remove(parent string) error {
+	dirs, err := m.layout.Resolve(parent)
+	if err != nil {
+		return fmt.Errorf("remove pod cgroup %s: %w", parent, err)
+	}
+	var errs []error
+	for _, d := range dirs {
+		var all []string
+		err := cgroups.Walk(d.Path, func(p string) error {
+			all = append(all, p)
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		for i := len(all) - 1; i >= 0; i-- {
+			if err := rmdir(all[i]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("remove pod cgroup %s: %w", parent, errors.Join(errs...))
+	}
+	return nil
+}
+
+func rmdir(p string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := os.Remove(p)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscallEBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Dirs are the pod's cgroup directories, for statistics and eviction.
+func (m *Manager) Dirs(parent string) ([]cgroups.Dir, error) {
+	return m.layout.Resolve(parent)
+}

@@ -1,0 +1,108 @@
+package podcgroups_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
+	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
+)
+
+func pod(uid string, req, lim corev1.ResourceList) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: k8stypes.UID("0000-" + uid)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x",
+			Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}}},
+	}
+}
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestEnsureMakesThePodHierarchyWithLimits(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	sb := cgtest.New(t)
+	layout := sb.Layout()
+	m, err := podcgroups.New(layout, cgroupnames.Cgroupfs, sb.Rel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := resource.MustParse
+	cases := []struct {
+		name       string
+		pod        *corev1.Pod
+		wantParent string
+		wantMemory string // "" when no limit is written
+	}{
+		{"a guaranteed pod sits directly under kubepods with its memory limit",
+			pod("g1", corev1.ResourceList{"cpu": q("500m"), "memory": q("64Mi")}, corev1.ResourceList{"cpu": q("500m"), "memory": q("64Mi")}),
+			"kubepods/pod0000-g1", fmt.Sprint(64 << 20)},
+		{"a burstable pod sits under burstable",
+			pod("b1", corev1.ResourceList{"memory": q("32Mi")}, nil), "kubepods/burstable/pod0000-b1", ""},
+		{"a best-effort pod sits under besteffort",
+			pod("e1", nil, nil), "kubepods/besteffort/pod0000-e1", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			parent, err := m.Ensure(c.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := sb.Rel() + "/" + c.wantParent; parent != want {
+				t.Fatalf("parent %q, want %q", parent, want)
+			}
+			dirs, err := m.Dirs(parent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range dirs {
+				if _, err := os.Stat(d.Path); err != nil {
+					t.Errorf("no pod cgroup in hierarchy %d: %v", d.Hierarchy.ID, err)
+				}
+				if d.Hierarchy.Has("memory") && c.wantMemory != "" {
+					name := "memory.limit_in_bytes"
+					if d.Hierarchy.V2() {
+						name = "memory.max"
+					}
+					if got := read(t, filepath.Join(d.Path, name)); got != c.wantMemory {
+						t.Errorf("%s = %s, want %s", name, got, c.wantMemory)
+					}
+				}
+			}
+			if err := m.Remove(parent); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range dirs {
+				if _, err := os.Stat(d.Path); !os.IsNotExist(err) {
+					t.Errorf("pod cgroup %s still there after Remove (%v)", d.Path, err)
+				}
+			}
+		})
+	}
+	if err := m.RemoveRoot(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSystemdDriverIsRefusedClearly(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	sb := cgtest.New(t)
+	if _, err := podcgroups.New(sb.Layout(), cgroupnames.Systemd, "/"); err == nil || !strings.Contains(err.Error(), "systemd") {
+		t.Fatalf("got %v, want an error naming the systemd driver", err)
+	}
+}
