@@ -1,0 +1,45 @@
+// Package cri is nodeguard's Container Runtime Interface client: a thin,
+// context-bounded wrapper over the CRI v1 gRPC services of containerd (or
+// CRI-O), and the pure conversions from Kubernetes pods to CRI configs that
+// the kubelet's kuberuntime package performs.
+//
+// # Client
+//
+// Dial connects to a unix socket and shakes hands with runtime v1 Version
+// before it returns, so that a Client always talks to a CRI v1 runtime.
+// Failures are typed: *EndpointError for a socket that is missing
+// (fs.ErrNotExist), is not a socket, or refuses connections; ErrNotCRI for a
+// peer that is not a CRI v1 server (a gRPC server without the service, or
+// something that does not speak gRPC at all); context.DeadlineExceeded for a
+// handshake that timed out. Every operation takes a context and wraps errors
+// with the operation and the object, "run pod sandbox default/web: ...";
+// gRPC NotFound also wraps ErrNotFound, and the gRPC status stays reachable
+// through status.FromError.
+//
+// # Conversions
+//
+// SandboxConfig and ContainerConfig build the CRI configs exactly as the
+// kubelet's generatePodSandboxConfig and generateContainerConfig do for the
+// pod fields nodeguard accepts (lifecycle/podspec): the kubelet's labels and
+// annotations, namespace modes, port mappings, DNS, command and environment
+// expansion, Linux resources (generateLinuxContainerResources) and the
+// effective security context. ContainerState is toKubeContainerState plus
+// the exit details; ReadLogs reads the CRI log format.
+//
+// # Invariants
+//
+//   - Every sandbox and container that nodeguard creates carries the label
+//     ManagedLabel="true" besides the kubelet's io.kubernetes.* labels;
+//     ListPodSandbox and ListContainers only ever return those.
+//   - RunPodSandbox refuses a config without a cgroup parent (runc would
+//     create /k8s.io/<id> at the root of every hierarchy) and one whose
+//     parent climbs out with "..". An absolute parent is refused unless the
+//     client was dialed WithAbsoluteCgroupParents: on the development
+//     machines a pod's cgroup parent is always relative, resolved by runc
+//     against its own cgroup.
+//   - Every sandbox gets an explicit DNSConfig, so the runtime never copies
+//     the host's resolv.conf on its own.
+//   - Nothing is pulled unless the client was dialed WithImagePull: a
+//     missing image is ErrImageNotPresent naming the reference.
+//   - Conversions never modify the pod or container they are given.
+package cri

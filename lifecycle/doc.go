@@ -1,0 +1,23 @@
+// Package lifecycle is nodeguard's ACT room for pods: it runs the pods it
+// is given through the CRI, the way the kubelet does, and keeps them
+// running.
+//
+// The Manager holds the desired pods (from the manifest directory and the
+// local API) and reconciles them against what the runtime has, identified
+// by nodeguard's label on sandboxes and containers:
+//
+//   - a desired pod without a sandbox gets its cgroups (podcgroups), a
+//     sandbox, its init containers one by one to completion, then its
+//     containers, each with the kubelet's oom_score_adj;
+//   - an exited container is restarted per restartPolicy with the
+//     kubelet's exponential back-off (10 s doubling to 5 min);
+//   - a sandbox whose pod is no longer desired is stopped (containers with
+//     their grace period first) and removed, with its cgroups;
+//   - after a restart of nodeguard, running sandboxes of desired pods are
+//     adopted, never duplicated; extra sandboxes of one pod are removed.
+//
+// Invariants: it never touches a sandbox or container without nodeguard's
+// label; every CRI call runs under a bounded context; a failure in one pod
+// never stops the others; pod status follows Kubernetes (phase,
+// conditions, container states with OOMKilled, pod IP).
+package lifecycle

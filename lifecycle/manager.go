@@ -1,0 +1,981 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
+)
+
+// Errors callers tell apart.
+var (
+	ErrNotFound = errors.New("pod not found")
+	ErrInvalid  = errors.New("invalid pod")
+)
+
+// Labels and annotations nodeguard adds to what it creates.
+const (
+	// AnnotationCgroupParent records the pod cgroup on its sandbox, so that
+	// a sandbox found after a restart can be removed with its cgroups.
+	AnnotationCgroupParent = "nodeguard.io/cgroup-parent"
+	// AnnotationSource says where the pod came from (file or api).
+	AnnotationSource = "nodeguard.io/source"
+)
+
+// Defaults, each with its reason.
+const (
+	// DefaultBackoffInitial and DefaultBackoffMax are the kubelet's
+	// container restart back-off (pkg/kubelet/kubelet.go: 10 s doubling,
+	// capped at 5 min).
+	DefaultBackoffInitial = 10 * time.Second
+	DefaultBackoffMax     = 5 * time.Minute
+	// DefaultResync: how often every pod is compared with the runtime
+	// when nothing asked for it sooner.
+	DefaultResync = time.Second
+	// callTimeout bounds one CRI call; RunPodSandbox measured 115-300 ms.
+	callTimeout = 30 * time.Second
+	// orphanGrace stops a container of a pod nobody wants any more.
+	orphanGrace = 2 * time.Second
+)
+
+// Config wires a Manager.
+type Config struct {
+	Runtime Runtime
+	Cgroups *podcgroups.Manager
+	// RootDir holds per-pod state: logs under RootDir/logs.
+	RootDir string
+	// MemoryCapacity of the node in bytes, for Burstable oom_score_adj.
+	MemoryCapacity int64
+	// DNS is the node's resolver config handed to sandboxes.
+	DNS *runtimeapi.DNSConfig
+	// PodOptions validate manifests (priority classes, privileged).
+	PodOptions podspec.Options
+	// CgroupV2 tells container configs to ask for memory.oom.group.
+	CgroupV2                       bool
+	BackoffInitial, BackoffMax     time.Duration
+	Resync                         time.Duration
+	Logger                         *slog.Logger
+	Now                            func() time.Time
+	// HasCapSysResource and MinOOMScoreAdj: without CAP_SYS_RESOURCE
+	// oom_score_adj cannot go below the runtime's own minimum.
+	HasCapSysResource bool
+	MinOOMScoreAdj    int
+}
+
+// Manager runs pods. Its methods are safe for concurrent use.
+type Manager struct {
+	cfg  Config
+	log  *slog.Logger
+	now  func() time.Time
+	kick chan struct{}
+
+	// sourcesReady: every pod source has been read once. Until then a
+	// sandbox without a desired pod may just not be loaded yet, so it is
+	// not removed (a restarted nodeguard must adopt, not kill).
+	sourcesReady atomic.Bool
+
+	mu   sync.Mutex
+	pods map[types.UID]*podState
+	// clampedOnce: the oom_score_adj clamp is logged once.
+	clampedOnce sync.Once
+}
+
+type backoff struct {
+	until time.Time
+	delay time.Duration
+}
+
+type podState struct {
+	pod        *corev1.Pod
+	source     string
+	deleting   bool
+	sandboxID  string
+	sandboxCfg *runtimeapi.PodSandboxConfig
+	parent     string
+	ip         string
+	created    time.Time
+	backoff    map[string]*backoff
+	status     corev1.PodStatus
+	lastErr    string
+	done       chan struct{} // closed when a deleted pod is gone
+}
+
+// SourceAPI is the source of pods applied through the local API; they are
+// persisted under RootDir/api-pods so that a restarted nodeguard keeps them.
+const SourceAPI = "api"
+
+func (m *Manager) persistDir() string { return filepath.Join(m.cfg.RootDir, "api-pods") }
+
+func (m *Manager) persistPath(uid types.UID) string {
+	return filepath.Join(m.persistDir(), string(uid)+".json")
+}
+
+// persist writes an API pod atomically (temp file, fsync, rename).
+func (m *Manager) persist(p *corev1.Pod) error {
+	if err := os.MkdirAll(m.persistDir(), 0o700); err != nil {
+		return fmt.Errorf("persist pod %s: %w", key(p), err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("persist pod %s: %w", key(p), err)
+	}
+	tmp, err := os.CreateTemp(m.persistDir(), ".pod-*")
+	if err != nil {
+		return fmt.Errorf("persist pod %s: %w", key(p), err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("persist pod %s: %w", key(p), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("persist pod %s: %w", key(p), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("persist pod %s: %w", key(p), err)
+	}
+	if err := os.Rename(tmp.Name(), m.persistPath(p.UID)); err != nil {
+		return fmt.Errorf("persist pod %s: %w", key(p), err)
+	}
+	return nil
+}
+
+// loadPersisted reads the API pods of an earlier run. A file that does
+// not decode is reported and left for the operator, never guessed at.
+func (m *Manager) loadPersisted() error {
+	entries, err := os.ReadDir(m.persistDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("load persisted pods: %w", err)
+	}
+	var pods []*corev1.Pod
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(m.persistDir(), e.Name()))
+		if err != nil {
+			return fmt.Errorf("load persisted pods: %w", err)
+		}
+		var p corev1.Pod
+		if err := json.Unmarshal(b, &p); err != nil {
+			m.log.Error("persisted pod does not decode; left in place", "file", e.Name(), "err", err)
+			continue
+		}
+		pods = append(pods, &p)
+	}
+	if len(pods) == 0 {
+		return nil
+	}
+	_, err = m.apply(pods, SourceAPI)
+	return err
+}
+
+// New returns a Manager; Run starts it.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Runtime == nil || cfg.Cgroups == nil || cfg.RootDir == "" {
+		return nil, errors.New("new pod manager: runtime, cgroups and root dir are required")
+	}
+	if cfg.MemoryCapacity <= 0 {
+		return nil, fmt.Errorf("new pod manager: memory capacity %d: want the node's memory in bytes", cfg.MemoryCapacity)
+	}
+	if cfg.BackoffInitial <= 0 {
+		cfg.BackoffInitial = DefaultBackoffInitial
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultResync
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{}}
+	if err := m.loadPersisted(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Apply validates pods and makes them desired. A pod with the name of a
+// desired pod but another spec replaces it (the old one is removed first,
+// as a static pod whose manifest changed).
+func (m *Manager) Apply(_ context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
+	return m.apply(pods, source)
+}
+
+func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		p = p.DeepCopy()
+		podspec.Default(p, source)
+		if prio, ferr := podspec.ResolvePriority(p, m.cfg.PodOptions); ferr != nil {
+			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, ferr.Error())
+		} else if p.Spec.Priority == nil {
+			p.Spec.Priority = &prio
+		}
+		warnings, errs := podspec.Validate(p, m.cfg.PodOptions)
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
+		}
+		for _, w := range warnings {
+			m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[AnnotationSource] = source
+		out = append(out, p)
+	}
+	if source == SourceAPI {
+		for _, p := range out {
+			if err := m.persist(p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m.mu.Lock()
+	for _, p := range out {
+		for uid, st := range m.pods {
+			if st.pod.Namespace == p.Namespace && st.pod.Name == p.Name && uid != p.UID && !st.deleting {
+				st.deleting = true
+			}
+		}
+		if st, ok := m.pods[p.UID]; ok && !st.deleting {
+			// The same UID is the same pod (UIDs of manifests are
+			// derived from their content); a pod is never mutated in
+			// place, so the reconciler may read st.pod unlocked.
+			continue
+		}
+		m.pods[p.UID] = &podState{pod: p, source: source, backoff: map[string]*backoff{}, created: m.now(),
+			status: corev1.PodStatus{Phase: corev1.PodPending}}
+	}
+	m.mu.Unlock()
+	m.poke()
+	return out, nil
+}
+
+// Delete stops and removes a pod; it returns once the removal is queued.
+func (m *Manager) Delete(_ context.Context, namespace, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.pods {
+		if st.pod.Namespace == namespace && st.pod.Name == name && !st.deleting {
+			st.deleting = true
+			if st.source == SourceAPI {
+				if err := os.Remove(m.persistPath(st.pod.UID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					m.log.Warn("forget persisted pod", "pod", key(st.pod), "err", err)
+				}
+			}
+			m.poke()
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
+}
+
+// Forget drops pods of a source that are no longer in it (the manifest
+// directory lost a file); keep are the UIDs still there.
+func (m *Manager) Forget(source string, keep map[types.UID]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for uid, st := range m.pods {
+		if st.source == source && !keep[uid] && !st.deleting {
+			st.deleting = true
+		}
+	}
+	m.poke()
+}
+
+// List returns every pod with its status, sorted by namespace and name.
+func (m *Manager) List() []*corev1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(m.pods))
+	for _, st := range m.pods {
+		out = append(out, st.view())
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int {
+		if a.Namespace != b.Namespace {
+			return cmpString(a.Namespace, b.Namespace)
+		}
+		return cmpString(a.Name, b.Name)
+	})
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Get returns one pod with its status.
+func (m *Manager) Get(namespace, name string) (*corev1.Pod, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.pods {
+		if st.pod.Namespace == namespace && st.pod.Name == name {
+			return st.view(), true
+		}
+	}
+	return nil, false
+}
+
+func (st *podState) view() *corev1.Pod {
+	p := st.pod.DeepCopy()
+	p.Status = *st.status.DeepCopy()
+	p.Status.QOSClass = qos.Class(st.pod)
+	if st.deleting {
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+	}
+	return p
+}
+
+// SourcesReady says that every pod source (the manifest directory, the
+// persisted API pods) has been loaded: from now on a nodeguard sandbox
+// whose pod is not desired is removed.
+func (m *Manager) SourcesReady() {
+	m.sourcesReady.Store(true)
+	m.poke()
+}
+
+// Run reconciles until ctx is done.
+func (m *Manager) Run(ctx context.Context) {
+	t := time.NewTicker(m.cfg.Resync)
+	defer t.Stop()
+	for {
+		m.Reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.kick:
+		}
+	}
+}
+
+func call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, callTimeout)
+}
+
+// Reconcile compares every pod with the runtime once.
+func (m *Manager) Reconcile(ctx context.Context) {
+	cctx, cancel := call(ctx)
+	sandboxes, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.ManagedLabel: "true"})
+	cancel()
+	if err != nil {
+		m.log.Warn("list sandboxes", "err", err)
+		return
+	}
+	byUID := map[types.UID][]*runtimeapi.PodSandbox{}
+	for _, sb := range sandboxes {
+		uid := types.UID(sb.GetMetadata().GetUid())
+		byUID[uid] = append(byUID[uid], sb)
+	}
+	type work struct {
+		st       *podState
+		deleting bool
+	}
+	m.mu.Lock()
+	states := make(map[types.UID]work, len(m.pods))
+	for uid, st := range m.pods {
+		states[uid] = work{st: st, deleting: st.deleting}
+	}
+	m.mu.Unlock()
+
+	for uid, sbs := range byUID {
+		if _, ok := states[uid]; !ok && m.sourcesReady.Load() {
+			for _, sb := range sbs {
+				m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace)
+			}
+		}
+	}
+	for uid, w := range states {
+		if ctx.Err() != nil {
+			return
+		}
+		st := w.st
+		if w.deleting {
+			for _, sb := range byUID[uid] {
+				m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod))
+			}
+			if st.parent != "" {
+				if err := m.cfg.Cgroups.Remove(st.parent); err != nil {
+					m.log.Warn("remove pod cgroup", "pod", key(st.pod), "err", err)
+				}
+			}
+			_ = os.RemoveAll(m.logDir(st.pod))
+			m.mu.Lock()
+			delete(m.pods, uid)
+			m.mu.Unlock()
+			m.log.Info("pod removed", "pod", key(st.pod))
+			continue
+		}
+		m.syncPod(ctx, st, byUID[uid])
+	}
+}
+
+func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+func grace(p *corev1.Pod) time.Duration {
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
+}
+
+func (m *Manager) logDir(p *corev1.Pod) string {
+	return filepath.Join(m.cfg.RootDir, "logs", p.Namespace+"_"+p.Name+"_"+string(p.UID))
+}
+
+// teardownSandbox stops every container with the grace period, then the
+// sandbox (which kills without grace), removes both and the cgroups.
+func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time.Duration) {
+	cctx, cancel := call(ctx)
+	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
+	cancel()
+	if err != nil {
+		m.log.Warn("list containers of sandbox", "sandbox", id, "err", err)
+	}
+	var wg sync.WaitGroup
+	for _, c := range ctrs {
+		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sctx, cancel := context.WithTimeout(ctx, g+callTimeout)
+				defer cancel()
+				if err := m.cfg.Runtime.StopContainer(sctx, c.Id, g); err != nil {
+					m.log.Warn("stop container", "container", c.Id, "err", err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	cctx, cancel = call(ctx)
+	defer cancel()
+	if err := m.cfg.Runtime.StopPodSandbox(cctx, id); err != nil {
+		m.log.Warn("stop sandbox", "sandbox", id, "err", err)
+	}
+	if err := m.cfg.Runtime.RemovePodSandbox(cctx, id); err != nil {
+		m.log.Warn("remove sandbox", "sandbox", id, "err", err)
+	}
+	if parent != "" {
+		if err := m.cfg.Cgroups.Remove(parent); err != nil {
+			m.log.Warn("remove pod cgroup", "cgroup", parent, "err", err)
+		}
+	}
+}
+
+// syncPod drives one desired pod one step towards its spec.
+func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.PodSandbox) {
+	pod := st.pod
+	// Adopt the newest ready sandbox; remove the others.
+	var current *runtimeapi.PodSandbox
+	for _, sb := range sbs {
+		if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY && (current == nil || sb.CreatedAt > current.CreatedAt) {
+			current = sb
+		}
+	}
+	for _, sb := range sbs {
+		if current == nil || sb.Id != current.Id {
+			m.teardownSandbox(ctx, sb.Id, "", orphanGrace)
+		}
+	}
+	if current == nil {
+		if err := m.createSandbox(ctx, st); err != nil {
+			m.setError(st, "SandboxFailed", err)
+			return
+		}
+	} else if st.sandboxID != current.Id {
+		parent := current.GetAnnotations()[AnnotationCgroupParent]
+		m.mu.Lock()
+		st.sandboxID, st.parent = current.Id, parent
+		m.mu.Unlock()
+		st.sandboxCfg = m.sandboxConfig(st)
+		m.log.Info("pod adopted", "pod", key(pod), "sandbox", current.Id)
+	}
+	if st.ip == "" {
+		cctx, cancel := call(ctx)
+		if s, err := m.cfg.Runtime.PodSandboxStatus(cctx, st.sandboxID); err == nil {
+			m.mu.Lock()
+			st.ip = s.IP
+			m.mu.Unlock()
+		}
+		cancel()
+	}
+	if err := m.syncContainers(ctx, st); err != nil {
+		m.setError(st, "SyncFailed", err)
+	}
+}
+
+func (m *Manager) setError(st *podState, reason string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg := err.Error()
+	if st.lastErr != msg {
+		m.log.Warn("pod sync failed", "pod", key(st.pod), "reason", reason, "err", err)
+	}
+	st.lastErr = msg
+	st.status.Reason, st.status.Message = reason, msg
+}
+
+func (m *Manager) sandboxConfig(st *podState) *runtimeapi.PodSandboxConfig {
+	cfg := cri.SandboxConfig(st.pod, cri.SandboxOptions{CgroupParent: st.parent, LogDir: m.logDir(st.pod), DNS: m.cfg.DNS})
+	if cfg.Annotations == nil {
+		cfg.Annotations = map[string]string{}
+	}
+	cfg.Annotations[AnnotationCgroupParent] = st.parent
+	return cfg
+}
+
+func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error) {
+	parent, err := m.cfg.Cgroups.Ensure(st.pod)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = m.cfg.Cgroups.Remove(parent)
+		}
+	}()
+	m.mu.Lock()
+	st.parent = parent
+	m.mu.Unlock()
+	if err := os.MkdirAll(m.logDir(st.pod), 0o750); err != nil {
+		return fmt.Errorf("create log dir: %w", err)
+	}
+	cfg := m.sandboxConfig(st)
+	cctx, cancel := call(ctx)
+	defer cancel()
+	id, err := m.cfg.Runtime.RunPodSandbox(cctx, cfg)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	st.sandboxID, st.sandboxCfg, st.ip = id, cfg, ""
+	m.mu.Unlock()
+	m.log.Info("sandbox started", "pod", key(st.pod), "sandbox", id, "cgroup", parent)
+	return nil
+}
+
+// latest returns, per container name, the newest attempt.
+func latest(ctrs []*runtimeapi.Container) map[string]*runtimeapi.Container {
+	out := map[string]*runtimeapi.Container{}
+	for _, c := range ctrs {
+		n := c.GetMetadata().GetName()
+		if cur, ok := out[n]; !ok || c.GetMetadata().GetAttempt() > cur.GetMetadata().GetAttempt() {
+			out[n] = c
+		}
+	}
+	return out
+}
+
+func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
+	pod := st.pod
+	cctx, cancel := call(ctx)
+	ctrs, err := m.cfg.Runtime.ListContainers(cctx, st.sandboxID, nil)
+	cancel()
+	if err != nil {
+		return err
+	}
+	byName := latest(ctrs)
+	states := map[string]cri.State{}
+	for name, c := range byName {
+		cctx, cancel := call(ctx)
+		s, err := m.cfg.Runtime.ContainerStatus(cctx, c.Id)
+		cancel()
+		if err != nil {
+			return err
+		}
+		states[name] = cri.ContainerState(s)
+	}
+	failed := false
+	initDone := true
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cur, have := byName[c.Name]
+		if !have {
+			initDone = false
+			if err := m.startContainer(ctx, st, c, 0); err != nil {
+				return err
+			}
+			break
+		}
+		s := states[c.Name]
+		if s.Phase != cri.PhaseExited {
+			initDone = false
+			break
+		}
+		if s.ExitCode == 0 {
+			continue
+		}
+		initDone = false
+		if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			failed = true
+			break
+		}
+		if err := m.restart(ctx, st, c, cur, s); err != nil {
+			return err
+		}
+		break
+	}
+	if initDone && !failed {
+		for i := range pod.Spec.Containers {
+			c := &pod.Spec.Containers[i]
+			cur, have := byName[c.Name]
+			if !have {
+				if err := m.startContainer(ctx, st, c, 0); err != nil {
+					return err
+				}
+				continue
+			}
+			s := states[c.Name]
+			if s.Phase != cri.PhaseExited {
+				continue
+			}
+			switch pod.Spec.RestartPolicy {
+			case corev1.RestartPolicyNever:
+				continue
+			case corev1.RestartPolicyOnFailure:
+				if s.ExitCode == 0 {
+					continue
+				}
+			}
+			if err := m.restart(ctx, st, c, cur, s); err != nil {
+				return err
+			}
+		}
+	}
+	// Fresh view for the status.
+	cctx, cancel = call(ctx)
+	ctrs, err = m.cfg.Runtime.ListContainers(cctx, st.sandboxID, nil)
+	cancel()
+	if err != nil {
+		return err
+	}
+	m.updateStatus(ctx, st, latest(ctrs), initDone, failed)
+	m.gc(ctx, ctrs)
+	return nil
+}
+
+// restart starts the next attempt of an exited container once its
+// back-off has passed.
+func (m *Manager) restart(ctx context.Context, st *podState, c *corev1.Container, cur *runtimeapi.Container, s cri.State) error {
+	now := m.now()
+	b := st.backoff[c.Name]
+	if b == nil {
+		b = &backoff{}
+		st.backoff[c.Name] = b
+	}
+	if b.until.IsZero() {
+		// A container that ran long enough starts over (the kubelet
+		// resets after twice the maximum).
+		if !s.StartedAt.IsZero() && s.FinishedAt.Sub(s.StartedAt) > 2*m.cfg.BackoffMax {
+			b.delay = 0
+		}
+		switch {
+		case b.delay == 0:
+			b.delay = m.cfg.BackoffInitial
+		default:
+			b.delay = min(2*b.delay, m.cfg.BackoffMax)
+		}
+		b.until = s.FinishedAt.Add(b.delay)
+		if s.FinishedAt.IsZero() {
+			b.until = now.Add(b.delay)
+		}
+		m.log.Info("container back-off", "pod", key(st.pod), "container", c.Name, "exit_code", s.ExitCode, "reason", s.Reason, "delay", b.delay)
+	}
+	if now.Before(b.until) {
+		m.mu.Lock()
+		st.status.Reason = "CrashLoopBackOff"
+		m.mu.Unlock()
+		return nil
+	}
+	b.until = time.Time{}
+	return m.startContainer(ctx, st, c, cur.GetMetadata().GetAttempt()+1)
+}
+
+func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Container, attempt uint32) error {
+	cctx, cancel := call(ctx)
+	defer cancel()
+	image, err := m.cfg.Runtime.EnsureImage(cctx, c.Image, st.sandboxCfg)
+	if err != nil {
+		return err
+	}
+	adj, err := qos.OOMScoreAdj(st.pod, c, m.cfg.MemoryCapacity)
+	if err != nil {
+		return err
+	}
+	if clamped, did := qos.ClampForCapability(adj, m.cfg.HasCapSysResource, m.cfg.MinOOMScoreAdj); did {
+		m.clampedOnce.Do(func() {
+			m.log.Warn("oom_score_adj clamped: no CAP_SYS_RESOURCE", "wanted", adj, "used", clamped, "min_allowed", m.cfg.MinOOMScoreAdj)
+		})
+		adj = clamped
+	}
+	cfg, err := cri.ContainerConfig(st.pod, c, cri.ContainerOptions{
+		Image: image, Attempt: attempt, OOMScoreAdj: int64(adj), PodIP: st.ip,
+		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true,
+	})
+	if err != nil {
+		return err
+	}
+	id, err := m.cfg.Runtime.CreateContainer(cctx, st.sandboxID, cfg, st.sandboxCfg)
+	if err != nil {
+		return err
+	}
+	if err := m.cfg.Runtime.StartContainer(cctx, id); err != nil {
+		return err
+	}
+	m.log.Info("container started", "pod", key(st.pod), "container", c.Name, "attempt", attempt, "oom_score_adj", adj)
+	return nil
+}
+
+// gc removes exited attempts older than the newest exited one of each
+// container (the kubelet keeps one for logs and status).
+func (m *Manager) gc(ctx context.Context, ctrs []*runtimeapi.Container) {
+	newest := latest(ctrs)
+	for _, c := range ctrs {
+		n := c.GetMetadata().GetName()
+		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED || newest[n].Id == c.Id {
+			continue
+		}
+		if newest[n].GetMetadata().GetAttempt() > c.GetMetadata().GetAttempt()+1 {
+			cctx, cancel := call(ctx)
+			if err := m.cfg.Runtime.RemoveContainer(cctx, c.Id); err != nil {
+				m.log.Warn("remove old container", "container", c.Id, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, initDone, failed bool) {
+	pod := st.pod
+	status := corev1.PodStatus{PodIP: st.ip, StartTime: &metav1.Time{Time: st.created}}
+	if st.ip != "" {
+		status.PodIPs = []corev1.PodIP{{IP: st.ip}}
+	}
+	conv := func(c *corev1.Container) corev1.ContainerStatus {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+		ctr, ok := byName[c.Name]
+		if !ok {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+			return cs
+		}
+		cs.ContainerID = "containerd://" + ctr.Id
+		cs.ImageID = ctr.ImageRef
+		cs.RestartCount = int32(ctr.GetMetadata().GetAttempt())
+		cctx, cancel := call(ctx)
+		raw, err := m.cfg.Runtime.ContainerStatus(cctx, ctr.Id)
+		cancel()
+		if err != nil {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "Unknown", Message: err.Error()}
+			return cs
+		}
+		s := cri.ContainerState(raw)
+		switch s.Phase {
+		case cri.PhaseRunning:
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: s.StartedAt}}
+			cs.Ready, cs.Started = true, ptr(true)
+		case cri.PhaseExited:
+			reason := s.Reason
+			switch {
+			case s.OOMKilled:
+				reason = "OOMKilled"
+			case s.ExitCode == 0:
+				reason = "Completed"
+			case reason == "" || reason == "OOMKilled":
+				reason = "Error"
+			}
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.ExitCode, Reason: reason, Message: s.Message,
+				StartedAt: metav1.Time{Time: s.StartedAt}, FinishedAt: metav1.Time{Time: s.FinishedAt}, ContainerID: cs.ContainerID}
+			if b := st.backoff[c.Name]; b != nil && !b.until.IsZero() {
+				cs.LastTerminationState.Terminated = cs.State.Terminated
+				cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+					Message: fmt.Sprintf("back-off %s restarting failed container %s", b.delay, c.Name)}}
+			}
+		default:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		}
+		return cs
+	}
+	for i := range pod.Spec.InitContainers {
+		status.InitContainerStatuses = append(status.InitContainerStatuses, conv(&pod.Spec.InitContainers[i]))
+	}
+	allStarted, anyRunning, allExited, allZero, allReady := true, false, true, true, true
+	for i := range pod.Spec.Containers {
+		cs := conv(&pod.Spec.Containers[i])
+		status.ContainerStatuses = append(status.ContainerStatuses, cs)
+		if cs.ContainerID == "" {
+			allStarted = false
+		}
+		if cs.State.Running != nil {
+			anyRunning = true
+			allExited = false
+		} else if t := cs.State.Terminated; t != nil {
+			if t.ExitCode != 0 {
+				allZero = false
+			}
+		} else {
+			allExited = false
+		}
+		if !cs.Ready {
+			allReady = false
+		}
+	}
+	switch {
+	case failed:
+		status.Phase = corev1.PodFailed
+	case !initDone || !allStarted:
+		status.Phase = corev1.PodPending
+	case allExited && pod.Spec.RestartPolicy != corev1.RestartPolicyAlways:
+		if allZero {
+			status.Phase = corev1.PodSucceeded
+		} else if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			status.Phase = corev1.PodFailed
+		} else {
+			status.Phase = corev1.PodRunning
+		}
+	case anyRunning || allExited:
+		status.Phase = corev1.PodRunning
+	default:
+		status.Phase = corev1.PodPending
+	}
+	cond := func(t corev1.PodConditionType, ok bool) corev1.PodCondition {
+		s := corev1.ConditionFalse
+		if ok {
+			s = corev1.ConditionTrue
+		}
+		return corev1.PodCondition{Type: t, Status: s}
+	}
+	status.Conditions = []corev1.PodCondition{
+		cond(corev1.PodScheduled, true),
+		cond(corev1.PodInitialized, initDone),
+		cond(corev1.ContainersReady, allReady && initDone),
+		cond(corev1.PodReady, allReady && initDone),
+	}
+	m.mu.Lock()
+	if st.status.Reason == "CrashLoopBackOff" || st.lastErr == "" {
+		status.Reason = ""
+	}
+	st.lastErr = ""
+	st.status = status
+	m.mu.Unlock()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// containerID finds the running (or newest) container of a pod.
+func (m *Manager) containerID(ctx context.Context, namespace, name, container string) (string, error) {
+	m.mu.Lock()
+	var st *podState
+	for _, s := range m.pods {
+		if s.pod.Namespace == namespace && s.pod.Name == name {
+			st = s
+		}
+	}
+	sandboxID := ""
+	if st != nil {
+		sandboxID = st.sandboxID
+	}
+	m.mu.Unlock()
+	if sandboxID == "" {
+		return "", fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
+	}
+	if container == "" {
+		container = st.pod.Spec.Containers[0].Name
+	}
+	cctx, cancel := call(ctx)
+	defer cancel()
+	ctrs, err := m.cfg.Runtime.ListContainers(cctx, sandboxID, nil)
+	if err != nil {
+		return "", err
+	}
+	c, ok := latest(ctrs)[container]
+	if !ok {
+		return "", fmt.Errorf("%w: container %q of %s/%s", ErrNotFound, container, namespace, name)
+	}
+	return c.Id, nil
+}
+
+// Logs copies a container's log (the newest attempt) to w.
+func (m *Manager) Logs(ctx context.Context, namespace, name, container string, tail int, w io.Writer) error {
+	id, err := m.containerID(ctx, namespace, name, container)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := call(ctx)
+	s, err := m.cfg.Runtime.ContainerStatus(cctx, id)
+	cancel()
+	if err != nil {
+		return err
+	}
+	return cri.ReadLogs(s.GetLogPath(), cri.LogOptions{TailLines: tail}, w)
+}
+
+// Exec runs cmd in a container and waits for it.
+func (m *Manager) Exec(ctx context.Context, namespace, name, container string, cmd []string, timeout time.Duration) (cri.ExecResult, error) {
+	id, err := m.containerID(ctx, namespace, name, container)
+	if err != nil {
+		return cri.ExecResult{}, err
+	}
+	return m.cfg.Runtime.ExecSync(ctx, id, cmd, timeout)
+}
+
+// Wait blocks until pred holds for the pod or ctx ends (tests, bench).
+func (m *Manager) Wait(ctx context.Context, namespace, name string, pred func(*corev1.Pod, bool) bool) error {
+	for {
+		p, ok := m.Get(namespace, name)
+		if pred(p, ok) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s/%s: %w", namespace, name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+

@@ -1,0 +1,294 @@
+package lifecycle_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+)
+
+type rig struct {
+	env    *crienv.Env
+	client *cri.Client
+	cg     *podcgroups.Manager
+	layout *cgroups.Layout
+	root   string
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	env := crienv.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := cri.Dial(ctx, env.Endpoint(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	layout, err := cgroups.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := podcgroups.New(layout, cgroupnames.Cgroupfs, env.CgroupParent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{env: env, client: client, cg: cg, layout: layout, root: t.TempDir()}
+}
+
+func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
+	t.Helper()
+	m, err := lifecycle.New(lifecycle.Config{
+		Runtime: r.client, Cgroups: r.cg, RootDir: r.root, MemoryCapacity: 8 << 30,
+		BackoffInitial: 300 * time.Millisecond, BackoffMax: time.Second, Resync: 200 * time.Millisecond,
+		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SourcesReady() // the persisted API pods are the only source here
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return m, stop
+}
+
+func (r *rig) pods(t *testing.T, yaml string) []*corev1.Pod {
+	t.Helper()
+	yaml = strings.ReplaceAll(yaml, "BUSYBOX", r.env.BusyboxImage())
+	pods, err := podspec.Parse(strings.NewReader(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods
+}
+
+func waitPod(t *testing.T, m *lifecycle.Manager, name string, what string, pred func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last *corev1.Pod
+	err := m.Wait(ctx, "default", name, func(p *corev1.Pod, ok bool) bool {
+		last = p
+		return ok && pred(p)
+	})
+	if err != nil {
+		t.Fatalf("pod %s never %s: %v; last status %+v", name, what, err, last)
+	}
+	return last
+}
+
+func waitGone(t *testing.T, m *lifecycle.Manager, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Wait(ctx, "default", name, func(_ *corev1.Pod, ok bool) bool { return !ok }); err != nil {
+		t.Fatalf("pod %s never went away: %v", name, err)
+	}
+}
+
+func running(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" }
+
+func (r *rig) sandboxes(t *testing.T) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sbs, err := r.client.ListPodSandbox(ctx, map[string]string{cri.ManagedLabel: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(sbs)
+}
+
+const webPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - {name: init, image: BUSYBOX, command: [sh, -c, "echo init done"]}
+  containers:
+  - name: main
+    image: BUSYBOX
+    command: [sh, -c, "echo started; exec sleep 3600"]
+    resources:
+      requests: {memory: 64Mi}
+`
+
+func TestPodLifecycleAgainstARealContainerd(t *testing.T) {
+	r := newRig(t)
+	m, stop := r.manager(t)
+	ctx := context.Background()
+
+	start := time.Now()
+	if _, err := m.Apply(ctx, r.pods(t, webPod), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, m, "web", "ran", running)
+	t.Logf("apply -> Running in %v, IP %s", time.Since(start), p.Status.PodIP)
+	if got := p.Status.InitContainerStatuses[0].State.Terminated; got == nil || got.Reason != "Completed" {
+		t.Errorf("init container state %+v, want Completed", p.Status.InitContainerStatuses[0].State)
+	}
+	if p.Status.QOSClass != corev1.PodQOSBurstable {
+		t.Errorf("QoS %s, want Burstable", p.Status.QOSClass)
+	}
+
+	var logs bytes.Buffer
+	if err := m.Logs(ctx, "default", "web", "main", 0, &logs); err != nil || !strings.Contains(logs.String(), "started") {
+		t.Errorf("logs %q, %v", logs.String(), err)
+	}
+	res, err := m.Exec(ctx, "default", "web", "", []string{"cat", "/proc/1/oom_score_adj"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burstable: 1000 - 1000*64Mi/8Gi = 993 (the kubelet's policy).
+	if got := strings.TrimSpace(string(res.Stdout)); got != "993" {
+		t.Errorf("oom_score_adj of the container is %q, want 993", got)
+	}
+
+	// The container lives beneath the pod's cgroup in the memory hierarchy.
+	parent, err := r.cg.Parent(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := r.cg.Dirs(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if d.Hierarchy.ID != r.layout.Memory.ID {
+			continue
+		}
+		entries, err := os.ReadDir(d.Path)
+		if err != nil {
+			t.Fatalf("pod memory cgroup: %v", err)
+		}
+		subdirs := 0
+		for _, e := range entries {
+			if e.IsDir() {
+				subdirs++
+			}
+		}
+		if subdirs < 2 { // pause + main
+			t.Errorf("pod cgroup %s has %d container cgroups, want pause and main", d.Path, subdirs)
+		}
+	}
+
+	// nodeguard restarts: a new manager reloads the API pod it persisted
+	// and adopts the sandbox, no duplicate.
+	stop()
+	m2, _ := r.manager(t)
+	p2 := waitPod(t, m2, "web", "was adopted", running)
+	if p2.Status.ContainerStatuses[0].ContainerID != p.Status.ContainerStatuses[0].ContainerID {
+		t.Errorf("container replaced on restart: %s -> %s", p.Status.ContainerStatuses[0].ContainerID, p2.Status.ContainerStatuses[0].ContainerID)
+	}
+	if n := r.sandboxes(t); n != 1 {
+		t.Errorf("%d sandboxes after restart, want 1", n)
+	}
+
+	if err := m2.Delete(ctx, "default", "web"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, m2, "web")
+}
+
+func TestPodsRestartAndReportOOMKills(t *testing.T) {
+	r := newRig(t)
+	m, _ := r.manager(t)
+	ctx := context.Background()
+	pods := r.pods(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: crasher}
+spec:
+  containers:
+  - {name: c, image: BUSYBOX, command: [sh, -c, "exit 3"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: BUSYBOX
+    command: [tail, /dev/zero]
+    resources:
+      limits: {memory: 32Mi}
+`)
+	if _, err := m.Apply(ctx, pods, lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, m, "crasher", "restarted twice", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 2
+	})
+	cs := p.Status.ContainerStatuses[0]
+	t.Logf("crasher: restarts %d, state %+v", cs.RestartCount, cs.State)
+	h := waitPod(t, m, "hog", "was OOM-killed", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Terminated != nil
+	})
+	term := h.Status.ContainerStatuses[0].State.Terminated
+	if term.Reason != "OOMKilled" || term.ExitCode != 137 || h.Status.Phase != corev1.PodFailed {
+		t.Errorf("hog: phase %s, terminated %+v; want Failed, OOMKilled, 137", h.Status.Phase, term)
+	}
+	for _, name := range []string{"crasher", "hog"} {
+		if err := m.Delete(ctx, "default", name); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, m, name)
+	}
+	if n := r.sandboxes(t); n != 0 {
+		t.Errorf("%d sandboxes left", n)
+	}
+}
+
+func TestAPodDeletedWhileStartingLeavesNothing(t *testing.T) {
+	r := newRig(t)
+	m, _ := r.manager(t)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("quick%d", i)
+		pods := r.pods(t, strings.ReplaceAll(webPod, "name: web", "name: "+name))
+		if _, err := m.Apply(ctx, pods, lifecycle.SourceAPI); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i*150) * time.Millisecond)
+		if err := m.Delete(ctx, "default", name); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, m, name)
+	}
+	if n := r.sandboxes(t); n != 0 {
+		t.Errorf("%d sandboxes left", n)
+	}
+	// No pod cgroup left beneath the root in any hierarchy.
+	dirs, err := r.layout.Resolve(r.env.CgroupParent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		filepath.WalkDir(d.Path, func(p string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() && strings.HasPrefix(de.Name(), "pod") {
+				t.Errorf("pod cgroup left: %s", p)
+			}
+			return nil
+		})
+	}
+}

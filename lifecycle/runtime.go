@@ -1,0 +1,29 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+)
+
+// Runtime is the part of the CRI the Manager uses; *cri.Client is one.
+type Runtime interface {
+	RunPodSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig) (string, error)
+	StopPodSandbox(ctx context.Context, id string) error
+	RemovePodSandbox(ctx context.Context, id string) error
+	PodSandboxStatus(ctx context.Context, id string) (*cri.SandboxStatus, error)
+	ListPodSandbox(ctx context.Context, labels map[string]string) ([]*runtimeapi.PodSandbox, error)
+	CreateContainer(ctx context.Context, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
+	StartContainer(ctx context.Context, id string) error
+	StopContainer(ctx context.Context, id string, timeout time.Duration) error
+	RemoveContainer(ctx context.Context, id string) error
+	ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error)
+	ListContainers(ctx context.Context, sandboxID string, labels map[string]string) ([]*runtimeapi.Container, error)
+	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
+	EnsureImage(ctx context.Context, ref string, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
+}
+
+var _ Runtime = (*cri.Client)(nil)
