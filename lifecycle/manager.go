@@ -2,9 +2,9 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"encoding/json"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -71,11 +71,11 @@ type Config struct {
 	// PodOptions validate manifests (priority classes, privileged).
 	PodOptions podspec.Options
 	// CgroupV2 tells container configs to ask for memory.oom.group.
-	CgroupV2                       bool
-	BackoffInitial, BackoffMax     time.Duration
-	Resync                         time.Duration
-	Logger                         *slog.Logger
-	Now                            func() time.Time
+	CgroupV2                   bool
+	BackoffInitial, BackoffMax time.Duration
+	Resync                     time.Duration
+	Logger                     *slog.Logger
+	Now                        func() time.Time
 	// HasCapSysResource and MinOOMScoreAdj: without CAP_SYS_RESOURCE
 	// oom_score_adj cannot go below the runtime's own minimum.
 	HasCapSysResource bool
@@ -978,4 +978,3 @@ func (m *Manager) Wait(ctx context.Context, namespace, name string, pred func(*c
 		}
 	}
 }
-
