@@ -39,6 +39,8 @@ type senseFlags struct {
 	tick        time.Duration
 	fullEvery   time.Duration
 	noBPF       bool
+	// resolver labels cgroup series with pods (nodeguard run).
+	resolver metrics.Resolver
 }
 
 func (f *senseFlags) register(cmd *cobra.Command) {
@@ -141,7 +143,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		}
 	}
 	s.sensor = pressure.NewSensor(s.snapper, f.tick, nil)
-	opts := metrics.Options{Snapshots: s.sensor, Full: s.sensor, Version: version}
+	opts := metrics.Options{Snapshots: s.sensor, Full: s.sensor, Resolver: f.resolver, Version: version}
 	if s.pipeline != nil {
 		opts.Kernel = s.pipeline
 	}

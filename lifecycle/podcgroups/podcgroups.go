@@ -255,6 +255,27 @@ func writeResources(dirs []cgroups.Dir, rc cgroupnames.ResourceConfig) error {
 	return nil
 }
 
+// EnsureRoot makes the kubepods cgroup (and the QoS parents) in every
+// hierarchy, so that sensing can watch it before the first pod.
+func (m *Manager) EnsureRoot() error {
+	for _, class := range []corev1.PodQOSClass{corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
+		p, err := cgroupnames.QOSParent(cgroupnames.Cgroupfs, m.root, class)
+		if err != nil {
+			return err
+		}
+		dirs, err := m.layout.Resolve(p)
+		if err != nil {
+			return fmt.Errorf("ensure cgroup %s: %w", p, err)
+		}
+		for _, d := range dirs {
+			if err := m.mkdirDelegating(d); err != nil {
+				return fmt.Errorf("ensure cgroup %s: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
 // RemoveRoot removes the (empty) kubepods tree and the root itself, for
 // tests and a node being drained; it fails while any pod cgroup remains.
 func (m *Manager) RemoveRoot() error {

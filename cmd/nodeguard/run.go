@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/internal/host"
+	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/api"
+	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/metrics"
+	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+)
+
+// DefaultAPISocket is where the local API listens.
+const DefaultAPISocket = "/run/nodeguard/api.sock"
+
+// runConfig is the daemon's configuration file (YAML); flags override it.
+type runConfig struct {
+	RuntimeEndpoint string `json:"runtimeEndpoint"`
+	RootDir         string `json:"rootDir"`
+	CgroupRoot      string `json:"cgroupRoot"`
+	PodManifestPath string `json:"podManifestPath"`
+	APISocket       string `json:"apiSocket"`
+	MetricsAddr     string `json:"metricsAddr"`
+	// PriorityClasses maps priorityClassName to priority.
+	PriorityClasses map[string]int32 `json:"priorityClasses"`
+	AllowPrivileged bool             `json:"allowPrivileged"`
+}
+
+func defaultRunConfig() runConfig {
+	return runConfig{
+		RootDir: "/var/lib/nodeguard",
+		// Relative: beneath nodeguard's own cgroup in each hierarchy (its
+		// systemd unit with Delegate=yes in production; required on the
+		// development machines).
+		CgroupRoot:  "nodeguard",
+		APISocket:   DefaultAPISocket,
+		MetricsAddr: DefaultMetricsAddr,
+	}
+}
+
+// Validate names the first bad field.
+func (c runConfig) Validate() error {
+	switch {
+	case c.RuntimeEndpoint == "":
+		return errors.New("runtimeEndpoint: required (the CRI socket, e.g. unix:///run/containerd/containerd.sock), or --private-runtime")
+	case c.RootDir == "" || !filepath.IsAbs(c.RootDir):
+		return fmt.Errorf("rootDir: %q: want an absolute path", c.RootDir)
+	case c.CgroupRoot == "":
+		return errors.New("cgroupRoot: required")
+	case c.APISocket == "" || !filepath.IsAbs(c.APISocket):
+		return fmt.Errorf("apiSocket: %q: want an absolute path", c.APISocket)
+	case c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath):
+		return fmt.Errorf("podManifestPath: %q: want an absolute path", c.PodManifestPath)
+	}
+	return nil
+}
+
+func loadRunConfig(path string) (runConfig, error) {
+	cfg := defaultRunConfig()
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func newRunCmd(g *globalFlags) *cobra.Command {
+	var (
+		configPath     string
+		flags          runConfig
+		privateRuntime bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the node agent: pods from a manifest directory and the local API, pressure sensing and metrics",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg, err := loadRunConfig(configPath)
+			if err != nil {
+				return err
+			}
+			fs := cmd.Flags()
+			override := func(name string, dst *string, v string) {
+				if fs.Changed(name) {
+					*dst = v
+				}
+			}
+			override("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
+			override("root-dir", &cfg.RootDir, flags.RootDir)
+			override("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
+			override("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
+			override("api-socket", &cfg.APISocket, flags.APISocket)
+			override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+			ctx := cmd.Context()
+			if privateRuntime {
+				if cfg.RuntimeEndpoint != "" {
+					return errors.New("--private-runtime and --runtime-endpoint exclude each other")
+				}
+				env, err := crienv.Start(ctx, crienv.Options{Log: log})
+				if err != nil {
+					return fmt.Errorf("start the private containerd: %w", err)
+				}
+				defer env.Close()
+				cfg.RuntimeEndpoint = env.Endpoint()
+				cfg.CgroupRoot = env.CgroupParent()
+				fmt.Fprintf(cmd.ErrOrStderr(), "private containerd: %s (crictl --runtime-endpoint %s ps)\n", env.Endpoint(), env.Endpoint())
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			return runDaemon(ctx, cfg, log)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "configuration file (YAML); flags override it")
+	cmd.Flags().StringVar(&flags.RuntimeEndpoint, "runtime-endpoint", "", "the CRI socket, e.g. unix:///run/containerd/containerd.sock")
+	cmd.Flags().StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard", "state directory (pod logs, API pods, volumes)")
+	cmd.Flags().StringVar(&flags.CgroupRoot, "cgroup-root", "nodeguard", "cgroup root for kubepods (relative: beneath nodeguard's own cgroup)")
+	cmd.Flags().StringVar(&flags.PodManifestPath, "pod-manifest-path", "", "directory of static pod manifests, watched")
+	cmd.Flags().StringVar(&flags.APISocket, "api-socket", DefaultAPISocket, "local API socket (root only)")
+	cmd.Flags().StringVar(&flags.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on (empty: off)")
+	cmd.Flags().BoolVar(&privateRuntime, "private-runtime", false, "start a private containerd in its own network namespace (demo, tests)")
+	return cmd
+}
+
+func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	client, err := cri.Dial(dctx, cfg.RuntimeEndpoint, 10*time.Second)
+	dcancel()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	info := client.Runtime()
+	log.Info("runtime connected", "endpoint", cfg.RuntimeEndpoint, "runtime", info)
+
+	layout, err := cgroups.Discover()
+	if err != nil {
+		return fmt.Errorf("discover cgroups: %w", err)
+	}
+	cgm, err := podcgroups.New(layout, cgroupnames.Cgroupfs, cfg.CgroupRoot)
+	if err != nil {
+		return err
+	}
+	mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
+	if err != nil {
+		return err
+	}
+	hasRes, _ := host.HasCapability(host.CapSysResource)
+	minAdj := -1000
+	if !hasRes {
+		// Without CAP_SYS_RESOURCE a task may not go below the minimum it
+		// already has; containerd's restrict_oom_score_adj uses its own.
+		minAdj = ownOOMScoreAdj()
+	}
+	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
+		return fmt.Errorf("root dir: %w", err)
+	}
+	mgr, err := lifecycle.New(lifecycle.Config{
+		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
+		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged},
+		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	if cfg.PodManifestPath != "" {
+		if err := syncManifests(ctx, mgr, cfg.PodManifestPath, log); err != nil {
+			log.Warn("manifest directory", "err", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			watchManifests(ctx, mgr, cfg.PodManifestPath, log)
+		}()
+	}
+	mgr.SourcesReady()
+	wg.Add(1)
+	go func() { defer wg.Done(); mgr.Run(ctx) }()
+
+	if cfg.MetricsAddr != "" {
+		kube, _ := cgroupnames.Kubepods(cgroupnames.Cgroupfs, cfg.CgroupRoot)
+		if err := cgm.EnsureRoot(); err != nil {
+			return err
+		}
+		s, err := startSensing(ctx, &senseFlags{metricsAddr: cfg.MetricsAddr, roots: []string{kube}, rootDir: cfg.RootDir,
+			tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout)}, log)
+		if err != nil {
+			return fmt.Errorf("start sensing: %w", err)
+		}
+		{
+			defer s.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.Serve(ctx); err != nil {
+					log.Error("metrics", "err", err)
+				}
+			}()
+		}
+	}
+
+	if err := os.MkdirAll(filepath.Dir(cfg.APISocket), 0o755); err != nil {
+		return fmt.Errorf("api socket dir: %w", err)
+	}
+	srv := api.NewServer(podService{mgr}, log, api.Options{})
+	log.Info("nodeguard running", "api_socket", cfg.APISocket, "cgroup_root", cfg.CgroupRoot, "manifests", cfg.PodManifestPath)
+	if err := srv.ListenAndServe(ctx, cfg.APISocket); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// ownOOMScoreAdj reads this process's oom_score_adj: the floor without
+// CAP_SYS_RESOURCE.
+func ownOOMScoreAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	var v int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &v); err != nil {
+		return 0
+	}
+	return v
+}
+
+// nodeDNS is the node's resolver config from /etc/resolv.conf, handed to
+// sandboxes (dnsPolicy Default and ClusterFirst).
+func nodeDNS() *runtimeapi.DNSConfig {
+	b, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return nil
+	}
+	var d runtimeapi.DNSConfig
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "nameserver":
+			d.Servers = append(d.Servers, f[1])
+		case "search":
+			d.Searches = append(d.Searches, f[1:]...)
+		case "options":
+			d.Options = append(d.Options, f[1:]...)
+		}
+	}
+	return &d
+}
+
+const sourceFile = "file"
+
+// syncManifests applies every manifest in dir and forgets pods whose file
+// went away. A broken file is reported and its pods left as they were.
+func syncManifests(ctx context.Context, mgr *lifecycle.Manager, dir string, log *slog.Logger) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read manifest dir: %w", err)
+	}
+	keep := map[types.UID]bool{}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json")) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		pods, err := podspec.Load(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		applied, err := mgr.Apply(ctx, pods, sourceFile+":"+path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		for _, p := range applied {
+			keep[p.UID] = true
+		}
+	}
+	if len(errs) > 0 {
+		// Keep what the broken files had: nothing already running is lost.
+		for _, p := range mgr.List() {
+			if strings.HasPrefix(p.Annotations[lifecycle.AnnotationSource], sourceFile+":") {
+				keep[p.UID] = keep[p.UID] || fileBroken(errs, p.Annotations[lifecycle.AnnotationSource])
+			}
+		}
+	}
+	for _, p := range mgr.List() {
+		src := p.Annotations[lifecycle.AnnotationSource]
+		if strings.HasPrefix(src, sourceFile+":") {
+			mgr.Forget(src, keep)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func fileBroken(errs []error, source string) bool {
+	path := strings.TrimPrefix(source, sourceFile+":")
+	for _, e := range errs {
+		if strings.Contains(e.Error(), path) {
+			return true
+		}
+	}
+	return false
+}
+
+// watchManifests rescans the directory every 2 s (the kubelet's file
+// source polls every 20 s; inotify would need a dependency for little).
+func watchManifests(ctx context.Context, mgr *lifecycle.Manager, dir string, log *slog.Logger) {
+	var last string
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := syncManifests(ctx, mgr, dir, log); err != nil && err.Error() != last {
+			log.Warn("manifest directory", "err", err)
+			last = err.Error()
+		} else if err == nil {
+			last = ""
+		}
+	}
+}
+
+// podService adapts the Manager to the local API.
+type podService struct{ m *lifecycle.Manager }
+
+func mapErr(err error) error {
+	switch {
+	case errors.Is(err, lifecycle.ErrNotFound):
+		return fmt.Errorf("%w: %v", api.ErrNotFound, err)
+	case errors.Is(err, lifecycle.ErrInvalid):
+		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
+	}
+	return err
+}
+
+func (s podService) Apply(ctx context.Context, pods []*corev1.Pod, _ string) ([]*corev1.Pod, error) {
+	out, err := s.m.Apply(ctx, pods, lifecycle.SourceAPI)
+	return out, mapErr(err)
+}
+func (s podService) Delete(ctx context.Context, ns, name string) error {
+	return mapErr(s.m.Delete(ctx, ns, name))
+}
+func (s podService) List() []*corev1.Pod                     { return s.m.List() }
+func (s podService) Get(ns, name string) (*corev1.Pod, bool) { return s.m.Get(ns, name) }
+func (s podService) Logs(ctx context.Context, ns, name, c string, tail int, w io.Writer) error {
+	return mapErr(s.m.Logs(ctx, ns, name, c, tail, w))
+}
+func (s podService) Exec(ctx context.Context, ns, name, c string, cmd []string, timeout time.Duration) (api.ExecResult, error) {
+	r, err := s.m.Exec(ctx, ns, name, c, cmd, timeout)
+	return api.ExecResult{Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode}, mapErr(err)
+}
+
+// podResolver labels cgroup series with their pod.
+type podResolver struct {
+	mgr    *lifecycle.Manager
+	cgm    *podcgroups.Manager
+	layout *cgroups.Layout
+
+	mu    sync.Mutex
+	at    time.Time
+	byKey map[pressure.CgroupKey]metrics.PodLabels
+}
+
+func newPodResolver(mgr *lifecycle.Manager, cgm *podcgroups.Manager, layout *cgroups.Layout) *podResolver {
+	return &podResolver{mgr: mgr, cgm: cgm, layout: layout}
+}
+
+func (r *podResolver) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.at) > 2*time.Second {
+		r.byKey = map[pressure.CgroupKey]metrics.PodLabels{}
+		for _, p := range r.mgr.List() {
+			parent, err := r.cgm.Parent(p)
+			if err != nil {
+				continue
+			}
+			dirs, err := r.cgm.Dirs(parent)
+			if err != nil {
+				continue
+			}
+			for _, d := range dirs {
+				if d.Hierarchy.ID != r.layout.Memory.ID {
+					continue
+				}
+				if id, err := cgroups.ID(d.Path); err == nil {
+					r.byKey[pressure.CgroupKey{ID: id, HierarchyID: d.Hierarchy.ID}] = metrics.PodLabels{
+						Namespace: p.Namespace, Pod: p.Name, UID: string(p.UID), QOS: string(p.Status.QOSClass)}
+				}
+			}
+		}
+		r.at = time.Now()
+	}
+	l, ok := r.byKey[k]
+	return l, ok
+}
