@@ -74,8 +74,11 @@ type Config struct {
 	CgroupV2                   bool
 	BackoffInitial, BackoffMax time.Duration
 	Resync                     time.Duration
-	Logger                     *slog.Logger
-	Now                        func() time.Time
+	// Workers bounds how many pods are synced at once (default 8: CRI
+	// calls of different pods overlap, as the kubelet's per-pod workers).
+	Workers int
+	Logger  *slog.Logger
+	Now     func() time.Time
 	// HasCapSysResource and MinOOMScoreAdj: without CAP_SYS_RESOURCE
 	// oom_score_adj cannot go below the runtime's own minimum.
 	HasCapSysResource bool
@@ -210,6 +213,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultResync
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -431,29 +437,43 @@ func (m *Manager) Reconcile(ctx context.Context) {
 			}
 		}
 	}
+	sem := make(chan struct{}, m.cfg.Workers)
+	var wg sync.WaitGroup
 	for uid, w := range states {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		st := w.st
-		if w.deleting {
-			for _, sb := range byUID[uid] {
-				m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod))
-			}
-			if st.parent != "" {
-				if err := m.cfg.Cgroups.Remove(st.parent); err != nil {
-					m.log.Warn("remove pod cgroup", "pod", key(st.pod), "err", err)
-				}
-			}
-			_ = os.RemoveAll(m.logDir(st.pod))
-			m.mu.Lock()
-			delete(m.pods, uid)
-			m.mu.Unlock()
-			m.log.Info("pod removed", "pod", key(st.pod))
-			continue
-		}
-		m.syncPod(ctx, st, byUID[uid])
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.syncOne(ctx, uid, w.st, w.deleting, byUID[uid])
+		}()
 	}
+	wg.Wait()
+}
+
+// syncOne drives one pod: removal when it is being deleted, else a sync.
+// Each pod is handled by one goroutine per round, so its podState fields
+// that only the reconciler uses need no lock.
+func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, deleting bool, sbs []*runtimeapi.PodSandbox) {
+	if !deleting {
+		m.syncPod(ctx, st, sbs)
+		return
+	}
+	for _, sb := range sbs {
+		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod))
+	}
+	if st.parent != "" {
+		if err := m.cfg.Cgroups.Remove(st.parent); err != nil {
+			m.log.Warn("remove pod cgroup", "pod", key(st.pod), "err", err)
+		}
+	}
+	_ = os.RemoveAll(m.logDir(st.pod))
+	m.mu.Lock()
+	delete(m.pods, uid)
+	m.mu.Unlock()
+	m.log.Info("pod removed", "pod", key(st.pod))
 }
 
 func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
@@ -974,7 +994,7 @@ func (m *Manager) Wait(ctx context.Context, namespace, name string, pred func(*c
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for %s/%s: %w", namespace, name, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }

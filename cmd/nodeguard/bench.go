@@ -1,24 +1,35 @@
 package main
 
 import (
+	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodeguard/nodeguard/bench"
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/internal/images"
+	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/loader"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Benchmarks that print their figures (events)",
+		Short: "Benchmarks that print their figures (events, churn)",
 	}
-	cmd.AddCommand(newBenchEventsCmd(g))
+	cmd.AddCommand(newBenchEventsCmd(g), newBenchChurnCmd(g))
 	return cmd
 }
 
@@ -98,4 +109,118 @@ func writeEventsFiles(dir string, res bench.EventsResult) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return bench.LatencyHistogramPNG(filepath.Join(dir, "events-latency.png"), "nodeguard: kernel-to-Go event delivery", res.Samples)
+}
+
+func newBenchChurnCmd(g *globalFlags) *cobra.Command {
+	cfg := bench.ChurnConfig{Pods: 50, Parallel: 8}
+	var endpoint, out, cgroupRoot string
+	cmd := &cobra.Command{
+		Use:   "churn",
+		Short: "Pod churn: apply N pods, wait Running, delete, wait gone; nodeguard against direct CRI calls",
+		Long: `Runs the same pods twice on one runtime: once through nodeguard's pod manager
+(apply -> Running, delete -> gone) and once as the bare CRI calls (pod cgroup,
+RunPodSandbox, CreateContainer, StartContainer; StopContainer, StopPodSandbox,
+RemovePodSandbox), the floor. Without --runtime-endpoint it starts the private
+test containerd (its own network namespace, local images) and removes it after.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if cfg.Pods <= 0 || cfg.Parallel <= 0 {
+				return fmt.Errorf("--pods and --parallel must be positive")
+			}
+			ctx := cmd.Context()
+			cfg.Progress = cmd.ErrOrStderr()
+			cfg.Image = images.BusyboxName
+			if endpoint == "" {
+				fmt.Fprintln(cfg.Progress, "starting the private containerd")
+				env, err := crienv.Start(ctx, crienv.Options{Log: log})
+				if err != nil {
+					return err
+				}
+				defer env.Close()
+				endpoint, cgroupRoot = env.Endpoint(), env.CgroupParent()
+				cfg.Image = env.BusyboxImage()
+			}
+			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			client, err := cri.Dial(dctx, endpoint, 10*time.Second)
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			layout, err := cgroups.Discover()
+			if err != nil {
+				return err
+			}
+			cg, err := podcgroups.New(layout, cgroupnames.Cgroupfs, cgroupRoot)
+			if err != nil {
+				return err
+			}
+			root, err := os.MkdirTemp("", "nodeguard-churn-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(root)
+			mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
+			if err != nil {
+				return err
+			}
+			floor, err := bench.RunChurnFloor(ctx, client, cg, cfg)
+			if err != nil {
+				return fmt.Errorf("direct CRI: %w", err)
+			}
+			mgr, err := lifecycle.New(lifecycle.Config{Runtime: client, Cgroups: cg, RootDir: root, MemoryCapacity: int64(mi.MemTotal),
+				CgroupV2: layout.Memory.V2(), Workers: cfg.Parallel, MinOOMScoreAdj: ownOOMScoreAdj(), Logger: log})
+			if err != nil {
+				return err
+			}
+			mgr.SourcesReady()
+			mctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { mgr.Run(mctx); close(done) }()
+			ng, err := bench.RunChurnNodeguard(ctx, mgr, cfg)
+			stop()
+			<-done
+			if err != nil {
+				return fmt.Errorf("nodeguard: %w", err)
+			}
+			rows := []bench.ChurnRow{ng, floor}
+			fmt.Fprintf(cmd.OutOrStdout(), "\n%d pods, %d in parallel, runtime %s\n", cfg.Pods, cfg.Parallel, client.Runtime().Version)
+			bench.WriteChurnTable(cmd.OutOrStdout(), rows)
+			ratio := float64(ng.Startup.P99) / float64(floor.Startup.P99)
+			fmt.Fprintf(cmd.OutOrStdout(), "startup p99 nodeguard / floor = %.2f (target <= 1.10)\n", ratio)
+			if out != "" {
+				if err := os.MkdirAll(out, 0o755); err != nil {
+					return err
+				}
+				f, err := os.Create(filepath.Join(out, "churn.csv"))
+				if err != nil {
+					return err
+				}
+				w := csv.NewWriter(f)
+				_ = w.Write([]string{"strategy", "pods", "parallel", "start_p50_ms", "start_p99_ms", "delete_p50_ms", "delete_p99_ms", "pods_per_s"})
+				for _, r := range rows {
+					_ = w.Write([]string{r.Name, strconv.Itoa(cfg.Pods), strconv.Itoa(cfg.Parallel),
+						fmt.Sprintf("%.1f", float64(r.Startup.P50)/1e6), fmt.Sprintf("%.1f", float64(r.Startup.P99)/1e6),
+						fmt.Sprintf("%.1f", float64(r.Deletion.P50)/1e6), fmt.Sprintf("%.1f", float64(r.Deletion.P99)/1e6),
+						fmt.Sprintf("%.2f", r.PodsPerSec)})
+				}
+				w.Flush()
+				if err := errors.Join(w.Error(), f.Close()); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", filepath.Join(out, "churn.csv"))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&cfg.Pods, "pods", cfg.Pods, "pods per strategy")
+	cmd.Flags().IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "pods applied (and deleted) at a time")
+	cmd.Flags().StringVar(&endpoint, "runtime-endpoint", "", "CRI socket; empty starts the private test containerd")
+	cmd.Flags().StringVar(&cgroupRoot, "cgroup-root", "nodeguard-bench", "cgroup root for the pods (relative: beneath nodeguard's own cgroup)")
+	cmd.Flags().StringVar(&out, "out", "", "directory for churn.csv")
+	return cmd
 }
