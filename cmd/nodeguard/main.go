@@ -45,7 +45,7 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newDoctorCmd(g), newEventsCmd(g), newBenchCmd(g), newMetricsCmd(g), newTopCmd(g), newRunCmd(g))
+	root.AddCommand(newDoctorCmd(g), newEventsCmd(g), newBenchCmd(g), newMetricsCmd(g), newTopCmd(g), newRunCmd(g), newPodCmd(g))
 	return root
 }
 

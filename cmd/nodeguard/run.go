@@ -33,7 +33,7 @@ import (
 )
 
 // DefaultAPISocket is where the local API listens.
-const DefaultAPISocket = "/run/nodeguard/api.sock"
+const DefaultAPISocket = api.DefaultSocket
 
 // runConfig is the daemon's configuration file (YAML); flags override it.
 type runConfig struct {

@@ -296,7 +296,7 @@ func TestApplyRefusesBadManifests(t *testing.T) {
 			[]string{"spec.containers[0].resources.limits[memory]"}},
 		{"a pod that fails validation is refused by the service with its field errors",
 			"apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers: [{name: c}]\n",
-			[]string{"pod default/a: spec.containers[0].image: Required value"}},
+			[]string{"web.yaml: invalid:\npod default/a: spec.containers[0].image: Required value"}},
 		{"YAML that does not parse is refused with its line",
 			"apiVersion: v1\nkind: Pod\nmetadata: {name: a\n",
 			[]string{"web.yaml: document 1:", "line"}},
@@ -451,7 +451,7 @@ type sharedPods struct {
 	pod *corev1.Pod
 }
 
-func (s sharedPods) List() []*corev1.Pod                  { return []*corev1.Pod{s.pod} }
+func (s sharedPods) List() []*corev1.Pod                 { return []*corev1.Pod{s.pod} }
 func (s sharedPods) Get(_, _ string) (*corev1.Pod, bool) { return s.pod, true }
 
 func TestTheServerDoesNotModifyTheServicePods(t *testing.T) {
@@ -647,5 +647,87 @@ func TestClientExplainsUnusableSockets(t *testing.T) {
 				t.Fatalf("got %v (%T)\nwant %s", err, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLongRequestsOutliveTheServerTimeouts runs an exec and a log stream
+// longer than the read and write timeouts: those bound stalled peers, not
+// long commands or slow logs.
+func TestLongRequestsOutliveTheServerTimeouts(t *testing.T) {
+	const short = 200 * time.Millisecond
+	f := newFake()
+	f.ExecFunc = func(ctx context.Context, _, _, _ string, _ []string, _ time.Duration) (api.ExecResult, error) {
+		select {
+		case <-time.After(3 * short):
+			return api.ExecResult{Stdout: []byte("slow\n")}, nil
+		case <-ctx.Done():
+			return api.ExecResult{}, fmt.Errorf("exec cut: %w", ctx.Err())
+		}
+	}
+	f.LogsFunc = func(ctx context.Context, _, _, _ string, _ int, w io.Writer) error {
+		for _, line := range []string{"a\n", "b\n", "c\n"} {
+			if _, err := io.WriteString(w, line); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(2 * short):
+			case <-ctx.Done():
+				return fmt.Errorf("log cut: %w", ctx.Err())
+			}
+		}
+		return nil
+	}
+	_, c, _ := start(t, f, api.Options{ReadTimeout: short, WriteTimeout: short, ReadHeaderTimeout: short})
+	if _, err := c.Apply(t.Context(), []byte(webYAML), "web.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("an exec longer than the timeouts is answered", func(t *testing.T) {
+		res, err := c.Exec(t.Context(), "default", "web", "", []string{"sleep"}, 0)
+		if err != nil || string(res.Stdout) != "slow\n" {
+			t.Fatalf("got %q, %v", res.Stdout, err)
+		}
+	})
+	t.Run("a log stream longer than the timeouts is whole", func(t *testing.T) {
+		var b bytes.Buffer
+		if err := c.Logs(t.Context(), "default", "web", "", -1, &b); err != nil || b.String() != "a\nb\nc\n" {
+			t.Fatalf("got %q, %v", b.String(), err)
+		}
+	})
+}
+
+func TestALogReaderThatStopsReadingIsDropped(t *testing.T) {
+	f := newFake()
+	result := make(chan error, 1)
+	f.LogsFunc = func(ctx context.Context, _, _, _ string, _ int, w io.Writer) error {
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for ctx.Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				result <- err
+				return err
+			}
+		}
+		result <- ctx.Err()
+		return ctx.Err()
+	}
+	_, c, path := start(t, f, api.Options{WriteTimeout: 200 * time.Millisecond})
+	if _, err := c.Apply(t.Context(), []byte(webYAML), "web.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Ask for the log and never read the answer.
+	if _, err := io.WriteString(conn, "GET /v1/pods/default/web/log HTTP/1.1\r\nHost: nodeguard\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-result:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the stream ended with %v, want a write deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still writes to a peer that stopped reading")
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,9 +28,9 @@ const (
 )
 
 // SocketError is an API socket the client cannot use: missing, not
-// permitted, refusing connections, or closing them (the server refused the
-// peer's credentials). It unwraps to the cause (fs.ErrNotExist,
-// fs.ErrPermission, syscall.ECONNREFUSED, io.EOF, ...).
+// permitted, refusing connections, or closing them unanswered (the server
+// refused the peer's credentials). It unwraps to the cause (fs.ErrNotExist,
+// fs.ErrPermission, syscall.ECONNREFUSED, or the transport's error).
 type SocketError struct {
 	Path   string
 	Reason string // short, for a person: "no such file"
@@ -90,7 +92,7 @@ func NewClient(socketPath string) *Client {
 			if err != nil {
 				return nil, c.socketError(err)
 			}
-			return conn, nil
+			return &countingConn{Conn: conn}, nil
 		},
 		MaxIdleConns:       4,
 		IdleConnTimeout:    30 * time.Second, // below the server's IdleTimeout
@@ -226,6 +228,14 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	var used atomic.Pointer[countingConn]
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			if cc, ok := i.Conn.(*countingConn); ok {
+				used.Store(cc)
+			}
+		},
+	}))
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if se, ok := errors.AsType[*SocketError](err); ok {
@@ -234,9 +244,13 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s %s: %w", method, path, ctx.Err())
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// The server closes a refused peer's connection before reading it.
+		// The client sees that as EOF, EPIPE, ECONNRESET or "server closed
+		// idle connection", depending on who runs first: what they share
+		// is a connection that never carried a byte back.
+		if cc := used.Load(); cc != nil && cc.read.Load() == 0 {
 			return nil, &SocketError{Path: c.path, Reason: "the server closed the connection", Err: err,
-				Hint: "the API admits only root and the agent's own user"}
+				Hint: "the API admits only root and the agent's own user; or the agent stopped"}
 		}
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.path, err)
 	}
@@ -250,6 +264,18 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 		eb.Error = fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(raw))
 	}
 	return nil, &StatusError{Code: resp.StatusCode, Message: eb.Error}
+}
+
+// countingConn counts the bytes the server sent on a connection.
+type countingConn struct {
+	net.Conn
+	read atomic.Int64
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.read.Add(int64(n))
+	return n, err
 }
 
 // socketError explains a failed dial of the API socket.

@@ -71,7 +71,8 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	}
 	applied, err := s.svc.Apply(r.Context(), pods, source)
 	if err != nil {
-		s.fail(w, err)
+		// Name the source: a CLI applying a directory sends many.
+		writeError(w, statusOf(err), source+": "+err.Error())
 		return
 	}
 	for _, p := range applied {
@@ -129,6 +130,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	h.Set("Trailer", errorTrailer)
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.WriteTimeout}
 	err := s.svc.Logs(r.Context(), ns, name, q.Get("container"), tail, sw)
+	// The end of the stream (last chunk, trailer) is written after Logs
+	// returns, which may be long after the last write's deadline.
+	if err := sw.rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout)); err != nil {
+		s.log.Warn("API log stream: set write deadline", "err", err)
+	}
 	switch {
 	case err == nil && !sw.started:
 		h.Del("Trailer")

@@ -51,6 +51,9 @@ func statID(path string) (fileID, bool) {
 //     and the process umask, which other goroutines depend on, is never
 //     changed.
 //
+// The socket's own address (getsockname, and what peers see in errors) stays
+// the temporary name; only the path to connect to is path.
+//
 // Two servers started at the same instant on one stale path may both pass
 // step 1; the later rename wins and the other serves an unreachable socket.
 // The systemd unit runs one agent; this is not a lock.

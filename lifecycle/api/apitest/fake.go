@@ -181,6 +181,9 @@ func (f *Fake) container(namespace, name, container string) (string, error) {
 		return "", fmt.Errorf("pod %s/%s: %w", namespace, name, api.ErrNotFound)
 	}
 	if container == "" {
+		if len(p.Spec.Containers) == 0 {
+			return "", fmt.Errorf("pod %s/%s has no containers: %w", namespace, name, api.ErrNotFound)
+		}
 		return p.Spec.Containers[0].Name, nil
 	}
 	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
