@@ -46,7 +46,7 @@ func churnPod(image, name string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &zero,
-			Containers: []corev1.Container{{Name: "main", Image: image, Command: []string{"sleep", "3600"}}},
+			Containers:                    []corev1.Container{{Name: "main", Image: image, Command: []string{"sleep", "3600"}}},
 		},
 	}
 }
