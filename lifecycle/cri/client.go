@@ -230,7 +230,11 @@ func opError(ctx context.Context, op, what string, err error) error {
 	switch {
 	case ok && st.Code() == codes.NotFound:
 		return fmt.Errorf("%s %s: %w: %w", op, what, ErrNotFound, err)
-	case ok && (st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled) && ctx.Err() != nil:
+	case ok && st.Code() == codes.DeadlineExceeded:
+		// gRPC's own deadline timer can fire a moment before ctx.Err()
+		// is set: the code alone says the caller's deadline passed.
+		return fmt.Errorf("%s %s: %w: %w", op, what, context.DeadlineExceeded, err)
+	case ok && st.Code() == codes.Canceled && ctx.Err() != nil:
 		return fmt.Errorf("%s %s: %w: %w", op, what, ctx.Err(), err)
 	}
 	return fmt.Errorf("%s %s: %w", op, what, err)
