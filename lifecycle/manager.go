@@ -266,6 +266,9 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			p.Annotations = map[string]string{}
 		}
 		p.Annotations[AnnotationSource] = source
+		if p.CreationTimestamp.IsZero() {
+			p.CreationTimestamp = metav1.NewTime(m.now())
+		}
 		out = append(out, p)
 	}
 	if source == SourceAPI {
