@@ -93,26 +93,21 @@ func (m *Manager) Ensure(pod *corev1.Pod) (string, error) {
 	return parent, nil
 }
 
-// mkdirDelegating makes d and its missing parents from the root down; on
-// cgroup2 every level above d (and the root's parent) delegates its
+// mkdirDelegating makes d and every missing directory above it down from
+// the hierarchy's base (nodeguard's own cgroup for a relative root, the
+// mount for an absolute one); on cgroup2 every level above d delegates its
 // controllers, or d would have no memory.max to write.
 func (m *Manager) mkdirDelegating(d cgroups.Dir) error {
-	rootDirs, err := m.layout.Resolve(m.root)
-	if err != nil {
-		return err
+	base := d.Hierarchy.Mount
+	if !filepath.IsAbs(m.root) {
+		base = d.Hierarchy.OwnDir()
 	}
-	var top string
-	for _, r := range rootDirs {
-		if r.Hierarchy.ID == d.Hierarchy.ID {
-			top = r.Path
-		}
+	if base == "" || (d.Path != base && !strings.HasPrefix(d.Path, base+"/")) {
+		return fmt.Errorf("%s is not beneath %s", d.Path, base)
 	}
-	if top == "" || (d.Path != top && !strings.HasPrefix(d.Path, top+"/")) {
-		return fmt.Errorf("%s is not beneath the cgroup root %s", d.Path, m.root)
-	}
-	levels := []string{filepath.Dir(top), top}
-	cur := top
-	if rest := strings.Trim(strings.TrimPrefix(d.Path, top), "/"); rest != "" {
+	levels := []string{base}
+	cur := base
+	if rest := strings.Trim(strings.TrimPrefix(d.Path, base), "/"); rest != "" {
 		for _, c := range strings.Split(rest, "/") {
 			cur = filepath.Join(cur, c)
 			levels = append(levels, cur)
@@ -124,13 +119,21 @@ func (m *Manager) mkdirDelegating(d cgroups.Dir) error {
 				return err
 			}
 		}
-		if d.Hierarchy.V2() && i < len(levels)-1 {
+		if d.Hierarchy.V2() && i < len(levels)-1 && i >= len(levels)-1-m.depth() {
 			if err := delegate(l); err != nil {
 				return fmt.Errorf("delegate controllers below %s: %w", l, err)
 			}
 		}
 	}
 	return nil
+}
+
+// depth is how many levels above a pod cgroup must delegate on cgroup2:
+// those from the root's parent down (root, kubepods, QoS class, and the
+// root's own parents when it is nested), never nodeguard's own cgroup
+// when it holds processes: only the levels we made.
+func (m *Manager) depth() int {
+	return strings.Count(strings.Trim(m.root, "/"), "/") + 4
 }
 
 // delegate enables in dir's cgroup.subtree_control the controllers the
