@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
@@ -256,6 +257,11 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			p.Spec.Priority = &prio
 		}
 		warnings, errs := podspec.Validate(p, m.cfg.PodOptions)
+		// Volumes are validated by podspec but not yet mounted by this
+		// manager: refusing them beats starting containers without them.
+		for i, v := range p.Spec.Volumes {
+			errs = append(errs, field.NotSupported(field.NewPath("spec", "volumes").Index(i), v.Name, []string{}))
+		}
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
 		}

@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -290,5 +291,31 @@ func TestAPodDeletedWhileStartingLeavesNothing(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+func TestVolumesAreRefusedUntilTheyAreMounted(t *testing.T) {
+	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &podcgroups.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := podspec.Parse(strings.NewReader(`
+apiVersion: v1
+kind: Pod
+metadata: {name: vol}
+spec:
+  volumes: [{name: scratch, emptyDir: {}}]
+  containers:
+  - {name: c, image: busybox, volumeMounts: [{name: scratch, mountPath: /scratch}]}
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Apply(context.Background(), pods, lifecycle.SourceAPI)
+	if !errors.Is(err, lifecycle.ErrInvalid) || !strings.Contains(err.Error(), "spec.volumes[0]") {
+		t.Fatalf("got %v, want a refusal naming spec.volumes[0]", err)
+	}
+	if len(m.List()) != 0 {
+		t.Fatal("a refused pod was kept")
 	}
 }
