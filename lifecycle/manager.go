@@ -673,6 +673,13 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 			break
 		}
 		s := states[c.Name]
+		if s.Phase == cri.PhaseCreated {
+			initDone = false
+			if err := m.startCreated(ctx, st, cur); err != nil {
+				return err
+			}
+			break
+		}
 		if s.Phase != cri.PhaseExited {
 			initDone = false
 			break
@@ -701,6 +708,12 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 				continue
 			}
 			s := states[c.Name]
+			if s.Phase == cri.PhaseCreated {
+				if err := m.startCreated(ctx, st, cur); err != nil {
+					return err
+				}
+				continue
+			}
 			if s.Phase != cri.PhaseExited {
 				continue
 			}
@@ -726,6 +739,21 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	}
 	m.updateStatus(ctx, st, latest(ctrs), initDone, failed)
 	m.gc(ctx, ctrs)
+	return nil
+}
+
+// startCreated starts a container that was created but never started: a
+// nodeguard killed between CreateContainer and StartContainer leaves one
+// behind. If it cannot start, it is removed, so that the next sync makes
+// the attempt again.
+func (m *Manager) startCreated(ctx context.Context, st *podState, c *runtimeapi.Container) error {
+	cctx, cancel := call(ctx)
+	defer cancel()
+	if err := m.cfg.Runtime.StartContainer(cctx, c.Id); err != nil {
+		m.log.Warn("start a created container; removing it", "pod", key(st.pod), "container", c.GetMetadata().GetName(), "err", err)
+		return m.cfg.Runtime.RemoveContainer(cctx, c.Id)
+	}
+	m.log.Info("created container started", "pod", key(st.pod), "container", c.GetMetadata().GetName())
 	return nil
 }
 

@@ -69,7 +69,7 @@ spec:
 `, i, env.BusyboxImage()))
 	}
 
-	const trials, pods = 4, 3
+	const trials, pods = 6, 3
 	cmd := start()
 	waitAPI()
 	for trial := 0; trial < trials; trial++ {
