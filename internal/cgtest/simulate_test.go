@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nodeguard/nodeguard/internal/cgroups"
 	"github.com/nodeguard/nodeguard/internal/cgtest"
@@ -64,13 +65,22 @@ func TestStartInEachLayout(t *testing.T) {
 			}
 			defer func() { _ = s.Kill(); _ = cmd.Wait() }()
 			pid := cmd.Process.Pid
-			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-			if err != nil {
-				t.Fatal(err)
+			// Without the gate the command is exec'd directly: it runs
+			// sleep at once (the kernel may publish /proc/PID/exe a moment
+			// after the exec pipe closes, so allow a bounded wait).
+			exe := ""
+			for deadline := time.Now().Add(2 * time.Second); ; {
+				var err error
+				if exe, err = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil {
+					t.Fatal(err)
+				}
+				if tt.gated || filepath.Base(exe) == "sleep" || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
-			// Without the gate, exec has happened when Start returns.
 			if !tt.gated && filepath.Base(exe) != "sleep" {
-				t.Errorf("right after Start the process runs %s, want sleep", exe)
+				t.Errorf("after Start the process runs %s, want sleep", exe)
 			}
 			got := procCgroups(t, pid)
 			for _, d := range s.Dirs() {

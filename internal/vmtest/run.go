@@ -477,6 +477,10 @@ func qemuArgs(c Config, vmlinux, initrd, console string, tscKHz int) []string {
 	}, " ")
 	return []string{
 		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on",
+		// One host thread runs every vCPU: multi-threaded TCG races with
+		// the guest's cross-CPU text patching (static keys flipped at run
+		// time), which showed as int3 Oopses in 6.12 under CI load.
+		"-accel", "tcg,thread=single",
 		"-cpu", "max",
 		"-m", c.Memory,
 		"-smp", strconv.Itoa(c.CPUs),
