@@ -121,7 +121,15 @@ type podState struct {
 	backoff    map[string]*backoff
 	status     corev1.PodStatus
 	lastErr    string
-	done       chan struct{} // closed when a deleted pod is gone
+	kick       chan struct{} // wakes the pod's worker
+	working    bool          // a worker runs for this pod (guarded by Manager.mu)
+}
+
+func (st *podState) poke() {
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
 }
 
 // SourceAPI is the source of pods applied through the local API; they are
@@ -289,6 +297,7 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		for uid, st := range m.pods {
 			if st.pod.Namespace == p.Namespace && st.pod.Name == p.Name && uid != p.UID && !st.deleting {
 				st.deleting = true
+				st.poke()
 			}
 		}
 		if st, ok := m.pods[p.UID]; ok && !st.deleting {
@@ -297,7 +306,7 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			// place, so the reconciler may read st.pod unlocked.
 			continue
 		}
-		m.pods[p.UID] = &podState{pod: p, source: source, backoff: map[string]*backoff{}, created: m.now(),
+		m.pods[p.UID] = &podState{pod: p, source: source, backoff: map[string]*backoff{}, created: m.now(), kick: make(chan struct{}, 1),
 			status: corev1.PodStatus{Phase: corev1.PodPending}}
 	}
 	m.mu.Unlock()
@@ -312,6 +321,7 @@ func (m *Manager) Delete(_ context.Context, namespace, name string) error {
 	for _, st := range m.pods {
 		if st.pod.Namespace == namespace && st.pod.Name == name && !st.deleting {
 			st.deleting = true
+			st.poke()
 			if st.source == SourceAPI {
 				if err := os.Remove(m.persistPath(st.pod.UID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					m.log.Warn("forget persisted pod", "pod", key(st.pod), "err", err)
@@ -332,6 +342,7 @@ func (m *Manager) Forget(source string, keep map[types.UID]bool) {
 	for uid, st := range m.pods {
 		if st.source == source && !keep[uid] && !st.deleting {
 			st.deleting = true
+			st.poke()
 		}
 	}
 	m.poke()
@@ -395,12 +406,31 @@ func (m *Manager) SourcesReady() {
 	m.poke()
 }
 
-// Run reconciles until ctx is done.
+// Run reconciles until ctx is done. Every pod has its own worker (as the
+// kubelet's pod workers): a new or changed pod is synced at once, not at the
+// next round, and a slow pod delays no other. At most Config.Workers pods
+// talk to the runtime at a time. Run itself removes the sandboxes of pods
+// nobody wants and starts the workers of new pods.
 func (m *Manager) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.Resync)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, m.cfg.Workers)
 	for {
-		m.Reconcile(ctx)
+		m.mu.Lock()
+		for uid, st := range m.pods {
+			if !st.working {
+				st.working = true
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					m.podWorker(ctx, uid, st, sem)
+				}()
+			}
+		}
+		m.mu.Unlock()
+		m.removeOrphans(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -414,8 +444,12 @@ func call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, callTimeout)
 }
 
-// Reconcile compares every pod with the runtime once.
-func (m *Manager) Reconcile(ctx context.Context) {
+// removeOrphans tears down nodeguard's sandboxes whose pod is not desired
+// (only once every source was loaded: a restarted nodeguard adopts).
+func (m *Manager) removeOrphans(ctx context.Context) {
+	if !m.sourcesReady.Load() {
+		return
+	}
 	cctx, cancel := call(ctx)
 	sandboxes, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.ManagedLabel: "true"})
 	cancel()
@@ -423,48 +457,75 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		m.log.Warn("list sandboxes", "err", err)
 		return
 	}
-	byUID := map[types.UID][]*runtimeapi.PodSandbox{}
 	for _, sb := range sandboxes {
 		uid := types.UID(sb.GetMetadata().GetUid())
-		byUID[uid] = append(byUID[uid], sb)
+		m.mu.Lock()
+		_, desired := m.pods[uid]
+		m.mu.Unlock()
+		if !desired {
+			m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace)
+		}
 	}
-	type work struct {
-		st       *podState
-		deleting bool
-	}
-	m.mu.Lock()
-	states := make(map[types.UID]work, len(m.pods))
-	for uid, st := range m.pods {
-		states[uid] = work{st: st, deleting: st.deleting}
-	}
-	m.mu.Unlock()
+}
 
-	for uid, sbs := range byUID {
-		if _, ok := states[uid]; !ok && m.sourcesReady.Load() {
-			for _, sb := range sbs {
-				m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace)
+// podWorker syncs one pod whenever it is poked and every Resync, until the
+// pod is removed or ctx ends.
+func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState, sem chan struct{}) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.mu.Lock()
+			st.working = false
+			m.mu.Unlock()
+			return
+		case <-st.kick:
+		case <-t.C:
+		}
+		m.mu.Lock()
+		deleting := st.deleting
+		m.mu.Unlock()
+		sem <- struct{}{}
+		cctx, cancel := call(ctx)
+		sbs, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.PodUIDLabel: string(uid)})
+		cancel()
+		if err == nil {
+			m.syncOne(ctx, uid, st, deleting, sbs)
+		} else {
+			m.setError(st, "ListFailed", err)
+		}
+		<-sem
+		if deleting && err == nil {
+			return // syncOne removed the pod
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(m.nextSync(st))
+	}
+}
+
+// nextSync is Resync, or sooner when a container's back-off ends first.
+func (m *Manager) nextSync(st *podState) time.Duration {
+	d := m.cfg.Resync
+	now := m.now()
+	for _, b := range st.backoff {
+		if !b.until.IsZero() {
+			if left := b.until.Sub(now); left > 0 && left < d {
+				d = left
 			}
 		}
 	}
-	sem := make(chan struct{}, m.cfg.Workers)
-	var wg sync.WaitGroup
-	for uid, w := range states {
-		if ctx.Err() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			m.syncOne(ctx, uid, w.st, w.deleting, byUID[uid])
-		}()
-	}
-	wg.Wait()
+	return d
 }
 
 // syncOne drives one pod: removal when it is being deleted, else a sync.
-// Each pod is handled by one goroutine per round, so its podState fields
-// that only the reconciler uses need no lock.
+// Each pod is handled by its one worker, so its podState fields that only
+// the worker uses need no lock.
 func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, deleting bool, sbs []*runtimeapi.PodSandbox) {
 	if !deleting {
 		m.syncPod(ctx, st, sbs)
