@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
@@ -46,6 +49,14 @@ type runConfig struct {
 	// PriorityClasses maps priorityClassName to priority.
 	PriorityClasses map[string]int32 `json:"priorityClasses"`
 	AllowPrivileged bool             `json:"allowPrivileged"`
+	// SystemReserved and KubeReserved (e.g. {memory: 512Mi, cpu: 500m})
+	// are taken off the node's capacity; the rest, node allocatable, is
+	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
+	SystemReserved corev1.ResourceList `json:"systemReserved"`
+	KubeReserved   corev1.ResourceList `json:"kubeReserved"`
+	// Container restart back-off (defaults: the kubelet's 10 s and 5 min).
+	BackoffInitial metav1.Duration `json:"backoffInitial"`
+	BackoffMax     metav1.Duration `json:"backoffMax"`
 }
 
 func defaultRunConfig() runConfig {
@@ -73,6 +84,20 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("apiSocket: %q: want an absolute path", c.APISocket)
 	case c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath):
 		return fmt.Errorf("podManifestPath: %q: want an absolute path", c.PodManifestPath)
+	case c.BackoffInitial.Duration < 0 || c.BackoffMax.Duration < 0:
+		return fmt.Errorf("backoffInitial/backoffMax: negative durations %v/%v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
+	case c.BackoffMax.Duration > 0 && c.BackoffInitial.Duration > c.BackoffMax.Duration:
+		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
+	}
+	for name, l := range map[string]corev1.ResourceList{"systemReserved": c.SystemReserved, "kubeReserved": c.KubeReserved} {
+		for r, q := range l {
+			if r != corev1.ResourceMemory && r != corev1.ResourceCPU && r != "pid" {
+				return fmt.Errorf("%s.%s: unsupported resource (memory, cpu, pid)", name, r)
+			}
+			if q.Sign() < 0 {
+				return fmt.Errorf("%s.%s: %s is negative", name, r, q.String())
+			}
+		}
 	}
 	return nil
 }
@@ -85,6 +110,23 @@ func loadRunConfig(path string) (runConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	// Quantities first, so that a bad one is named with its field (the
+	// decoder's own error names neither).
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	for _, key := range []string{"systemReserved", "kubeReserved"} {
+		m, ok := raw[key].(map[string]any)
+		if !ok {
+			continue
+		}
+		for r, v := range m {
+			if _, err := resource.ParseQuantity(fmt.Sprint(v)); err != nil {
+				return cfg, fmt.Errorf("config %s: %s.%s: invalid quantity %q: %w", path, key, r, fmt.Sprint(v), err)
+			}
+		}
 	}
 	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
@@ -189,10 +231,22 @@ func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
 		return fmt.Errorf("root dir: %w", err)
 	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceMemory: *resource.NewQuantity(int64(mi.MemTotal), resource.BinarySI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(runtime.NumCPU())*1000, resource.DecimalSI),
+	}
+	rc, err := cgm.EnforceAllocatable(capacity, cfg.SystemReserved, cfg.KubeReserved)
+	if err != nil {
+		return err
+	}
+	if rc.Memory != nil {
+		log.Info("node allocatable enforced on kubepods", "memory_bytes", *rc.Memory, "cpu_shares", rc.CPUShares, "cpu_weight", rc.CPUWeight)
+	}
 	mgr, err := lifecycle.New(lifecycle.Config{
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
 		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
+		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration,
 	})
 	if err != nil {
 		return err
@@ -217,9 +271,6 @@ func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 
 	if cfg.MetricsAddr != "" {
 		kube, _ := cgroupnames.Kubepods(cgroupnames.Cgroupfs, cfg.CgroupRoot)
-		if err := cgm.EnsureRoot(); err != nil {
-			return err
-		}
 		s, err := startSensing(ctx, &senseFlags{metricsAddr: cfg.MetricsAddr, roots: []string{kube}, rootDir: cfg.RootDir,
 			tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout)}, log)
 		if err != nil {

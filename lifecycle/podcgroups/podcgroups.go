@@ -279,6 +279,29 @@ func (m *Manager) EnsureRoot() error {
 	return nil
 }
 
+// EnforceAllocatable writes node allocatable on kubepods in every
+// hierarchy: capacity minus system-reserved minus kube-reserved becomes
+// kubepods' memory limit and CPU shares (or weight), as the kubelet's
+// enforceNodeAllocatable=pods does. It returns the limits written.
+func (m *Manager) EnforceAllocatable(capacity, systemReserved, kubeReserved corev1.ResourceList) (cgroupnames.ResourceConfig, error) {
+	if err := m.EnsureRoot(); err != nil {
+		return cgroupnames.ResourceConfig{}, err
+	}
+	kube, err := cgroupnames.Kubepods(cgroupnames.Cgroupfs, m.root)
+	if err != nil {
+		return cgroupnames.ResourceConfig{}, err
+	}
+	dirs, err := m.layout.Resolve(kube)
+	if err != nil {
+		return cgroupnames.ResourceConfig{}, fmt.Errorf("enforce allocatable on %s: %w", kube, err)
+	}
+	rc := cgroupnames.KubepodsResources(capacity, systemReserved, kubeReserved, m.v2Memory())
+	if err := writeResources(dirs, rc); err != nil {
+		return rc, fmt.Errorf("enforce allocatable on %s: %w", kube, err)
+	}
+	return rc, nil
+}
+
 // RemoveRoot removes the (empty) kubepods tree and the root itself, for
 // tests and a node being drained; it fails while any pod cgroup remains.
 func (m *Manager) RemoveRoot() error {

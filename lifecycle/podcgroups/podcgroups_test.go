@@ -106,3 +106,43 @@ func TestSystemdDriverIsRefusedClearly(t *testing.T) {
 		t.Fatalf("got %v, want an error naming the systemd driver", err)
 	}
 }
+
+func TestAllocatableIsEnforcedOnKubepods(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	sb := cgtest.New(t)
+	m, err := podcgroups.New(sb.Layout(), cgroupnames.Cgroupfs, sb.Rel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := resource.MustParse
+	rc, err := m.EnforceAllocatable(
+		corev1.ResourceList{"memory": q("4Gi"), "cpu": q("2")},
+		corev1.ResourceList{"memory": q("512Mi"), "cpu": q("500m")},
+		corev1.ResourceList{"memory": q("256Mi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(4<<30 - 512<<20 - 256<<20)
+	if rc.Memory == nil || *rc.Memory != want {
+		t.Fatalf("allocatable memory %v, want %d", rc.Memory, want)
+	}
+	dirs, err := sb.Layout().Resolve(sb.Rel() + "/kubepods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if !d.Hierarchy.Has("memory") {
+			continue
+		}
+		name := "memory.limit_in_bytes"
+		if d.Hierarchy.V2() {
+			name = "memory.max"
+		}
+		if got := read(t, filepath.Join(d.Path, name)); got != fmt.Sprint(want) {
+			t.Errorf("kubepods %s = %s, want %d", name, got, want)
+		}
+	}
+	if err := m.RemoveRoot(); err != nil {
+		t.Fatal(err)
+	}
+}
