@@ -95,7 +95,7 @@ done
 endpoint=$(sed -n 's/^private containerd: \(unix:[^ ]*\).*/\1/p' "$run_dir/log" | head -1)
 echo
 echo "the same pods as crictl sees them on $endpoint:"
-"$CRICTL" --runtime-endpoint "$endpoint" pods || true
+"$CRICTL" --runtime-endpoint "$endpoint" pods 2>/dev/null || true
 echo
 echo "nodeguard pod logs batch; pod exec web -- wget -qO- localhost:8080 (inside the pod's network namespace):"
 "$BIN" pod logs batch --api-socket "$run_dir/api.sock" --tail 2 || true
@@ -106,8 +106,13 @@ for p in scratch web batch; do
 	printf '%-8s %s\n' "$p" "$("$BIN" pod exec "$p" --api-socket "$run_dir/api.sock" -- cat /proc/1/oom_score_adj 2>/dev/null || echo '?')"
 done
 echo
-echo "pod-labelled working sets on /metrics:"
-wget -qO- http://127.0.0.1:9847/metrics 2>/dev/null | grep '^container_memory_working_set_bytes' | grep -v 'pod=""' | head -5 || true
+echo "pod-labelled working sets on /metrics (the cgroups of new pods join the next snapshot):"
+for _ in $(seq 1 20); do
+	lines=$(wget -qO- http://127.0.0.1:9847/metrics 2>/dev/null | grep '^container_memory_working_set_bytes' | grep -v 'pod=""' || true)
+	[ -n "$lines" ] && break
+	sleep 0.5
+done
+echo "${lines:-(none yet)}" | head -5
 kill "$run_pid" 2>/dev/null || true
 wait "$run_pid" 2>/dev/null || true
 rm -rf "$run_dir"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
@@ -54,6 +56,9 @@ type runConfig struct {
 	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
 	SystemReserved corev1.ResourceList `json:"systemReserved"`
 	KubeReserved   corev1.ResourceList `json:"kubeReserved"`
+	// ImagePull lets the runtime pull images that are not present (a
+	// registry is configured); off, a missing image fails the pod clearly.
+	ImagePull bool `json:"imagePull"`
 	// Container restart back-off (defaults: the kubelet's 10 s and 5 min).
 	BackoffInitial metav1.Duration `json:"backoffInitial"`
 	BackoffMax     metav1.Duration `json:"backoffMax"`
@@ -199,8 +204,13 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	setOwnOOMScoreAdj(log)
+	var dialOpts []cri.Option
+	if cfg.ImagePull {
+		dialOpts = append(dialOpts, cri.WithImagePull())
+	}
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-	client, err := cri.Dial(dctx, cfg.RuntimeEndpoint, 10*time.Second)
+	client, err := cri.Dial(dctx, cfg.RuntimeEndpoint, 10*time.Second, dialOpts...)
 	dcancel()
 	if err != nil {
 		return err
@@ -297,6 +307,20 @@ func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// setOwnOOMScoreAdj gives nodeguard the kubelet's own -999, so that the OOM
+// killer takes pods before the agent that guards them. Without
+// CAP_SYS_RESOURCE the kernel refuses values below the current minimum:
+// one log line says so and what stays in force.
+func setOwnOOMScoreAdj(log *slog.Logger) {
+	want := qos.NodeguardOOMScoreAdj
+	err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(want)), 0)
+	if err != nil {
+		log.Warn("oom_score_adj of nodeguard not lowered (no CAP_SYS_RESOURCE?)", "wanted", want, "kept", ownOOMScoreAdj(), "err", err)
+		return
+	}
+	log.Info("oom_score_adj of nodeguard set", "value", want)
 }
 
 // ownOOMScoreAdj reads this process's oom_score_adj: the floor without
