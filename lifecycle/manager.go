@@ -509,9 +509,24 @@ func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState, se
 	}
 }
 
-// nextSync is Resync, or sooner when a container's back-off ends first.
+// nextSync is Resync, or sooner when a container's back-off ends first. A
+// pod whose containers all run is checked every 3 Resyncs: on a dense node
+// hundreds of idle pods' status calls would otherwise compete with the
+// pods being started (the kubelet's PLEG relists every second, its pod
+// workers resync every minute).
 func (m *Manager) nextSync(st *podState) time.Duration {
 	d := m.cfg.Resync
+	m.mu.Lock()
+	steady := st.status.Phase == corev1.PodRunning && st.status.Reason == ""
+	for _, cs := range st.status.ContainerStatuses {
+		if cs.State.Running == nil {
+			steady = false
+		}
+	}
+	m.mu.Unlock()
+	if steady {
+		d = 3 * m.cfg.Resync
+	}
 	now := m.now()
 	for _, b := range st.backoff {
 		if !b.until.IsZero() {
