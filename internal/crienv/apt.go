@@ -1,8 +1,9 @@
 package crienv
 
 import (
+	"github.com/nodeguard/nodeguard/internal/flock"
+
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,8 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/internal/images"
 )
@@ -123,7 +122,7 @@ func EnsurePackages(ctx context.Context, log *slog.Logger, lockDir string) error
 	if err := os.MkdirAll(lockDir, 0o755); err != nil {
 		return fmt.Errorf("install %s: %w", pkgs, err)
 	}
-	unlock, err := flock(ctx, filepath.Join(lockDir, ".apt.lock"))
+	unlock, err := flock.Lock(ctx, filepath.Join(lockDir, ".apt.lock"))
 	if err != nil {
 		return fmt.Errorf("install %s: %w", pkgs, err)
 	}
@@ -159,30 +158,6 @@ func aptGet(ctx context.Context, args ...string) ([]byte, error) {
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "PATH="+searchPath)
 	cmd.WaitDelay = 5 * time.Second
 	return cmd.CombinedOutput()
-}
-
-// flock takes an exclusive lock on file, polling until ctx ends.
-func flock(ctx context.Context, file string) (unlock func(), err error) {
-	f, err := os.OpenFile(file, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", file, err)
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", file, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", file, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // round returns d in seconds with millisecond precision, for log lines.

@@ -1,6 +1,8 @@
 package images
 
 import (
+	"github.com/nodeguard/nodeguard/internal/flock"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,8 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // DefaultCacheDir is where Cached keeps built images on the development and
@@ -28,10 +28,6 @@ const formatVersion = "nodeguard-images/1"
 // setFile is the file in a cache directory that lists its images. It is
 // written last, so its presence means the directory is complete.
 const setFile = "images.json"
-
-// lockPoll is how often Cached retries the cache lock while another
-// process builds.
-const lockPoll = 50 * time.Millisecond
 
 // Set is the pause and busybox images of one build.
 type Set struct {
@@ -72,7 +68,7 @@ func Cached(ctx context.Context, root string, log *slog.Logger) (Set, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return Set{}, fmt.Errorf("cached images: %w", err)
 	}
-	unlock, err := lockDir(ctx, root)
+	unlock, err := flock.Lock(ctx, filepath.Join(root, ".lock"))
 	if err != nil {
 		return Set{}, fmt.Errorf("cached images: %w", err)
 	}
@@ -181,31 +177,6 @@ func cacheKey(ctx context.Context, goBin, busybox string) (string, error) {
 		return "", fmt.Errorf("hash %s: %w", busybox, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// lockDir takes an exclusive flock on dir/.lock, giving up when ctx ends.
-func lockDir(ctx context.Context, dir string) (unlock func(), err error) {
-	name := filepath.Join(dir, ".lock")
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", name, err)
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", name, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", name, ctx.Err())
-		case <-time.After(lockPoll):
-		}
-	}
 }
 
 func dirExists(dir string) bool {

@@ -1,6 +1,8 @@
 package vmtest
 
 import (
+	"github.com/nodeguard/nodeguard/internal/flock"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -151,7 +153,7 @@ func Prepare(ctx context.Context, c Config) (*Prepared, error) {
 	if err := os.MkdirAll(c.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cache %s: %w", c.CacheDir, err)
 	}
-	unlock, err := lockDir(ctx, c.CacheDir)
+	unlock, err := flock.Lock(ctx, filepath.Join(c.CacheDir, "lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -227,31 +229,6 @@ func baseArchive(cache string) (string, error) {
 		return "", fmt.Errorf("build base initramfs: %w", err)
 	}
 	return name, nil
-}
-
-// lockDir takes an exclusive flock on dir/lock, giving up when ctx ends.
-func lockDir(ctx context.Context, dir string) (func(), error) {
-	name := filepath.Join(dir, "lock")
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", name, err)
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", name, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // Test is one test binary run in a guest.
