@@ -108,3 +108,19 @@ func unescapeOctal(s string) (string, bool) {
 	}
 	return b.String(), true
 }
+
+// MountPoints parses mountinfo data (the format of /proc/self/mountinfo,
+// named name in errors) and returns every mount point, in file order. It
+// is the one mountinfo parser of the project: cgroup discovery uses the
+// same lines, the test environment finds its own mounts with it.
+func MountPoints(data []byte, name string) ([]string, error) {
+	entries, err := parseMountinfo(data, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = e.mountPoint
+	}
+	return out, nil
+}
