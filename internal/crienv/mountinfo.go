@@ -49,4 +49,3 @@ func selfMountsUnder(dir string) ([]string, error) {
 	}
 	return mountsUnder(data, dir)
 }
-
