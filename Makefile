@@ -54,7 +54,9 @@ test-vm:
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 100000x ./loader/...
-	./$(BIN) bench events
+	NODEGUARD_REQUIRE_PRIVILEGED=1 $(GO) test -run '^$$' -bench Snapshot250 -benchtime 300x ./pressure
+	./$(BIN) bench events --out out/bench
+	./$(BIN) bench churn --pods 50 --parallel 8 --out out/bench --log-level warn
 
 demo: deps build
 	./scripts/demo.sh
