@@ -120,6 +120,9 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.e.opts.Kernel != nil {
 		run("bpf", func() error { return c.bpf(ch, snap) })
 	}
+	if c.e.opts.Storage != nil {
+		run("storage", func() error { return c.storage(ch) })
+	}
 }
 
 var errNoSnapshot = errors.New("no snapshot yet")

@@ -42,9 +42,10 @@ type Resolver interface {
 // Options wire the exporter.
 type Options struct {
 	Snapshots SnapshotSource
-	Full      FullSource   // nil: no cpu, io and pids series
-	Kernel    KernelSource // nil: no BPF series
-	Resolver  Resolver     // nil: cgroup path labels only
+	Full      FullSource    // nil: no cpu, io and pids series
+	Kernel    KernelSource  // nil: no BPF series
+	Resolver  Resolver      // nil: cgroup path labels only
+	Storage   StorageSource // nil: no ephemeral storage series
 	// Clock for nodeguard_snapshot_age_seconds.
 	Now func() time.Time
 	// Version for nodeguard_build_info.

@@ -104,6 +104,14 @@ func newExporter() *metrics.Exporter {
 	}}
 	e := metrics.New(metrics.Options{
 		Snapshots: fixedSnapshots{snap}, Full: fixedFull{full}, Kernel: fakeKernel{}, Resolver: podResolver{},
+		Storage: fixedStorage{&metrics.StorageSample{Taken: snap.Time, Pods: []metrics.PodStorage{{
+			Namespace: "default", Pod: "web", UID: "u-1", EphemeralBytes: 1<<20 + 8192 + 4096,
+			Volumes: []metrics.VolumeStorage{
+				{Volume: "cache", Plugin: "kubernetes.io~empty-dir", Medium: "", Bytes: 1 << 20, Inodes: 12},
+				{Volume: "scratch", Plugin: "kubernetes.io~empty-dir", Medium: "Memory", Bytes: 4 << 20, Inodes: 3},
+			},
+			Containers: []metrics.ContainerStorage{{Container: "app", RootfsBytes: 8192, RootfsInodes: 4, LogsBytes: 4096}},
+		}}}},
 		Now: func() time.Time { return snap.Time.Add(1500 * time.Millisecond) }, Version: "test",
 	})
 	e.ObserveEvent(&event.OOMKill{Header: event.Header{Kind: event.KindOOMKill}})
@@ -111,6 +119,10 @@ func newExporter() *metrics.Exporter {
 	e.ObserveWakeup("some 150ms/1s on /proc/pressure/memory")
 	return e
 }
+
+type fixedStorage struct{ s *metrics.StorageSample }
+
+func (f fixedStorage) LatestStorage() *metrics.StorageSample { return f.s }
 
 func exposition(t *testing.T, e *metrics.Exporter, skip ...string) []byte {
 	t.Helper()

@@ -108,3 +108,16 @@ func seconds(d time.Duration) int64 {
 	s := math.Ceil(d.Seconds())
 	return int64(s)
 }
+
+// ListContainerStats returns the runtime's statistics of nodeguard's
+// containers: CPU, memory and the writable layer's bytes and inodes.
+func (c *Client) ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error) {
+	sel := managedSelector(nil)
+	resp, err := c.rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{
+		Filter: &runtimeapi.ContainerStatsFilter{LabelSelector: sel},
+	})
+	if err != nil {
+		return nil, opError(ctx, "list container stats", selectorString(sel), err)
+	}
+	return resp.GetStats(), nil
+}

@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path"
@@ -19,6 +20,10 @@ type SandboxStatus struct {
 	IP        string    // the primary pod IP; "" for host-network pods
 	IPs       []string  // every pod IP, the primary first
 	CreatedAt time.Time // zero when the runtime did not say
+	// NetNS is the path of the sandbox's network namespace, from the
+	// runtime's verbose info (containerd: runtimeSpec.linux.namespaces);
+	// "" for host-network sandboxes or a runtime that does not say.
+	NetNS string
 	// Raw is the runtime's full answer.
 	Raw *runtimeapi.PodSandboxStatus
 }
@@ -77,7 +82,7 @@ func (c *Client) RemovePodSandbox(ctx context.Context, id string) error {
 
 // PodSandboxStatus returns the sandbox's status and IPs.
 func (c *Client) PodSandboxStatus(ctx context.Context, id string) (*SandboxStatus, error) {
-	resp, err := c.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+	resp, err := c.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
 	if err != nil {
 		return nil, opError(ctx, "pod sandbox status", id, err)
 	}
@@ -92,6 +97,13 @@ func (c *Client) PodSandboxStatus(ctx context.Context, id string) (*SandboxStatu
 		CreatedAt: unixNano(st.GetCreatedAt()),
 		Raw:       st,
 	}
+	if info, ok := resp.GetInfo()["info"]; ok {
+		ns, err := netNSFromInfo([]byte(info))
+		if err != nil {
+			return nil, fmt.Errorf("pod sandbox status %s: %w", id, err)
+		}
+		out.NetNS = ns
+	}
 	if out.IP != "" {
 		out.IPs = append(out.IPs, out.IP)
 	}
@@ -99,6 +111,44 @@ func (c *Client) PodSandboxStatus(ctx context.Context, id string) (*SandboxStatu
 		out.IPs = append(out.IPs, ip.GetIp())
 	}
 	return out, nil
+}
+
+// netNSFromInfo reads the network namespace path out of containerd's
+// verbose sandbox info: the OCI spec of the pause container lists it.
+func netNSFromInfo(info []byte) (string, error) {
+	var v struct {
+		RuntimeSpec *struct {
+			Linux *struct {
+				Namespaces []struct {
+					Type string `json:"type"`
+					Path string `json:"path"`
+				} `json:"namespaces"`
+			} `json:"linux"`
+		} `json:"runtimeSpec"`
+	}
+	if err := json.Unmarshal(info, &v); err != nil {
+		return "", fmt.Errorf("verbose sandbox info is not JSON: %w", err)
+	}
+	if v.RuntimeSpec == nil || v.RuntimeSpec.Linux == nil {
+		return "", nil
+	}
+	for _, ns := range v.RuntimeSpec.Linux.Namespaces {
+		if ns.Type == "network" {
+			return ns.Path, nil
+		}
+	}
+	return "", nil
+}
+
+// ListAllPodSandboxes returns every sandbox of the runtime, nodeguard's or
+// not: the network garbage collector must not take what another client's
+// sandbox still uses.
+func (c *Client) ListAllPodSandboxes(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
+	resp, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, opError(ctx, "list pod sandboxes", "all", err)
+	}
+	return resp.GetItems(), nil
 }
 
 // ListPodSandbox returns nodeguard's sandboxes (ManagedLabel=true) that also

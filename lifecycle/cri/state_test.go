@@ -70,3 +70,22 @@ func TestContainerStateCarriesExitDetails(t *testing.T) {
 		t.Errorf("a running container's FinishedAt = %v, want zero", running.FinishedAt)
 	}
 }
+
+func TestNetNSFromInfo(t *testing.T) {
+	for _, tc := range []struct {
+		name, info, want string
+		wantErr          bool
+	}{
+		{"containerd", `{"pid":1,"runtimeSpec":{"linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/cni-1"}]}}}`, "/run/netns/cni-1", false},
+		{"host network", `{"runtimeSpec":{"linux":{"namespaces":[{"type":"pid"}]}}}`, "", false},
+		{"no spec", `{"pid":1}`, "", false},
+		{"garbage", `{`, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := netNSFromInfo([]byte(tc.info))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("netNSFromInfo = %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}

@@ -91,7 +91,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 	},
 	reflect.TypeFor[corev1.VolumeMount](): {
 		"name": honoured, "readOnly": honoured, "mountPath": honoured, "subPath": honoured,
-		// Only "None" and "Disabled" pass Validate.
+		// recursiveReadOnly: only "Disabled" passes Validate.
 		"mountPropagation": honoured, "recursiveReadOnly": honoured,
 	},
 	reflect.TypeFor[corev1.Volume](): {

@@ -46,6 +46,7 @@ var (
 	supportedRestartPolicies = []corev1.RestartPolicy{corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever}
 	supportedDNSPolicies     = []string{string(corev1.DNSClusterFirstWithHostNet), string(corev1.DNSClusterFirst), string(corev1.DNSDefault), string(corev1.DNSNone)}
 	supportedPullPolicies    = []string{string(corev1.PullAlways), string(corev1.PullIfNotPresent), string(corev1.PullNever)}
+	supportedPropagations    = []string{string(corev1.MountPropagationBidirectional), string(corev1.MountPropagationHostToContainer), string(corev1.MountPropagationNone)}
 	supportedHostPathTypes   = []string{"", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"}
 	supportedMedia           = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
 	// The downward API fields nodeguard can fill in for env.
@@ -231,7 +232,8 @@ func validateContainer(c *corev1.Container, names map[string]bool, volumes map[s
 	errs = append(errs, validatePorts(c.Ports, cp.Child("ports"))...)
 	errs = append(errs, validateEnv(c.Env, cp.Child("env"))...)
 	errs = append(errs, validateResources(&c.Resources, cp.Child("resources"))...)
-	errs = append(errs, validateMounts(c.VolumeMounts, volumes, cp.Child("volumeMounts"))...)
+	privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+	errs = append(errs, validateMounts(c.VolumeMounts, volumes, privileged, cp.Child("volumeMounts"))...)
 	errs = append(errs, validateSecurityContext(c.SecurityContext, opts, cp.Child("securityContext"))...)
 	return errs
 }
@@ -391,7 +393,9 @@ func sortedNames(l corev1.ResourceList) []corev1.ResourceName {
 
 // validateMounts is ValidateVolumeMounts of pkg/apis/core/validation, with
 // absolute mount paths required (Linux only) and the indexed subPath path.
-func validateMounts(mounts []corev1.VolumeMount, volumes map[string]bool, mp *field.Path) field.ErrorList {
+// Mount propagation is validateMountPropagation: Bidirectional only in a
+// privileged container, which may change the host's mounts through it.
+func validateMounts(mounts []corev1.VolumeMount, volumes map[string]bool, privileged bool, mp *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	paths := map[string]bool{}
 	for i, m := range mounts {
@@ -413,8 +417,16 @@ func validateMounts(mounts []corev1.VolumeMount, volumes map[string]bool, mp *fi
 		if m.SubPath != "" {
 			errs = append(errs, localDescendingPath(m.SubPath, ip.Child("subPath"))...)
 		}
-		if m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone {
-			errs = append(errs, field.Forbidden(ip.Child("mountPropagation"), NotSupported+": only None"))
+		if m.MountPropagation != nil {
+			switch mode := *m.MountPropagation; mode {
+			case corev1.MountPropagationNone, corev1.MountPropagationHostToContainer:
+			case corev1.MountPropagationBidirectional:
+				if !privileged {
+					errs = append(errs, field.Forbidden(ip.Child("mountPropagation"), "Bidirectional mount propagation is available only to privileged containers"))
+				}
+			default:
+				errs = append(errs, field.NotSupported(ip.Child("mountPropagation"), mode, supportedPropagations))
+			}
 		}
 		if m.RecursiveReadOnly != nil && *m.RecursiveReadOnly != corev1.RecursiveReadOnlyDisabled {
 			errs = append(errs, field.Forbidden(ip.Child("recursiveReadOnly"), NotSupported+": only Disabled"))
