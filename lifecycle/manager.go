@@ -26,6 +26,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
+	"github.com/nodeguard/nodeguard/mounts"
 )
 
 // Errors callers tell apart.
@@ -84,6 +85,14 @@ type Config struct {
 	// oom_score_adj cannot go below the runtime's own minimum.
 	HasCapSysResource bool
 	MinOOMScoreAdj    int
+	// Volumes mounts pod volumes; nil refuses every pod with volumes.
+	Volumes *mounts.Manager
+	// Network verifies each sandbox's plumbing and collects what dead
+	// sandboxes left; nil trusts the runtime's word.
+	Network *Network
+	// GCInterval: how often volumes and the network are collected
+	// (DefaultGCInterval when zero).
+	GCInterval time.Duration
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -102,6 +111,13 @@ type Manager struct {
 	pods map[types.UID]*podState
 	// clampedOnce: the oom_score_adj clamp is logged once.
 	clampedOnce sync.Once
+
+	// createMu: sandboxes are created under its read lock and the
+	// network collected under its write lock.
+	createMu sync.RWMutex
+	// gcRunning: one collection at a time; lastGC: when it last started.
+	gcRunning atomic.Bool
+	lastGC    time.Time
 }
 
 type backoff struct {
@@ -122,7 +138,8 @@ type podState struct {
 	status     corev1.PodStatus
 	lastErr    string
 	kick       chan struct{} // wakes the pod's worker
-	working    bool          // a worker runs for this pod (guarded by Manager.mu)
+	volumes    *mounts.PodVolumes
+	working    bool // a worker runs for this pod (guarded by Manager.mu)
 }
 
 func (st *podState) poke() {
@@ -226,6 +243,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
 	}
+	if cfg.GCInterval <= 0 {
+		cfg.GCInterval = DefaultGCInterval
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -265,10 +285,16 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			p.Spec.Priority = &prio
 		}
 		warnings, errs := podspec.Validate(p, m.cfg.PodOptions)
-		// Volumes are validated by podspec but not yet mounted by this
-		// manager: refusing them beats starting containers without them.
-		for i, v := range p.Spec.Volumes {
-			errs = append(errs, field.NotSupported(field.NewPath("spec", "volumes").Index(i), v.Name, []string{}))
+		if m.cfg.Volumes != nil {
+			// What only this node can judge: the hostPath allowlist and
+			// types, traversal in paths.
+			errs = append(errs, m.cfg.Volumes.Validate(p)...)
+		} else {
+			// Without a volume manager, refusing beats starting
+			// containers without their volumes.
+			for i, v := range p.Spec.Volumes {
+				errs = append(errs, field.NotSupported(field.NewPath("spec", "volumes").Index(i), v.Name, []string{}))
+			}
 		}
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
@@ -431,12 +457,39 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		m.removeOrphans(ctx)
+		m.maybeGC(ctx, &wg)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-m.kick:
 		}
+	}
+}
+
+// maybeGC starts a collection of volumes and the network in the
+// background once every source is loaded, then every GCInterval.
+func (m *Manager) maybeGC(ctx context.Context, wg *sync.WaitGroup) {
+	if !m.sourcesReady.Load() || m.now().Sub(m.lastGC) < m.cfg.GCInterval || !m.gcRunning.CompareAndSwap(false, true) {
+		return
+	}
+	m.lastGC = m.now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer m.gcRunning.Store(false)
+		m.GC(ctx)
+	}()
+}
+
+// GC collects, once, what pods that no longer exist left behind: volume
+// directories and mounts, IP leases, veths and network namespaces.
+func (m *Manager) GC(ctx context.Context) {
+	if err := m.gcVolumes(ctx); err != nil {
+		m.log.Warn("gc", "err", err)
+	}
+	if err := m.gcNetwork(ctx); err != nil {
+		m.log.Warn("gc", "err", err)
 	}
 }
 
@@ -464,6 +517,17 @@ func (m *Manager) removeOrphans(ctx context.Context) {
 		m.mu.Unlock()
 		if !desired {
 			m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace)
+			m.mu.Lock()
+			_, desired = m.pods[uid]
+			m.mu.Unlock()
+			if !desired {
+				if parent := sb.GetAnnotations()[AnnotationCgroupParent]; parent != "" {
+					m.removePodCgroup(parent, true)
+				}
+				if err := m.teardownVolumes(ctx, uid); err != nil {
+					m.log.Warn("remove volumes of an orphaned sandbox", "uid", uid, "err", err)
+				}
+			}
 		}
 	}
 }
@@ -490,14 +554,15 @@ func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState, se
 		cctx, cancel := call(ctx)
 		sbs, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.PodUIDLabel: string(uid)})
 		cancel()
+		removed := false
 		if err == nil {
-			m.syncOne(ctx, uid, st, deleting, sbs)
+			removed = m.syncOne(ctx, uid, st, deleting, sbs)
 		} else {
 			m.setError(st, "ListFailed", err)
 		}
 		<-sem
-		if deleting && err == nil {
-			return // syncOne removed the pod
+		if removed {
+			return
 		}
 		if !t.Stop() {
 			select {
@@ -541,24 +606,39 @@ func (m *Manager) nextSync(st *podState) time.Duration {
 // syncOne drives one pod: removal when it is being deleted, else a sync.
 // Each pod is handled by its one worker, so its podState fields that only
 // the worker uses need no lock.
-func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, deleting bool, sbs []*runtimeapi.PodSandbox) {
+// It reports whether the pod is gone.
+func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, deleting bool, sbs []*runtimeapi.PodSandbox) bool {
 	if !deleting {
 		m.syncPod(ctx, st, sbs)
-		return
+		return false
 	}
 	for _, sb := range sbs {
 		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod))
 	}
-	if st.parent != "" {
-		if err := m.cfg.Cgroups.Remove(st.parent); err != nil {
-			m.log.Warn("remove pod cgroup", "pod", key(st.pod), "err", err)
-		}
+	// The pod's cgroup, by its computed name (a nodeguard restarted
+	// since may never have learnt st.parent): processes the runtime does
+	// not know of (a sandbox half made when the runtime crashed) are
+	// killed, as the kubelet's pod cgroup Destroy does.
+	parent := st.parent
+	if p, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
+		parent = p
+	}
+	if parent != "" {
+		m.removePodCgroup(parent, true)
+	}
+	// Volumes go after every process is gone (nothing holds their mounts
+	// any more); if they cannot, the pod stays, deleting, and the next
+	// sync tries again: a volume is never left half torn down.
+	if err := m.teardownVolumes(ctx, uid); err != nil {
+		m.setError(st, "VolumeTeardownFailed", err)
+		return false
 	}
 	_ = os.RemoveAll(m.logDir(st.pod))
 	m.mu.Lock()
 	delete(m.pods, uid)
 	m.mu.Unlock()
 	m.log.Info("pod removed", "pod", key(st.pod))
+	return true
 }
 
 func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
@@ -607,9 +687,21 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 		m.log.Warn("remove sandbox", "sandbox", id, "err", err)
 	}
 	if parent != "" {
-		if err := m.cfg.Cgroups.Remove(parent); err != nil {
-			m.log.Warn("remove pod cgroup", "cgroup", parent, "err", err)
-		}
+		m.removePodCgroup(parent, false)
+	}
+}
+
+// removePodCgroup removes a pod's cgroups. With kill, processes still in
+// them are SIGKILLed first: only for a pod nobody wants any more.
+func (m *Manager) removePodCgroup(parent string, kill bool) {
+	err := m.cfg.Cgroups.Remove(parent)
+	if kill && errors.Is(err, podcgroups.ErrPopulated) {
+		n, kerr := m.cfg.Cgroups.Kill(parent)
+		m.log.Warn("processes the runtime does not know of were left in a removed pod's cgroup; killed", "cgroup", parent, "killed", n, "err", kerr)
+		err = m.cfg.Cgroups.Remove(parent)
+	}
+	if err != nil {
+		m.log.Warn("remove pod cgroup", "cgroup", parent, "err", err)
 	}
 }
 
@@ -626,6 +718,27 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 	for _, sb := range sbs {
 		if current == nil || sb.Id != current.Id {
 			m.teardownSandbox(ctx, sb.Id, "", orphanGrace)
+		}
+	}
+	// Volumes before the sandbox, as the kubelet mounts before it
+	// creates: a pod whose volume cannot be set up gets no sandbox.
+	if err := m.setupVolumes(ctx, st); err != nil {
+		m.setError(st, "VolumeSetupFailed", err)
+		return
+	}
+	if current != nil && st.sandboxID != current.Id && m.cfg.Network != nil && !pod.Spec.HostNetwork {
+		// Adopting after a restart: a sandbox whose plumbing is gone (the
+		// runtime crashed with it) is replaced, not trusted.
+		cctx, cancel := call(ctx)
+		s, err := m.cfg.Runtime.PodSandboxStatus(cctx, current.Id)
+		cancel()
+		if err == nil {
+			err = m.verifyNetwork(ctx, pod, s)
+		}
+		if err != nil {
+			m.log.Warn("adopted sandbox's network is broken; replacing it", "pod", key(pod), "sandbox", current.Id, "err", err)
+			m.teardownSandbox(ctx, current.Id, "", orphanGrace)
+			current = nil
 		}
 	}
 	if current == nil {
@@ -694,9 +807,23 @@ func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error
 	cfg := m.sandboxConfig(st)
 	cctx, cancel := call(ctx)
 	defer cancel()
+	m.createMu.RLock()
 	id, err := m.cfg.Runtime.RunPodSandbox(cctx, cfg)
+	m.createMu.RUnlock()
 	if err != nil {
 		return err
+	}
+	if m.cfg.Network != nil && !st.pod.Spec.HostNetwork {
+		s, err := m.cfg.Runtime.PodSandboxStatus(cctx, id)
+		if err == nil {
+			err = m.verifyNetwork(ctx, st.pod, s)
+		}
+		if err != nil {
+			// The runtime said yes, the kernel says no: a sandbox without
+			// its network is torn down (its cgroup with it) and made again.
+			m.teardownSandbox(ctx, id, "", orphanGrace)
+			return fmt.Errorf("sandbox %s: %w", id, err)
+		}
 	}
 	m.mu.Lock()
 	st.sandboxID, st.sandboxCfg, st.ip = id, cfg, ""
@@ -887,9 +1014,13 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 		})
 		adj = clamped
 	}
+	ms, err := m.containerMounts(st, c)
+	if err != nil {
+		return err
+	}
 	cfg, err := cri.ContainerConfig(st.pod, c, cri.ContainerOptions{
 		Image: image, Attempt: attempt, OOMScoreAdj: int64(adj), PodIP: st.ip,
-		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true,
+		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true, Mounts: ms,
 	})
 	if err != nil {
 		return err

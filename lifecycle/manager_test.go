@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/mounts"
 )
 
 type rig struct {
@@ -28,6 +30,9 @@ type rig struct {
 	cg     *podcgroups.Manager
 	layout *cgroups.Layout
 	root   string
+	// hostDir is the one hostPath prefix allowed; sources holds the
+	// configMaps and secrets.
+	hostDir, sources string
 }
 
 func newRig(t *testing.T) *rig {
@@ -48,7 +53,20 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{env: env, client: client, cg: cg, layout: layout, root: t.TempDir()}
+	return &rig{env: env, client: client, cg: cg, layout: layout, root: t.TempDir(), hostDir: t.TempDir(), sources: t.TempDir()}
+}
+
+func (r *rig) volumes(t *testing.T) *mounts.Manager {
+	t.Helper()
+	v, err := mounts.New(mounts.Config{RootDir: r.root, HostPathAllow: []string{r.hostDir}, SourceDir: r.sources, NodeMemory: 8 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func (r *rig) network() *lifecycle.Network {
+	return &lifecycle.Network{Config: r.env.NetworkConfig(), NodeNetNS: r.env.NetNS(), NetNSDirs: []string{r.env.NetNSDir()}}
 }
 
 func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
@@ -57,6 +75,8 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		Runtime: r.client, Cgroups: r.cg, RootDir: r.root, MemoryCapacity: 8 << 30,
 		BackoffInitial: 300 * time.Millisecond, BackoffMax: time.Second, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
+		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +314,7 @@ func TestAPodDeletedWhileStartingLeavesNothing(t *testing.T) {
 	}
 }
 
-func TestVolumesAreRefusedUntilTheyAreMounted(t *testing.T) {
+func TestVolumesAreRefusedWithoutAVolumeManager(t *testing.T) {
 	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &podcgroups.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
 	if err != nil {
 		t.Fatal(err)

@@ -16,12 +16,14 @@ type Runtime interface {
 	RemovePodSandbox(ctx context.Context, id string) error
 	PodSandboxStatus(ctx context.Context, id string) (*cri.SandboxStatus, error)
 	ListPodSandbox(ctx context.Context, labels map[string]string) ([]*runtimeapi.PodSandbox, error)
+	ListAllPodSandboxes(ctx context.Context) ([]*runtimeapi.PodSandbox, error)
 	CreateContainer(ctx context.Context, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
 	StartContainer(ctx context.Context, id string) error
 	StopContainer(ctx context.Context, id string, timeout time.Duration) error
 	RemoveContainer(ctx context.Context, id string) error
 	ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error)
 	ListContainers(ctx context.Context, sandboxID string, labels map[string]string) ([]*runtimeapi.Container, error)
+	ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
 	EnsureImage(ctx context.Context, ref string, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
 }

@@ -10,10 +10,13 @@ have llvm-strip-19  || need+=(llvm-19)
 have bpftool        || need+=(bpftool)
 have stress-ng      || need+=(stress-ng)
 have prometheus     || need+=(prometheus)
+have iptables       || need+=(iptables)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+# netplumb's tests and bench net run the CNI plugins directly.
+[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/portmap ] && [ -x /usr/lib/cni/bandwidth ] || need+=(containernetworking-plugins)
 
 if [ ${#need[@]} -eq 0 ]; then
-	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng, prometheus)"
+	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng, prometheus, iptables, CNI plugins)"
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

@@ -41,6 +41,8 @@ type senseFlags struct {
 	noBPF       bool
 	// resolver labels cgroup series with pods (nodeguard run).
 	resolver metrics.Resolver
+	// storage: per-pod ephemeral storage (nodeguard run).
+	storage metrics.StorageSource
 }
 
 func (f *senseFlags) register(cmd *cobra.Command) {
@@ -143,7 +145,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		}
 	}
 	s.sensor = pressure.NewSensor(s.snapper, f.tick, nil)
-	opts := metrics.Options{Snapshots: s.sensor, Full: s.sensor, Resolver: f.resolver, Version: version}
+	opts := metrics.Options{Snapshots: s.sensor, Full: s.sensor, Resolver: f.resolver, Storage: f.storage, Version: version}
 	if s.pipeline != nil {
 		opts.Kernel = s.pipeline
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -33,6 +34,8 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/metrics"
+	"github.com/nodeguard/nodeguard/mounts"
+	"github.com/nodeguard/nodeguard/netplumb"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -62,6 +65,40 @@ type runConfig struct {
 	// Container restart back-off (defaults: the kubelet's 10 s and 5 min).
 	BackoffInitial metav1.Duration `json:"backoffInitial"`
 	BackoffMax     metav1.Duration `json:"backoffMax"`
+	// Network is the pod network whose CNI configuration nodeguard
+	// writes for the runtime and checks every sandbox against.
+	Network networkConfig `json:"network"`
+	// Volumes configures pod volumes.
+	Volumes volumesConfig `json:"volumes"`
+}
+
+// networkConfig is the pod network section.
+type networkConfig struct {
+	// Manage: nodeguard writes the conflist into cniConfDir at start-up
+	// (validated with libcni first), verifies every sandbox's veth, IP and
+	// route through netlink, and collects leaked IPs, veths and netns.
+	Manage     bool     `json:"manage"`
+	Name       string   `json:"name"`
+	Bridge     string   `json:"bridge"`
+	Subnet     string   `json:"subnet"` // empty: sized for maxPods
+	MaxPods    int      `json:"maxPods"`
+	CNIBinDirs []string `json:"cniBinDirs"`
+	CNIConfDir string   `json:"cniConfDir"`
+	IPAMDir    string   `json:"ipamDir"`
+	// NodeNetNS is the network namespace the runtime plumbs pods from
+	// (empty: nodeguard's own); NetNSDirs where it keeps pod netns files.
+	NodeNetNS string   `json:"nodeNetNS"`
+	NetNSDirs []string `json:"netnsDirs"`
+}
+
+// volumesConfig is the volumes section.
+type volumesConfig struct {
+	// HostPathAllow lists the absolute path prefixes hostPath volumes may
+	// name; empty refuses every hostPath volume.
+	HostPathAllow []string `json:"hostPathAllow"`
+	// SourceDir holds configMaps and secrets: SourceDir/configmaps/<ns>/<name>/<key>
+	// and SourceDir/secrets/<ns>/<name>/<key>.
+	SourceDir string `json:"sourceDir"`
 }
 
 func defaultRunConfig() runConfig {
@@ -73,7 +110,46 @@ func defaultRunConfig() runConfig {
 		CgroupRoot:  "nodeguard",
 		APISocket:   DefaultAPISocket,
 		MetricsAddr: DefaultMetricsAddr,
+		Network:     networkConfig{Manage: true, NetNSDirs: []string{"/var/run/netns"}},
+		Volumes:     volumesConfig{SourceDir: "/etc/nodeguard/sources"},
 	}
+}
+
+// netplumb turns the network section into the package's configuration.
+func (n networkConfig) netplumb(rootDir string) (netplumb.Config, error) {
+	c := netplumb.DefaultConfig()
+	if n.Name != "" {
+		c.Name = n.Name
+	}
+	if n.Bridge != "" {
+		c.Bridge = n.Bridge
+	}
+	if n.Subnet != "" {
+		p, err := netip.ParsePrefix(n.Subnet)
+		if err != nil {
+			return c, fmt.Errorf("network.subnet: %q: %w", n.Subnet, err)
+		}
+		c.Subnet = p
+	}
+	if n.MaxPods != 0 {
+		c.MaxPods = n.MaxPods
+	}
+	if len(n.CNIBinDirs) > 0 {
+		c.BinDirs = n.CNIBinDirs
+	}
+	if n.CNIConfDir != "" {
+		c.ConfDir = n.CNIConfDir
+	}
+	c.IPAMDir = filepath.Join(rootDir, "cni", "networks")
+	if n.IPAMDir != "" {
+		c.IPAMDir = n.IPAMDir
+	}
+	c.CacheDir = filepath.Join(rootDir, "cni", "cache")
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("network: %w", err)
+	}
+	return c, nil
 }
 
 // Validate names the first bad field.
@@ -93,6 +169,25 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("backoffInitial/backoffMax: negative durations %v/%v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
 	case c.BackoffMax.Duration > 0 && c.BackoffInitial.Duration > c.BackoffMax.Duration:
 		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
+	}
+	if _, err := c.Network.netplumb(c.RootDir); err != nil {
+		return err
+	}
+	for i, d := range c.Network.NetNSDirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("network.netnsDirs[%d]: %q: want an absolute path", i, d)
+		}
+	}
+	if c.Network.NodeNetNS != "" && !filepath.IsAbs(c.Network.NodeNetNS) {
+		return fmt.Errorf("network.nodeNetNS: %q: want an absolute path", c.Network.NodeNetNS)
+	}
+	for i, d := range c.Volumes.HostPathAllow {
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
+			return fmt.Errorf("volumes.hostPathAllow[%d]: %q: want a clean absolute path", i, d)
+		}
+	}
+	if c.Volumes.SourceDir != "" && !filepath.IsAbs(c.Volumes.SourceDir) {
+		return fmt.Errorf("volumes.sourceDir: %q: want an absolute path", c.Volumes.SourceDir)
 	}
 	for name, l := range map[string]corev1.ResourceList{"systemReserved": c.SystemReserved, "kubeReserved": c.KubeReserved} {
 		for r, q := range l {
@@ -144,6 +239,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		configPath     string
 		flags          runConfig
 		privateRuntime bool
+		privateNet     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -182,12 +278,20 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				defer env.Close()
 				cfg.RuntimeEndpoint = env.Endpoint()
 				cfg.CgroupRoot = env.CgroupParent()
+				// The env's containerd reads the conflist the env rendered
+				// through netplumb; nodeguard checks and collects it there.
+				nc := env.NetworkConfig()
+				cfg.Network = networkConfig{
+					Manage: false, Name: nc.Name, Bridge: nc.Bridge, Subnet: nc.Subnet.String(), CNIBinDirs: nc.BinDirs,
+					CNIConfDir: nc.ConfDir, IPAMDir: nc.IPAMDir, NodeNetNS: env.NetNS(), NetNSDirs: []string{env.NetNSDir()},
+				}
+				privateNet = true
 				fmt.Fprintf(cmd.ErrOrStderr(), "private containerd: %s (crictl --runtime-endpoint %s ps)\n", env.Endpoint(), env.Endpoint())
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			return runDaemon(ctx, cfg, log)
+			return runDaemon(ctx, cfg, privateNet, log)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "configuration file (YAML); flags override it")
@@ -201,7 +305,10 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
+// runDaemon runs nodeguard. checkNetwork: verify and collect the pod
+// network even when nodeguard does not write its conflist (the private
+// runtime's is written by its environment).
+func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	setOwnOOMScoreAdj(log)
@@ -252,7 +359,40 @@ func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 	if rc.Memory != nil {
 		log.Info("node allocatable enforced on kubepods", "memory_bytes", *rc.Memory, "cpu_shares", rc.CPUShares, "cpu_weight", rc.CPUWeight)
 	}
+	var network *lifecycle.Network
+	if cfg.Network.Manage || checkNetwork {
+		nc, err := cfg.Network.netplumb(cfg.RootDir)
+		if err != nil {
+			return err
+		}
+		if cfg.Network.Manage {
+			path, err := netplumb.Install(ctx, nc)
+			var shadowed *netplumb.ShadowedError
+			switch {
+			case errors.As(err, &shadowed):
+				// Written, but the runtime takes the first file: say so
+				// loudly, and keep going (the operator's file may be on
+				// purpose).
+				log.Warn("pod network: another CNI config sorts first; the runtime will use it", "ours", path, "err", err)
+			case err != nil:
+				return err
+			}
+			log.Info("pod network configured", "conflist", path, "subnet", nc.Subnet, "bridge", nc.Bridge)
+		}
+		network = &lifecycle.Network{Config: nc, NodeNetNS: cfg.Network.NodeNetNS, NetNSDirs: cfg.Network.NetNSDirs,
+			// Sandboxes other clients of the runtime are creating: their
+			// leases and netns are not listed yet.
+			GCMinAge: time.Minute}
+	}
+	vols, err := mounts.New(mounts.Config{
+		RootDir: cfg.RootDir, HostPathAllow: cfg.Volumes.HostPathAllow, SourceDir: cfg.Volumes.SourceDir,
+		NodeMemory: int64(mi.MemTotal), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
 	mgr, err := lifecycle.New(lifecycle.Config{
+		Volumes: vols, Network: network,
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
 		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
@@ -281,8 +421,11 @@ func runDaemon(ctx context.Context, cfg runConfig, log *slog.Logger) error {
 
 	if cfg.MetricsAddr != "" {
 		kube, _ := cgroupnames.Kubepods(cgroupnames.Cgroupfs, cfg.CgroupRoot)
+		storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
+		wg.Add(1)
+		go func() { defer wg.Done(); storage.Run(ctx) }()
 		s, err := startSensing(ctx, &senseFlags{metricsAddr: cfg.MetricsAddr, roots: []string{kube}, rootDir: cfg.RootDir,
-			tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout)}, log)
+			tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage}, log)
 		if err != nil {
 			return fmt.Errorf("start sensing: %w", err)
 		}

@@ -53,6 +53,10 @@ var hostTools = []hostTool{
 	{path: filepath.Join(cniBinDir, "bridge"), pkg: "containernetworking-plugins"},
 	{path: filepath.Join(cniBinDir, "host-local"), pkg: "containernetworking-plugins"},
 	{path: filepath.Join(cniBinDir, "loopback"), pkg: "containernetworking-plugins"},
+	{path: filepath.Join(cniBinDir, "portmap"), pkg: "containernetworking-plugins"},
+	{path: filepath.Join(cniBinDir, "bandwidth"), pkg: "containernetworking-plugins"},
+	// portmap programs hostPort DNAT with iptables (in the env's netns).
+	{path: "iptables", pkg: "iptables"},
 	// busybox (dynamic) and busybox-static both install /bin/busybox; only
 	// the static one runs alone in an image.
 	{path: images.BusyboxBinary, pkg: "busybox-static", ok: func(p string) bool { return images.CheckStatic(p) == nil }},

@@ -1,9 +1,7 @@
 package crienv
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/netip"
 	"strconv"
 	"strings"
 	"unicode"
@@ -123,61 +121,4 @@ func renderConfig(p configParams) (string, error) {
 	w(`[plugins."io.containerd.grpc.v1.cri".registry]`)
 	w(`  config_path = ""`)
 	return b.String(), nil
-}
-
-// cniParams are the values of one environment's CNI network.
-type cniParams struct {
-	Name     string // network name; unique per environment
-	Bridge   string // bridge device name, at most 15 bytes
-	Subnet   netip.Prefix
-	IPAMDir  string // host-local's dataDir, instead of /var/lib/cni/networks
-	Version  string // cniVersion
-	Loopback bool   // append the loopback plugin to the chain
-}
-
-// maxIfName is the kernel's limit on interface names (IFNAMSIZ - 1).
-const maxIfName = 15
-
-// renderCNI returns the conflist of the environment's pod network: a
-// bridge that is the pods' gateway, host-local addresses from the subnet
-// (leases kept in IPAMDir), no masquerading (so no iptables rules), and
-// loopback. The bridge lives in containerd's network namespace, so pod
-// traffic never reaches the host's.
-func renderCNI(p cniParams) ([]byte, error) {
-	switch {
-	case p.Name == "" || strings.ContainsAny(p.Name, "/ \x00"):
-		return nil, fmt.Errorf("render CNI config: %w: bad network name %q", ErrInvalidConfig, p.Name)
-	case p.Bridge == "" || len(p.Bridge) > maxIfName || strings.ContainsAny(p.Bridge, "/ :\x00"):
-		return nil, fmt.Errorf("render CNI config: %w: bad bridge name %q (1-%d bytes, no '/', ':' or space)", ErrInvalidConfig, p.Bridge, maxIfName)
-	case !p.Subnet.IsValid() || !p.Subnet.Addr().Is4() || p.Subnet.Bits() > 30 || p.Subnet.Masked() != p.Subnet:
-		return nil, fmt.Errorf("render CNI config: %w: subnet %v is not an IPv4 network of /30 or larger", ErrInvalidConfig, p.Subnet)
-	case p.IPAMDir == "":
-		return nil, fmt.Errorf("render CNI config: %w: no IPAM data dir", ErrInvalidConfig)
-	}
-	version := p.Version
-	if version == "" {
-		version = "1.0.0"
-	}
-	type obj = map[string]any
-	plugins := []obj{{
-		"type":        "bridge",
-		"bridge":      p.Bridge,
-		"isGateway":   true,
-		"ipMasq":      false,
-		"hairpinMode": true,
-		"ipam": obj{
-			"type":    "host-local",
-			"ranges":  [][]obj{{{"subnet": p.Subnet.String()}}},
-			"routes":  []obj{{"dst": "0.0.0.0/0"}},
-			"dataDir": p.IPAMDir,
-		},
-	}}
-	if p.Loopback {
-		plugins = append(plugins, obj{"type": "loopback"})
-	}
-	b, err := json.MarshalIndent(obj{"cniVersion": version, "name": p.Name, "plugins": plugins}, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("render CNI config: %w", err)
-	}
-	return append(b, '\n'), nil
 }

@@ -2,9 +2,7 @@ package crienv
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,63 +121,5 @@ func TestContainerdReadsTheConfig(t *testing.T) {
 				t.Errorf("in %s containerd did not take %q", section, l)
 			}
 		}
-	}
-}
-
-func TestRenderCNI(t *testing.T) {
-	good := cniParams{Name: "nodeguard-crienv-ab", Bridge: "ngbrab", Subnet: netip.MustParsePrefix("10.88.0.0/16"), IPAMDir: "/tmp/env/ipam", Loopback: true}
-	b, err := renderCNI(good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conf struct {
-		CNIVersion string `json:"cniVersion"`
-		Name       string `json:"name"`
-		Plugins    []struct {
-			Type      string `json:"type"`
-			Bridge    string `json:"bridge"`
-			IsGateway bool   `json:"isGateway"`
-			IPMasq    bool   `json:"ipMasq"`
-			IPAM      struct {
-				Type    string                `json:"type"`
-				Ranges  [][]map[string]string `json:"ranges"`
-				DataDir string                `json:"dataDir"`
-			} `json:"ipam"`
-		} `json:"plugins"`
-	}
-	if err := json.Unmarshal(b, &conf); err != nil {
-		t.Fatalf("conflist is not JSON: %v\n%s", err, b)
-	}
-	if conf.Name != good.Name || len(conf.Plugins) != 2 || conf.Plugins[0].Type != "bridge" || conf.Plugins[1].Type != "loopback" {
-		t.Fatalf("conflist %s: want network %s with bridge then loopback", b, good.Name)
-	}
-	br := conf.Plugins[0]
-	if br.Bridge != "ngbrab" || !br.IsGateway || br.IPMasq || br.IPAM.Type != "host-local" ||
-		br.IPAM.DataDir != "/tmp/env/ipam" || br.IPAM.Ranges[0][0]["subnet"] != "10.88.0.0/16" {
-		t.Fatalf("bridge plugin %+v: want bridge ngbrab, gateway, no masquerade, host-local in 10.88.0.0/16 with dataDir", br)
-	}
-
-	tests := []struct {
-		name   string
-		modify func(*cniParams)
-	}{
-		{"an empty network name", func(p *cniParams) { p.Name = "" }},
-		{"a network name with a slash", func(p *cniParams) { p.Name = "a/b" }},
-		{"a bridge name longer than IFNAMSIZ-1", func(p *cniParams) { p.Bridge = "ngbr0123456789ab" }},
-		{"a bridge name with a colon", func(p *cniParams) { p.Bridge = "br:0" }},
-		{"no subnet", func(p *cniParams) { p.Subnet = netip.Prefix{} }},
-		{"an IPv6 subnet", func(p *cniParams) { p.Subnet = netip.MustParsePrefix("fd00::/64") }},
-		{"a subnet with host bits", func(p *cniParams) { p.Subnet = netip.MustParsePrefix("10.88.0.1/16") }},
-		{"a /31", func(p *cniParams) { p.Subnet = netip.MustParsePrefix("10.88.0.0/31") }},
-		{"no IPAM dir", func(p *cniParams) { p.IPAMDir = "" }},
-	}
-	for _, tt := range tests {
-		t.Run("it rejects "+tt.name, func(t *testing.T) {
-			p := good
-			tt.modify(&p)
-			if _, err := renderCNI(p); !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("renderCNI: %v, want ErrInvalidConfig", err)
-			}
-		})
 	}
 }

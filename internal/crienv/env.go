@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/internal/cgroups"
 	"github.com/nodeguard/nodeguard/internal/images"
+	"github.com/nodeguard/nodeguard/netplumb"
 )
 
 // Bounds. Each says why it has its value.
@@ -97,6 +98,7 @@ type Env struct {
 	cniConf  string
 	netName  string
 	bridge   string
+	subnet   netip.Prefix
 	cgParent string
 	runcRoot string
 	images   images.Set
@@ -183,6 +185,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, retErr error) {
 		cniConf:  filepath.Join(dir, "cni", "net.d"),
 		netName:  dirPrefix + suffix,
 		bridge:   "ngbr" + suffix,
+		subnet:   subnet,
 		cgParent: fmt.Sprintf("%s%d-%s", dirPrefix, os.Getpid(), suffix),
 		runcRoot: filepath.Join(dir, "runc"),
 		images:   set,
@@ -202,7 +205,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, retErr error) {
 	if err := e.writeRecord(); err != nil {
 		return nil, fmt.Errorf("start CRI environment: %w", err)
 	}
-	if err := e.writeConfigs(runc, subnet); err != nil {
+	if err := e.writeConfigs(runc); err != nil {
 		return nil, fmt.Errorf("start CRI environment: %w", err)
 	}
 	if err := newNetNS(e.netns); err != nil {
@@ -227,7 +230,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, retErr error) {
 
 // writeConfigs writes config.toml and the CNI conflist, and makes the
 // directories they name.
-func (e *Env) writeConfigs(runc string, subnet netip.Prefix) error {
+func (e *Env) writeConfigs(runc string) error {
 	for _, d := range []string{"root", "state", "tmp", "opt", "pods", e.runcRoot, e.cniConf, filepath.Join(e.dir, "cni", "ipam")} {
 		if !filepath.IsAbs(d) {
 			d = filepath.Join(e.dir, d)
@@ -254,17 +257,11 @@ func (e *Env) writeConfigs(runc string, subnet netip.Prefix) error {
 	if err := os.WriteFile(e.configFile(), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	cni, err := renderCNI(cniParams{
-		Name:     e.netName,
-		Bridge:   e.bridge,
-		Subnet:   subnet,
-		IPAMDir:  filepath.Join(e.dir, "cni", "ipam"),
-		Loopback: true,
-	})
+	cni, err := netplumb.Render(e.NetworkConfig())
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(e.cniConf, "10-"+e.netName+".conflist"), cni, 0o644)
+	return os.WriteFile(netplumb.ConfFile(e.NetworkConfig()), cni, 0o644)
 }
 
 func (e *Env) configFile() string { return filepath.Join(e.dir, "config.toml") }
@@ -419,6 +416,24 @@ func (e *Env) BusyboxImage() string { return e.images.Busybox.Name }
 // CNIConfDir returns the directory of the CNI config containerd uses.
 func (e *Env) CNIConfDir() string { return e.cniConf }
 
+// NetworkConfig is the env's pod network, rendered by netplumb into the
+// conflist its containerd reads: bridge, host-local, portmap, bandwidth.
+func (e *Env) NetworkConfig() netplumb.Config {
+	c := netplumb.DefaultConfig()
+	c.Name, c.Bridge, c.Subnet = e.netName, e.bridge, e.subnet
+	c.BinDirs = []string{cniBinDir}
+	c.ConfDir = e.cniConf
+	c.IPAMDir = filepath.Join(e.dir, "cni", "ipam")
+	c.CacheDir = filepath.Join(e.dir, "cni", "cache")
+	return c.WithDefaults()
+}
+
+// NetNSDir is where the env's containerd keeps pod network namespace
+// files (netns_mounts_under_state_dir: the CRI plugin's state dir).
+func (e *Env) NetNSDir() string {
+	return filepath.Join(e.dir, "state", "io.containerd.grpc.v1.cri", "netns")
+}
+
 // NetworkName returns the name of the CNI network, unique to the env.
 func (e *Env) NetworkName() string { return e.netName }
 
@@ -487,4 +502,39 @@ func (e *Env) knownIDs() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// KillContainerd SIGKILLs the env's containerd, as a crash would, and
+// waits for it to be gone. Shims and pods keep running; sandboxes whose
+// network was being set up are left half done. Restart brings it back.
+func (e *Env) KillContainerd() error {
+	if !e.running() {
+		return errors.New("kill containerd: not running")
+	}
+	if err := e.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill containerd: %w", err)
+	}
+	select {
+	case <-e.exited:
+	case <-time.After(killWait):
+		return fmt.Errorf("kill containerd: still running %v after SIGKILL", killWait)
+	}
+	if e.conn != nil {
+		e.conn.Close()
+		e.conn = nil
+	}
+	if e.logFile != nil {
+		e.logFile.Close()
+		e.logFile = nil
+	}
+	return nil
+}
+
+// Restart starts containerd again after KillContainerd, with the same
+// config and state, and waits until its CRI answers.
+func (e *Env) Restart(ctx context.Context) error {
+	if e.running() {
+		return errors.New("restart containerd: still running")
+	}
+	return e.startContainerd(ctx)
 }

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeguard/nodeguard/internal/cgroups"
@@ -308,15 +309,25 @@ func (m *Manager) RemoveRoot() error {
 	return m.Remove(m.root)
 }
 
+// ErrPopulated: a cgroup still has processes, so it cannot be removed.
+var ErrPopulated = errors.New("cgroup still has processes")
+
+// removeWait bounds how long Remove waits, in all, for dying tasks still
+// charged to a cgroup (EBUSY on an empty cgroup.procs).
+const removeWait = 2 * time.Second
+
 // Remove takes away the pod's cgroup in every hierarchy: leftover empty
 // children first (a container cgroup runc left behind), then the pod's.
-// It retries EBUSY briefly (a dying task still charged) and reports the
-// directories it could not remove.
+// A cgroup with processes fails at once with ErrPopulated (the caller
+// decides whether they are a leak to Kill or a sandbox to adopt); EBUSY on
+// an empty one (a dying task still charged) is retried for removeWait in
+// all. It reports the directories it could not remove.
 func (m *Manager) Remove(parent string) error {
 	dirs, err := m.layout.Resolve(parent)
 	if err != nil {
 		return fmt.Errorf("remove pod cgroup %s: %w", parent, err)
 	}
+	deadline := time.Now().Add(removeWait)
 	var errs []error
 	for _, d := range dirs {
 		var all []string
@@ -329,8 +340,9 @@ func (m *Manager) Remove(parent string) error {
 			continue
 		}
 		for i := len(all) - 1; i >= 0; i-- {
-			if err := rmdir(all[i]); err != nil {
+			if err := rmdir(all[i], deadline); err != nil {
 				errs = append(errs, err)
+				break // its parents cannot go either
 			}
 		}
 	}
@@ -340,18 +352,92 @@ func (m *Manager) Remove(parent string) error {
 	return nil
 }
 
-func rmdir(p string) error {
-	deadline := time.Now().Add(2 * time.Second)
+func rmdir(p string, deadline time.Time) error {
 	for {
 		err := os.Remove(p)
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
-		if !errors.Is(err, syscallEBUSY) || time.Now().After(deadline) {
+		if !errors.Is(err, syscallEBUSY) {
+			return err
+		}
+		if pids, perr := procs(p); perr == nil && len(pids) > 0 {
+			return fmt.Errorf("%s: %w (pids %v)", p, ErrPopulated, pids)
+		}
+		if time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// procs reads the pids of a cgroup directory (cgroup.procs: only those
+// directly in it).
+func procs(dir string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s/cgroup.procs: %q: %w", dir, f, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// Kill SIGKILLs every process in the pod's cgroups and returns how many
+// it signalled: on cgroup2 through cgroup.kill where the kernel has it
+// (5.14; atomic, no fork race), else by walking cgroup.procs of every
+// directory beneath the pod, in every hierarchy, until none is left (a
+// bounded number of rounds, for tasks forked meanwhile). This is how the
+// kubelet's pod cgroup Destroy ends what the runtime no longer knows of,
+// and how hard eviction releases memory before the CRI calls.
+func (m *Manager) Kill(parent string) (int, error) {
+	dirs, err := m.layout.Resolve(parent)
+	if err != nil {
+		return 0, fmt.Errorf("kill pod cgroup %s: %w", parent, err)
+	}
+	killed := 0
+	var errs []error
+	for _, d := range dirs {
+		if d.Hierarchy.V2() {
+			if err := os.WriteFile(filepath.Join(d.Path, "cgroup.kill"), []byte("1"), 0); err == nil {
+				continue
+			}
+		}
+		for round := 0; round < 10; round++ {
+			found := 0
+			err := cgroups.Walk(d.Path, func(p string) error {
+				pids, err := procs(p)
+				if err != nil {
+					return nil // removed meanwhile
+				}
+				for _, pid := range pids {
+					found++
+					if err := unix.Kill(pid, unix.SIGKILL); err == nil {
+						killed++
+					}
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+				break
+			}
+			if found == 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if len(errs) > 0 {
+		return killed, fmt.Errorf("kill pod cgroup %s: %w", parent, errors.Join(errs...))
+	}
+	return killed, nil
 }
 
 // Dirs are the pod's cgroup directories, for statistics and eviction.

@@ -1,0 +1,78 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// setupVolumes makes the pod's volumes ready; it runs on every sync, so a
+// changed configMap or secret source reaches running containers.
+func (m *Manager) setupVolumes(ctx context.Context, st *podState) error {
+	if m.cfg.Volumes == nil || len(st.pod.Spec.Volumes) == 0 {
+		return nil
+	}
+	pv, err := m.cfg.Volumes.Setup(ctx, st.pod)
+	if err != nil {
+		return fmt.Errorf("set up volumes: %w", err)
+	}
+	st.volumes = pv
+	return nil
+}
+
+// containerMounts are the CRI mounts of one container.
+func (m *Manager) containerMounts(st *podState, c *corev1.Container) ([]*runtimeapi.Mount, error) {
+	if len(c.VolumeMounts) == 0 {
+		return nil, nil
+	}
+	if st.volumes == nil {
+		return nil, fmt.Errorf("container %s: volumes are not set up", c.Name)
+	}
+	ms, err := st.volumes.Mounts(c)
+	if err != nil {
+		return nil, fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	return ms, nil
+}
+
+// teardownVolumes unmounts and removes a pod's volumes.
+func (m *Manager) teardownVolumes(ctx context.Context, uid types.UID) error {
+	if m.cfg.Volumes == nil {
+		return nil
+	}
+	return m.cfg.Volumes.Teardown(ctx, uid)
+}
+
+// gcVolumes tears down the volume directories of pods that are not
+// desired: what a crash between a pod's removal and its teardown left.
+// The directories are listed before the desired pods are read, so a pod
+// applied in between (whose directory is made after it is desired) is
+// never taken.
+func (m *Manager) gcVolumes(ctx context.Context) error {
+	if m.cfg.Volumes == nil {
+		return nil
+	}
+	uids, err := m.cfg.Volumes.PodDirs()
+	if err != nil {
+		return fmt.Errorf("volume gc: %w", err)
+	}
+	m.mu.Lock()
+	var orphans []types.UID
+	for _, uid := range uids {
+		if _, ok := m.pods[uid]; !ok {
+			orphans = append(orphans, uid)
+		}
+	}
+	m.mu.Unlock()
+	for _, uid := range orphans {
+		if err := m.cfg.Volumes.Teardown(ctx, uid); err != nil {
+			m.log.Warn("volume gc", "uid", uid, "err", err)
+			continue
+		}
+		m.log.Info("volume gc: orphaned pod volumes removed", "uid", uid)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+// Package mounts prepares the volumes of pods on the node, hands them to the
+// container runtime as CRI mounts, measures them, and removes them.
+//
+// The layout is the kubelet's, beneath Config.RootDir:
+//
+//	pods/<uid>/volumes/<plugin>/<name>                 emptyDir, configMap, secret, projected, downwardAPI
+//	pods/<uid>/volume-subpaths/<volume>/<container>/<i> bind mounts of volumeMounts[i].subPath
+//
+// with plugin directories such as "kubernetes.io~empty-dir". hostPath
+// volumes have no directory there: they are validated and handed to the
+// runtime as they are.
+//
+// The lifecycle of a pod's volumes is Validate (at admission), Setup (on
+// every sync; idempotent), PodVolumes.Mounts (per container, for
+// CreateContainer), Usage (for eviction), and Teardown (after the pod's
+// sandbox is gone) or GC (for pods the agent no longer knows).
+//
+// # Invariants
+//
+//   - Every path that comes from a manifest (subPath, items[].path, keys,
+//     hostPath, names used as directory names) is validated before use, and
+//     resolved with openat2(2) RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS beneath
+//     the directory it must stay in: a symlink planted in a volume cannot
+//     make a subPath expose the host, and one planted in an allowed hostPath
+//     tree cannot widen the allowlist.
+//   - Directories beneath a pod's directory are made with mkdirat(2) on
+//     descriptors opened beneath RootDir/pods; mounts are made through the
+//     procfs link of the descriptor that was checked, so the object checked
+//     is the object mounted.
+//   - Projected files (configMap, secret, projected, downwardAPI) change
+//     atomically: readers see the old or the new payload, never a mix
+//     (writeAtomic). Secret and projected volumes live on tmpfs and never
+//     reach the disk.
+//   - Teardown never deletes across a mount it could not unmount and never
+//     follows a symlink: it errs with ErrMountsRemain rather than lose data
+//     that is not the pod's.
+//
+// A Manager does not serialise work on one pod: its caller (the pod worker)
+// does.
+package mounts

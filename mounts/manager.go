@@ -1,0 +1,211 @@
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The kubelet's volume plugin directory names ("kubernetes.io/empty-dir"
+// with the '/' escaped as '~'), so that tools that know the kubelet's layout
+// find the volumes.
+const (
+	PluginEmptyDir    = "kubernetes.io~empty-dir"
+	PluginHostPath    = "kubernetes.io~host-path"
+	PluginConfigMap   = "kubernetes.io~configmap"
+	PluginSecret      = "kubernetes.io~secret"
+	PluginProjected   = "kubernetes.io~projected"
+	PluginDownwardAPI = "kubernetes.io~downward-api"
+)
+
+// Directory names beneath a pod's directory, as the kubelet names them.
+const (
+	podsDirName       = "pods"
+	volumesDirName    = "volumes"
+	volumeSubpathsDir = "volume-subpaths"
+)
+
+// Modes of the directories this package makes. Pod directories are the
+// agent's own (0750, as the kubelet's); emptyDir roots are 0777 because any
+// container user must be able to write them (the kubelet's perm); directories
+// inside payloads and created hostPaths are 0755 (the kubelet's).
+const (
+	podDirMode      = 0o750
+	emptyDirMode    = 0o777
+	payloadDirMode  = 0o755
+	hostPathDirMode = 0o755
+	hostPathFileMod = 0o644
+)
+
+// Config configures a Manager.
+type Config struct {
+	// RootDir holds the per-pod directories, at RootDir/pods/<uid>. It is
+	// made if missing. Required.
+	RootDir string
+	// HostPathAllow lists the absolute path prefixes that hostPath volumes
+	// may use (a prefix matches whole components: "/srv" allows "/srv/a",
+	// not "/srvx"). Empty refuses every hostPath volume.
+	HostPathAllow []string
+	// SourceDir is where configMaps and secrets come from:
+	// SourceDir/configmaps/<namespace>/<name>/<key> and
+	// SourceDir/secrets/<namespace>/<name>/<key>, one file per key. Empty
+	// means none exist (every non-optional configMap or secret volume
+	// fails).
+	SourceDir string
+	// NodeMemory caps memory-backed volumes (bytes): the tmpfs size when
+	// neither the volume's sizeLimit nor the pod's memory limit is known.
+	// Zero means the node's total memory.
+	NodeMemory int64
+	// Logger receives one line per mount, unmount and removal; nil
+	// discards.
+	Logger *slog.Logger
+	// Now names payload generations; time.Now when nil.
+	Now func() time.Time
+}
+
+// Manager prepares, measures and removes pod volumes beneath one root. Its
+// methods may be called from several goroutines, but not concurrently for
+// the same pod: the caller serialises the work on one pod (the pod worker).
+type Manager struct {
+	root       string // RootDir, absolute, symlinks resolved
+	podsDir    string // root/pods
+	allow      []string
+	sourceDir  string
+	nodeMemory int64
+	log        *slog.Logger
+	now        func() time.Time
+}
+
+// New checks cfg, makes RootDir/pods if it is missing and returns a
+// Manager.
+func New(cfg Config) (*Manager, error) {
+	if cfg.RootDir == "" {
+		return nil, errors.New("new volume manager: RootDir is required")
+	}
+	if !filepath.IsAbs(cfg.RootDir) {
+		return nil, fmt.Errorf("new volume manager: RootDir %q must be absolute", cfg.RootDir)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.RootDir, podsDirName), podDirMode); err != nil {
+		return nil, fmt.Errorf("new volume manager: %w", err)
+	}
+	// Mount points in /proc/self/mountinfo have their symlinks resolved:
+	// so must the prefix that finds a pod's mounts.
+	root, err := filepath.EvalSymlinks(cfg.RootDir)
+	if err != nil {
+		return nil, fmt.Errorf("new volume manager: resolve RootDir: %w", err)
+	}
+	var allow []string
+	for _, p := range cfg.HostPathAllow {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("new volume manager: HostPathAllow entry %q must be absolute", p)
+		}
+		allow = append(allow, filepath.Clean(p))
+	}
+	// Longest first, so that a hostPath resolves beneath the most specific
+	// prefix that allows it.
+	slices.SortStableFunc(allow, func(a, b string) int { return len(b) - len(a) })
+	if cfg.SourceDir != "" && !filepath.IsAbs(cfg.SourceDir) {
+		return nil, fmt.Errorf("new volume manager: SourceDir %q must be absolute", cfg.SourceDir)
+	}
+	mem := cfg.NodeMemory
+	if mem < 0 {
+		return nil, fmt.Errorf("new volume manager: NodeMemory %d is negative", mem)
+	}
+	if mem == 0 {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return nil, fmt.Errorf("new volume manager: read node memory: %w", err)
+		}
+		mem = int64(si.Totalram) * int64(si.Unit)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Manager{
+		root:       root,
+		podsDir:    filepath.Join(root, podsDirName),
+		allow:      allow,
+		sourceDir:  cfg.SourceDir,
+		nodeMemory: mem,
+		log:        log,
+		now:        now,
+	}, nil
+}
+
+// PodDir is the directory of the pod with uid: RootDir/pods/<uid>.
+func (m *Manager) PodDir(uid types.UID) string {
+	return filepath.Join(m.podsDir, string(uid))
+}
+
+// VolumeDir is the host directory of a volume made by Setup:
+// RootDir/pods/<uid>/volumes/<plugin>/<name>. hostPath volumes have none.
+func (m *Manager) VolumeDir(uid types.UID, plugin, name string) string {
+	return filepath.Join(m.podsDir, string(uid), volumesDirName, plugin, name)
+}
+
+// PodDirs lists the uids that have a directory under RootDir/pods, sorted.
+func (m *Manager) PodDirs() ([]types.UID, error) {
+	entries, err := os.ReadDir(m.podsDir)
+	if err != nil {
+		return nil, fmt.Errorf("list pod directories: %w", err)
+	}
+	var uids []types.UID
+	for _, e := range entries {
+		if validComponent(e.Name()) && e.Type()&fs.ModeSymlink == 0 {
+			uids = append(uids, types.UID(e.Name()))
+		}
+	}
+	return uids, nil
+}
+
+func checkUID(uid types.UID) error {
+	if !validComponent(string(uid)) {
+		return fmt.Errorf("pod uid %q: %w: not a single path component", uid, ErrUnsafePath)
+	}
+	return nil
+}
+
+// openPodsDir opens RootDir/pods as an O_PATH directory descriptor.
+func (m *Manager) openPodsDir() (int, error) {
+	return openDir(m.podsDir)
+}
+
+// hostPathRoot returns the directory that p must be resolved beneath and p
+// relative to it, or ok false when no HostPathAllow prefix contains p. The
+// directory is the matching prefix, or its parent when p is the prefix
+// itself (which may be a file, such as a socket): then only that name is
+// resolved beneath the parent, and a symlink there is followed only if it
+// stays in the parent.
+func (m *Manager) hostPathRoot(p string) (root, rel string, ok bool) {
+	p = filepath.Clean(p)
+	for _, a := range m.allow {
+		if p == a {
+			if a == "/" {
+				return "/", ".", true
+			}
+			return filepath.Dir(a), filepath.Base(a), true
+		}
+		prefix := a
+		if !strings.HasSuffix(prefix, "/") {
+			prefix += "/"
+		}
+		if strings.HasPrefix(p, prefix) {
+			return a, strings.TrimPrefix(p, prefix), true
+		}
+	}
+	return "", "", false
+}

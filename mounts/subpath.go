@@ -1,0 +1,213 @@
+package mounts
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// subPathTargetMode is the mode of the volume-subpaths directories: the
+// agent's own, like the pod directory.
+const subPathTargetMode = podDirMode
+
+// Mounts returns the CRI mounts of container c, one per volumeMount in
+// order: the volume's host path (or, with a subPath, a bind mount of it),
+// the container path, read-only when the volumeMount or the volume asks
+// (configMap, secret, projected and downwardAPI volumes always are), the
+// mount propagation, and no SELinux relabelling.
+//
+// A subPath is resolved beneath the volume's root with openat2
+// RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS, so no symlink inside the volume can
+// make it name something outside; the object that was opened is then bind
+// mounted through its procfs descriptor link onto
+// RootDir/pods/<uid>/volume-subpaths/<volume>/<container>/<index>, which is
+// returned as the host path. A missing subPath is made as a directory in
+// emptyDir and hostPath volumes (as the kubelet does) and is an error in the
+// others. Calling Mounts again reuses a bind mount that still shows the
+// same object and replaces one that does not.
+func (pv *PodVolumes) Mounts(c *corev1.Container) ([]*runtimeapi.Mount, error) {
+	out := make([]*runtimeapi.Mount, 0, len(c.VolumeMounts))
+	for i, vm := range c.VolumeMounts {
+		v, ok := pv.volumes[vm.Name]
+		if !ok {
+			return nil, fmt.Errorf("mounts of container %s: volumeMounts[%d]: %w: %q", c.Name, i, ErrUnknownVolume, vm.Name)
+		}
+		prop, err := propagation(c, vm.MountPropagation)
+		if err != nil {
+			return nil, fmt.Errorf("mounts of container %s: volumeMounts[%d]: %w", c.Name, i, volumeErr("mount", vm.Name, v.path, err))
+		}
+		host := v.path
+		if vm.SubPath != "" {
+			host, err = pv.bindSubPath(v, c.Name, i, vm.SubPath)
+			if err != nil {
+				return nil, fmt.Errorf("mounts of container %s: volumeMounts[%d]: %w", c.Name, i, err)
+			}
+		}
+		out = append(out, &runtimeapi.Mount{
+			ContainerPath:  vm.MountPath,
+			HostPath:       host,
+			Readonly:       vm.ReadOnly || v.readOnly,
+			Propagation:    prop,
+			SelinuxRelabel: false,
+		})
+	}
+	return out, nil
+}
+
+// propagation maps a volumeMount's mountPropagation to CRI's. Bidirectional
+// needs a privileged container: it lets the container's mounts reach the
+// host.
+func propagation(c *corev1.Container, p *corev1.MountPropagationMode) (runtimeapi.MountPropagation, error) {
+	if p == nil {
+		return runtimeapi.MountPropagation_PROPAGATION_PRIVATE, nil
+	}
+	switch *p {
+	case corev1.MountPropagationNone:
+		return runtimeapi.MountPropagation_PROPAGATION_PRIVATE, nil
+	case corev1.MountPropagationHostToContainer:
+		return runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, nil
+	case corev1.MountPropagationBidirectional:
+		if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+			return 0, ErrPropagation
+		}
+		return runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL, nil
+	}
+	return 0, fmt.Errorf("%w: mountPropagation %q", ErrUnsupported, *p)
+}
+
+// bindSubPath resolves subPath beneath v's root and bind mounts it onto its
+// volume-subpaths target, returning the target.
+func (pv *PodVolumes) bindSubPath(v *volume, container string, index int, subPath string) (string, error) {
+	fail := func(p string, err error) (string, error) {
+		return "", volumeErr("mount subPath "+strconv.Quote(subPath)+" of", v.name, p, err)
+	}
+	if err := ValidateSubPath(subPath); err != nil {
+		return fail(v.path, err)
+	}
+	if !validComponent(container) {
+		return fail(v.path, fmt.Errorf("%w: container name %q", ErrUnsafePath, container))
+	}
+	rootFd, err := pv.openVolumeRoot(v)
+	if err != nil {
+		return fail(v.path, err)
+	}
+	defer unix.Close(rootFd)
+
+	src, err := openBeneath(rootFd, subPath, unix.O_PATH)
+	if errors.Is(err, unix.ENOENT) && v.createSubPaths {
+		src, err = mkdirAllBeneath(rootFd, subPath, payloadDirMode)
+	}
+	if err != nil {
+		return fail(filepath.Join(v.path, subPath), err)
+	}
+	defer unix.Close(src)
+	var srcSt unix.Stat_t
+	if err := unix.Fstat(src, &srcSt); err != nil {
+		return fail(filepath.Join(v.path, subPath), err)
+	}
+
+	podsFd, err := pv.m.openPodsDir()
+	if err != nil {
+		return fail(pv.podDir, err)
+	}
+	defer unix.Close(podsFd)
+	parentRel := filepath.Join(string(pv.uid), volumeSubpathsDir, v.name, container)
+	parent, err := mkdirAllBeneath(podsFd, parentRel, subPathTargetMode)
+	if err != nil {
+		return fail(filepath.Join(pv.m.podsDir, parentRel), err)
+	}
+	defer unix.Close(parent)
+	name := strconv.Itoa(index)
+	target := filepath.Join(pv.m.podsDir, parentRel, name)
+
+	mounted, err := mountinfo.Mounted(target)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fail(target, err)
+	}
+	if mounted {
+		var st unix.Stat_t
+		if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fail(target, err)
+		}
+		if sameFile(&st, &srcSt) {
+			return target, nil
+		}
+		// The subPath now resolves to another object (the volume's
+		// content changed): replace the stale bind mount.
+		if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
+			return fail(target, fmt.Errorf("unmount stale subPath mount: %w", err))
+		}
+	}
+
+	tfd, err := makeTarget(parent, name, srcSt.Mode&unix.S_IFMT == unix.S_IFDIR)
+	if err != nil {
+		return fail(target, err)
+	}
+	defer unix.Close(tfd)
+	if err := unix.Mount(fdPath(src), fdPath(tfd), "", unix.MS_BIND, ""); err != nil {
+		return fail(target, fmt.Errorf("bind mount: %w", err))
+	}
+	// Check that what the target shows now is the object that was checked.
+	var st unix.Stat_t
+	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&st, &srcSt) {
+		uerr := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+		return fail(target, errors.Join(fmt.Errorf("%w: bind mount shows another object", ErrUnsafePath), err, uerr))
+	}
+	pv.m.log.Info("mounted subPath", "pod_uid", string(pv.uid), "volume", v.name, "sub_path", subPath, "path", target)
+	return target, nil
+}
+
+// openVolumeRoot opens v's root directory: beneath its allowlist prefix for
+// a hostPath, beneath RootDir/pods for the others.
+func (pv *PodVolumes) openVolumeRoot(v *volume) (int, error) {
+	if v.hostPath {
+		return pv.m.openHostPath(v.path, unix.O_PATH|unix.O_DIRECTORY)
+	}
+	podsFd, err := pv.m.openPodsDir()
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(podsFd)
+	return openBeneath(podsFd, filepath.Join(string(pv.uid), volumesDirName, v.plugin, v.name), unix.O_PATH|unix.O_DIRECTORY)
+}
+
+// makeTarget makes (or reuses) the bind mount target name in parent: a
+// directory for a directory source, an empty file for anything else, and
+// returns an O_PATH descriptor of it. A target of the wrong type, left by an
+// earlier mount of another object, is replaced.
+func makeTarget(parent int, name string, dir bool) (int, error) {
+	var st unix.Stat_t
+	err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case err == nil && (st.Mode&unix.S_IFMT == unix.S_IFDIR) != dir:
+		flags := 0
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			flags = unix.AT_REMOVEDIR
+		}
+		if err := unix.Unlinkat(parent, name, flags); err != nil {
+			return -1, fmt.Errorf("replace target: %w", err)
+		}
+	case err != nil && !errors.Is(err, unix.ENOENT):
+		return -1, err
+	}
+	if dir {
+		if err := unix.Mkdirat(parent, name, subPathTargetMode); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, err
+		}
+		return unix.Openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	fd, err := unix.Openat(parent, name, unix.O_CREAT|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o640)
+	if err != nil {
+		return -1, err
+	}
+	// An O_PATH descriptor is all the mount needs.
+	pfd, err := unix.Openat(parent, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	unix.Close(fd)
+	return pfd, err
+}
