@@ -57,6 +57,7 @@ bench: build
 	NODEGUARD_REQUIRE_PRIVILEGED=1 $(GO) test -run '^$$' -bench Snapshot250 -benchtime 300x ./pressure
 	./$(BIN) bench events --out out/bench
 	./$(BIN) bench churn --pods 50 --parallel 8 --out out/bench --log-level warn
+	./$(BIN) bench net --pods 50 --out out/bench --log-level warn
 
 demo: deps build
 	./scripts/demo.sh

@@ -85,7 +85,7 @@ func openBeneathNoFollow(dirFd int, rel string, flags int) (int, error) {
 // symlink) in ErrUnsafePath as well, so callers can tell them apart.
 func escapeErr(rel string, err error) error {
 	if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
-		return fmt.Errorf("open %s: %w: %w", rel, ErrUnsafePath, err)
+		return fmt.Errorf("open %s: %w: it resolves outside its root (through a symlink or \"..\"): %w", rel, ErrUnsafePath, err)
 	}
 	return fmt.Errorf("open %s: %w", rel, err)
 }

@@ -97,9 +97,13 @@ echo
 echo "the same pods as crictl sees them on $endpoint:"
 "$CRICTL" --runtime-endpoint "$endpoint" pods 2>/dev/null || true
 echo
-echo "nodeguard pod logs batch; pod exec web -- wget -qO- localhost:8080 (inside the pod's network namespace):"
+web_ip=$("$BIN" pod get web -o json --api-socket "$run_dir/api.sock" 2>/dev/null | sed -n 's/.*"podIP": *"\([0-9.]*\)".*/\1/p' | head -1)
+echo "nodeguard pod logs batch; pod to pod over the CNI bridge: scratch -> web ($web_ip:8080):"
 "$BIN" pod logs batch --api-socket "$run_dir/api.sock" --tail 2 || true
-"$BIN" pod exec web --api-socket "$run_dir/api.sock" -- wget -qO- localhost:8080 || true
+"$BIN" pod exec scratch --api-socket "$run_dir/api.sock" -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | timeout 5 nc $web_ip 8080 | tail -1" || true
+echo
+echo "scratch's volumes (an emptyDir on disk, a 16 MiB tmpfs for medium: Memory):"
+"$BIN" pod exec scratch --api-socket "$run_dir/api.sock" -- sh -c "cat /cache/note; df -h /fast | tail -1" || true
 echo
 echo "oom_score_adj as the kubelet sets it (BestEffort 1000, Burstable 1000-1000*request/capacity, Guaranteed -997 clamped to what this host allows):"
 for p in scratch web batch; do

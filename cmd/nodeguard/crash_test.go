@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/nodeguard/nodeguard/internal/cgroups"
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
@@ -22,6 +24,27 @@ import (
 // several points while it starts pods, restarts it each time, and checks
 // that it adopts every pod without a duplicate sandbox, then that deleting
 // them leaves no sandbox, container or pod cgroup.
+// envConfig writes a run configuration whose network is the private
+// containerd's: nodeguard checks and collects that network and never
+// writes into the host's /etc/cni/net.d.
+func envConfig(t *testing.T, env *crienv.Env, dir string) string {
+	t.Helper()
+	nc := env.NetworkConfig()
+	b, err := yaml.Marshal(map[string]any{"network": map[string]any{
+		"manage": false, "name": nc.Name, "bridge": nc.Bridge, "subnet": nc.Subnet.String(),
+		"cniBinDirs": nc.BinDirs, "cniConfDir": nc.ConfDir, "ipamDir": nc.IPAMDir,
+		"nodeNetNS": env.NetNS(), "netnsDirs": []string{env.NetNSDir()},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestRunSurvivesSIGKILLMidReconcile(t *testing.T) {
 	env := crienv.New(t)
 	bin := buildBinary(t)
@@ -32,8 +55,9 @@ func TestRunSurvivesSIGKILLMidReconcile(t *testing.T) {
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "api.sock")
 	root := env.CgroupParent() + "/ng"
+	config := envConfig(t, env, dir)
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "run", "--runtime-endpoint", env.Endpoint(), "--cgroup-root", root,
+		cmd := exec.Command(bin, "run", "--config", config, "--runtime-endpoint", env.Endpoint(), "--cgroup-root", root,
 			"--root-dir", filepath.Join(dir, "state"), "--api-socket", sock, "--metrics-addr", "", "--log-level", "warn")
 		var logb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &logb, &logb

@@ -17,6 +17,11 @@ func TestRunConfigErrorsNameTheField(t *testing.T) {
 		{"an unsupported reserved resource is named", "runtimeEndpoint: unix:///x\nsystemReserved: {gpu: 1}\n", "systemReserved.gpu"},
 		{"a back-off above its maximum is refused", "runtimeEndpoint: unix:///x\nbackoffInitial: 10m\nbackoffMax: 1m\n", "backoffInitial"},
 		{"a malformed quantity names the field", "runtimeEndpoint: unix:///x\nkubeReserved: {memory: 12Zi}\n", "12Zi"},
+		{"a malformed pod subnet is named", "runtimeEndpoint: unix:///x\nnetwork: {subnet: 10.88.0.0/33}\n", "network.subnet"},
+		{"a subnet too small for maxPods is named", "runtimeEndpoint: unix:///x\nnetwork: {subnet: 10.88.0.0/28, maxPods: 110}\n", "network: netplumb"},
+		{"a bridge name over 15 bytes is named", "runtimeEndpoint: unix:///x\nnetwork: {bridge: a-bridge-name-too-long}\n", "bridge"},
+		{"a relative hostPath prefix is named", "runtimeEndpoint: unix:///x\nvolumes: {hostPathAllow: [data]}\n", "volumes.hostPathAllow[0]"},
+		{"a relative source dir is named", "runtimeEndpoint: unix:///x\nvolumes: {sourceDir: src}\n", "volumes.sourceDir"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
