@@ -275,7 +275,16 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("start the private containerd: %w", err)
 				}
-				defer env.Close()
+				defer func() {
+					// The private runtime takes every pod with it; their
+					// volumes (tmpfs mounts among them) go too.
+					env.Close()
+					if vols, err := mounts.New(mounts.Config{RootDir: cfg.RootDir, Logger: log}); err == nil {
+						if _, err := vols.GC(context.WithoutCancel(ctx), nil); err != nil {
+							log.Warn("remove the volumes of the private runtime's pods", "err", err)
+						}
+					}
+				}()
 				cfg.RuntimeEndpoint = env.Endpoint()
 				cfg.CgroupRoot = env.CgroupParent()
 				// The env's containerd reads the conflist the env rendered
