@@ -33,6 +33,8 @@ import (
 var (
 	ErrNotFound = errors.New("pod not found")
 	ErrInvalid  = errors.New("invalid pod")
+	// ErrRejected: admission refused the pod (node pressure).
+	ErrRejected = errors.New("pod rejected")
 )
 
 // Labels and annotations nodeguard adds to what it creates.
@@ -93,6 +95,10 @@ type Config struct {
 	// GCInterval: how often volumes and the network are collected
 	// (DefaultGCInterval when zero).
 	GCInterval time.Duration
+	// Admit, when set, may refuse a new pod (the eviction manager refuses
+	// BestEffort pods while the node is under memory pressure). A pod
+	// already desired is never refused again.
+	Admit func(pod *corev1.Pod) error
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -139,7 +145,8 @@ type podState struct {
 	lastErr    string
 	kick       chan struct{} // wakes the pod's worker
 	volumes    *mounts.PodVolumes
-	working    bool // a worker runs for this pod (guarded by Manager.mu)
+	evicted    *eviction // set once the eviction manager ended it
+	working    bool      // a worker runs for this pod (guarded by Manager.mu)
 }
 
 func (st *podState) poke() {
@@ -299,6 +306,11 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
 		}
+		if m.cfg.Admit != nil && !m.desired(p.UID) {
+			if err := m.cfg.Admit(p); err != nil {
+				return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
+			}
+		}
 		for _, w := range warnings {
 			m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
 		}
@@ -332,8 +344,13 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			// place, so the reconciler may read st.pod unlocked.
 			continue
 		}
-		m.pods[p.UID] = &podState{pod: p, source: source, backoff: map[string]*backoff{}, created: m.now(), kick: make(chan struct{}, 1),
+		st := &podState{pod: p, source: source, backoff: map[string]*backoff{}, created: m.now(), kick: make(chan struct{}, 1),
 			status: corev1.PodStatus{Phase: corev1.PodPending}}
+		if ev := m.loadEviction(p.UID); ev != nil {
+			st.evicted = ev
+			st.status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonEvicted, Message: ev.Message}
+		}
+		m.pods[p.UID] = st
 	}
 	m.mu.Unlock()
 	m.poke()
@@ -608,7 +625,14 @@ func (m *Manager) nextSync(st *podState) time.Duration {
 // the worker uses need no lock.
 // It reports whether the pod is gone.
 func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, deleting bool, sbs []*runtimeapi.PodSandbox) bool {
-	if !deleting {
+	m.mu.Lock()
+	evicted := st.evicted != nil
+	m.mu.Unlock()
+	switch {
+	case !deleting && evicted:
+		m.syncEvicted(ctx, uid, st, sbs)
+		return false
+	case !deleting:
 		m.syncPod(ctx, st, sbs)
 		return false
 	}
@@ -634,6 +658,7 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 		return false
 	}
 	_ = os.RemoveAll(m.logDir(st.pod))
+	_ = os.Remove(m.evictedPath(uid))
 	m.mu.Lock()
 	delete(m.pods, uid)
 	m.mu.Unlock()
@@ -772,6 +797,9 @@ func (m *Manager) setError(st *podState, reason string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	msg := err.Error()
+	if st.evicted != nil {
+		return
+	}
 	if st.lastErr != msg {
 		m.log.Warn("pod sync failed", "pod", key(st.pod), "reason", reason, "err", err)
 	}
@@ -789,6 +817,9 @@ func (m *Manager) sandboxConfig(st *podState) *runtimeapi.PodSandboxConfig {
 }
 
 func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error) {
+	if m.isEvicted(st) {
+		return nil
+	}
 	parent, err := m.cfg.Cgroups.Ensure(st.pod)
 	if err != nil {
 		return err
@@ -989,7 +1020,9 @@ func (m *Manager) restart(ctx context.Context, st *podState, c *corev1.Container
 	}
 	if now.Before(b.until) {
 		m.mu.Lock()
-		st.status.Reason = "CrashLoopBackOff"
+		if st.evicted == nil {
+			st.status.Reason = "CrashLoopBackOff"
+		}
 		m.mu.Unlock()
 		return nil
 	}
@@ -998,6 +1031,9 @@ func (m *Manager) restart(ctx context.Context, st *podState, c *corev1.Container
 }
 
 func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Container, attempt uint32) error {
+	if m.isEvicted(st) {
+		return nil // the next sync tears it down
+	}
 	cctx, cancel := call(ctx)
 	defer cancel()
 	image, err := m.cfg.Runtime.EnsureImage(cctx, c.Image, st.sandboxCfg)
@@ -1161,15 +1197,31 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 		cond(corev1.PodReady, allReady && initDone),
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st.evicted != nil {
+		return // evicted meanwhile: Failed, Evicted stays
+	}
 	if st.status.Reason == "CrashLoopBackOff" || st.lastErr == "" {
 		status.Reason = ""
 	}
 	st.lastErr = ""
 	st.status = status
-	m.mu.Unlock()
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func (m *Manager) desired(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.pods[uid]
+	return ok
+}
+
+func (m *Manager) isEvicted(st *podState) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return st.evicted != nil
+}
 
 // containerID finds the running (or newest) container of a pod.
 func (m *Manager) containerID(ctx context.Context, namespace, name, container string) (string, error) {

@@ -190,3 +190,29 @@ func TestCollectorsReportFailure(t *testing.T) {
 		}
 	}
 }
+
+func TestEvictionSeries(t *testing.T) {
+	e := metrics.New(metrics.Options{Snapshots: fixedSnapshots{nil}})
+	ev := e.Eviction()
+	ev.Evicted("memory.available", false, map[string]time.Duration{metrics.StageDetect: 2 * time.Millisecond, metrics.StageKill: time.Millisecond})
+	ev.Evicted("memory.available", true, nil)
+	ev.Released(80*time.Millisecond, 90*time.Millisecond)
+	ev.Staleness(3 * time.Millisecond)
+	ev.Condition("MemoryPressure", true)
+	ev.OOMKill("default", "hog")
+	body := string(exposition(t, e))
+	for _, want := range []string{
+		`kubelet_evictions{eviction_signal="memory.available"} 1`,
+		`nodeguard_eviction_dry_run_total{eviction_signal="memory.available"} 1`,
+		`nodeguard_eviction_latency_seconds_count{stage="detect"} 1`,
+		`nodeguard_eviction_latency_seconds_count{stage="release"} 1`,
+		`nodeguard_decision_staleness_seconds 0.003`,
+		`nodeguard_node_condition{condition="MemoryPressure"} 1`,
+		`nodeguard_node_condition{condition="PIDPressure"} 0`,
+		`nodeguard_oom_kills_attributed_total{namespace="default",pod="hog"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("want %q in\n%s", want, body)
+		}
+	}
+}

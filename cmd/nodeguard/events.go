@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/internal/cgname"
 	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/loader/event"
 )
@@ -25,6 +26,10 @@ type eventsFlags struct {
 	duration   time.Duration
 	minReclaim time.Duration
 	stats      bool
+	// agent: read the running agent's decisions through its API instead
+	// of the kernel's events.
+	agent     bool
+	apiSocket string
 }
 
 func newEventsCmd(g *globalFlags) *cobra.Command {
@@ -45,6 +50,9 @@ made beneath PATH later are followed.`,
 			if err != nil {
 				return err
 			}
+			if f.agent {
+				return runAgentEvents(cmd.Context(), f, cmd.OutOrStdout())
+			}
 			return runEvents(cmd.Context(), f, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -53,7 +61,40 @@ made beneath PATH later are followed.`,
 	cmd.Flags().DurationVar(&f.duration, "duration", 0, "stop after this long (0: until interrupted)")
 	cmd.Flags().DurationVar(&f.minReclaim, "min-reclaim", loader.DefaultMinReclaimEpisode, "report reclaim episodes at least this long (shorter ones are only aggregated)")
 	cmd.Flags().BoolVar(&f.stats, "stats", true, "print ring-buffer accounting to stderr at the end")
+	cmd.Flags().BoolVar(&f.agent, "agent", false, "stream the running agent's decisions (evictions, attributed OOM kills, node conditions) from its API instead")
+	cmd.Flags().StringVar(&f.apiSocket, "api-socket", DefaultAPISocket, "the agent's API socket (with --agent)")
 	return cmd
+}
+
+// runAgentEvents follows the agent's event log by long polls.
+func runAgentEvents(ctx context.Context, f *eventsFlags, stdout io.Writer) error {
+	if f.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.duration)
+		defer cancel()
+	}
+	c := api.NewClient(f.apiSocket)
+	defer c.Close()
+	var since uint64
+	for ctx.Err() == nil {
+		evs, err := c.Events(ctx, since, 15*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, e := range evs {
+			since = e.Seq
+			if f.json {
+				b, _ := json.Marshal(e)
+				fmt.Fprintf(stdout, "%s\n", b)
+				continue
+			}
+			fmt.Fprintf(stdout, "%s %-14s %s\n", e.Time.Format("15:04:05.000000"), e.Kind, e.Object)
+		}
+	}
+	return nil
 }
 
 func runEvents(ctx context.Context, f *eventsFlags, log loggerT, stdout, stderr io.Writer) error {

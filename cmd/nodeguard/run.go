@@ -602,6 +602,9 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", api.ErrNotFound, err)
 	case errors.Is(err, lifecycle.ErrInvalid):
 		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
+	case errors.Is(err, lifecycle.ErrRejected):
+		// Admission under node pressure: transient, try again later.
+		return fmt.Errorf("%w: %v", api.ErrBusy, err)
 	}
 	return err
 }

@@ -731,3 +731,29 @@ func TestALogReaderThatStopsReadingIsDropped(t *testing.T) {
 		t.Fatal("the server still writes to a peer that stopped reading")
 	}
 }
+
+func TestEventLogLongPoll(t *testing.T) {
+	l := api.NewEventLog(3)
+	ctx := context.Background()
+	if got := l.EventsSince(ctx, 0, 0); len(got) != 0 {
+		t.Fatalf("empty log returned %v", got)
+	}
+	done := make(chan []api.Event)
+	go func() { done <- l.EventsSince(ctx, 0, 5*time.Second) }()
+	time.Sleep(20 * time.Millisecond)
+	l.Append(time.Now(), "eviction", map[string]string{"pod": "default/hog"})
+	got := <-done
+	if len(got) != 1 || got[0].Seq != 1 || got[0].Kind != "eviction" || !strings.Contains(string(got[0].Object), "default/hog") {
+		t.Fatalf("long poll got %+v", got)
+	}
+	for i := 0; i < 5; i++ {
+		l.Append(time.Now(), "oom_kill", i)
+	}
+	got = l.EventsSince(ctx, 0, 0)
+	if len(got) != 3 || got[0].Seq != 4 || got[2].Seq != 6 {
+		t.Fatalf("bounded ring kept %+v, want seqs 4..6", got)
+	}
+	if got := l.EventsSince(ctx, 6, 30*time.Millisecond); len(got) != 0 {
+		t.Fatalf("nothing new, got %+v", got)
+	}
+}

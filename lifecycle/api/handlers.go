@@ -35,6 +35,8 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("/v1/pods/{namespace}/{name}/log", methodNotAllowed("GET"))
 	mux.HandleFunc("POST /v1/pods/{namespace}/{name}/exec", s.exec)
 	mux.HandleFunc("/v1/pods/{namespace}/{name}/exec", methodNotAllowed("POST"))
+	mux.HandleFunc("GET /v1/events", s.events)
+	mux.HandleFunc("/v1/events", methodNotAllowed("GET"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})

@@ -444,3 +444,27 @@ func (m *Manager) Kill(parent string) (int, error) {
 func (m *Manager) Dirs(parent string) ([]cgroups.Dir, error) {
 	return m.layout.Resolve(parent)
 }
+
+// MemoryDir is the pod's directory in the memory hierarchy: its Rel is
+// how snapshots and kernel events name the pod cgroup.
+func (m *Manager) MemoryDir(parent string) (cgroups.Dir, error) {
+	return m.layout.Memory.Resolve(parent)
+}
+
+// Procs lists the pids in the pod's memory cgroup and every cgroup
+// beneath it.
+func (m *Manager) Procs(parent string) ([]int, error) {
+	d, err := m.MemoryDir(parent)
+	if err != nil {
+		return nil, err
+	}
+	var all []int
+	err = cgroups.Walk(d.Path, func(p string) error {
+		pids, err := procs(p)
+		if err == nil {
+			all = append(all, pids...)
+		}
+		return nil
+	})
+	return all, err
+}

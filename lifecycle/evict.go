@@ -1,0 +1,275 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
+	"github.com/nodeguard/nodeguard/oom"
+)
+
+// ReasonEvicted is the pod status reason of an evicted pod, as the
+// kubelet writes it.
+const ReasonEvicted = "Evicted"
+
+// eviction is what is kept of an evicted pod: it is Failed, its
+// containers and sandbox gone, until it is deleted (the kubelet keeps
+// evicted pods for their controllers to see; nodeguard keeps them for
+// `pod ls`). It is persisted, so a restarted nodeguard does not run an
+// evicted pod again.
+type eviction struct {
+	Message string        `json:"message"`
+	Grace   time.Duration `json:"grace"`
+	At      time.Time     `json:"at"`
+}
+
+func (m *Manager) evictedPath(uid types.UID) string {
+	return filepath.Join(m.cfg.RootDir, "evicted", string(uid)+".json")
+}
+
+func (m *Manager) loadEviction(uid types.UID) *eviction {
+	b, err := os.ReadFile(m.evictedPath(uid))
+	if err != nil {
+		return nil
+	}
+	var e eviction
+	if json.Unmarshal(b, &e) != nil {
+		return nil
+	}
+	return &e
+}
+
+// EvictionActor is the lifecycle as the eviction manager acts through it.
+type EvictionActor struct {
+	m *Manager
+	// Exempt pods ("namespace/name") are never evicted.
+	Exempt map[string]bool
+}
+
+// EvictionActor returns the oom.Actor of this manager.
+func (m *Manager) EvictionActor(exempt []string) *EvictionActor {
+	a := &EvictionActor{m: m, Exempt: map[string]bool{}}
+	for _, e := range exempt {
+		a.Exempt[e] = true
+	}
+	return a
+}
+
+var _ oom.Actor = (*EvictionActor)(nil)
+
+// Pods lists the pods that run (have a pod cgroup and are neither being
+// deleted nor evicted), as the eviction policy sees them.
+func (a *EvictionActor) Pods() []oom.PodRef {
+	m := a.m
+	m.mu.Lock()
+	type item struct {
+		pod    *corev1.Pod
+		parent string
+		source string
+	}
+	var items []item
+	for _, st := range m.pods {
+		if st.deleting || st.evicted != nil || st.parent == "" {
+			continue
+		}
+		items = append(items, item{st.pod, st.parent, st.source})
+	}
+	m.mu.Unlock()
+	out := make([]oom.PodRef, 0, len(items))
+	for _, it := range items {
+		p := it.pod
+		d, err := m.cfg.Cgroups.MemoryDir(it.parent)
+		if err != nil {
+			continue
+		}
+		req := qos.PodRequests(p)
+		ref := oom.PodRef{CgroupRel: d.Rel, Pod: oom.Pod{
+			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p), Priority: qos.Priority(p),
+			Critical: qos.IsCritical(p), Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: it.source != SourceAPI,
+			MemoryRequest: req.Memory().Value(), EphemeralRequest: req.StorageEphemeral().Value(),
+			GracePeriod: grace(p),
+		}}
+		out = append(out, ref)
+	}
+	return out
+}
+
+// Evict ends a pod as the eviction manager decided. Hard (grace 0): every
+// process in the pod's cgroups is SIGKILLed first, so memory is released
+// before any runtime call; the runtime stop and removal, the pod cgroup
+// and the volumes follow in the pod's worker. Soft: the worker stops the
+// containers with the grace period. Either way the pod becomes Failed,
+// reason Evicted, and is never started again.
+func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
+	m := a.m
+	m.mu.Lock()
+	st, ok := m.pods[d.Victim.UID]
+	if !ok || st.deleting {
+		m.mu.Unlock()
+		return fmt.Errorf("evict %s/%s: %w", d.Victim.Namespace, d.Victim.Name, ErrNotFound)
+	}
+	if st.evicted != nil {
+		m.mu.Unlock()
+		return nil // already on its way
+	}
+	g := d.GracePeriod
+	if d.Hard {
+		g = 0
+	}
+	ev := &eviction{Message: d.Message, Grace: g, At: m.now()}
+	st.evicted = ev
+	st.status.Phase = corev1.PodFailed
+	st.status.Reason, st.status.Message = ReasonEvicted, d.Message
+	parent := st.parent
+	pod := st.pod
+	m.mu.Unlock()
+
+	var errs []error
+	if d.Hard && parent != "" {
+		if _, err := m.cfg.Cgroups.Kill(parent); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	st.poke()
+	if err := os.MkdirAll(filepath.Dir(m.evictedPath(pod.UID)), 0o700); err == nil {
+		if b, err := json.Marshal(ev); err == nil {
+			errs = append(errs, os.WriteFile(m.evictedPath(pod.UID), b, 0o600))
+		}
+	}
+	m.log.Info("pod evicted", "pod", key(pod), "hard", d.Hard, "grace", g, "message", d.Message)
+	return errors.Join(errs...)
+}
+
+// syncEvicted tears an evicted pod down: its sandboxes (containers
+// stopped with the eviction's grace period), processes the runtime lost
+// track of, its cgroup and its volumes (a memory emptyDir's pages are
+// only freed once its tmpfs is unmounted). The pod is kept, Failed, until
+// it is deleted; its logs stay for `pod logs`.
+func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, sbs []*runtimeapi.PodSandbox) {
+	for _, sb := range sbs {
+		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace)
+	}
+	if parent, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
+		m.removePodCgroup(parent, true)
+	}
+	if err := m.teardownVolumes(ctx, uid); err != nil {
+		m.log.Warn("evicted pod: tear down volumes", "pod", key(st.pod), "err", err)
+	}
+}
+
+// SetOOMScoreAdj writes adj to every process of the pod (raising the
+// next victim, so that the kernel OOM killer, if it fires anyway, takes
+// the pod nodeguard would have evicted).
+func (a *EvictionActor) SetOOMScoreAdj(uid types.UID, adj int) error {
+	m := a.m
+	m.mu.Lock()
+	st, ok := m.pods[uid]
+	parent := ""
+	if ok {
+		parent = st.parent
+	}
+	m.mu.Unlock()
+	if parent == "" {
+		return fmt.Errorf("set oom_score_adj of pod %s: %w", uid, ErrNotFound)
+	}
+	pids, err := m.cfg.Cgroups.Procs(parent)
+	if err != nil {
+		return fmt.Errorf("set oom_score_adj of pod %s: %w", uid, err)
+	}
+	var errs []error
+	for _, pid := range pids {
+		if err := writeOOMScoreAdj(pid, adj); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RestoreOOMScoreAdj puts back the kubelet's value for every container
+// of the pod (the pause process keeps what it has: the policy gives it
+// the minimum, which only CAP_SYS_RESOURCE could write back).
+func (a *EvictionActor) RestoreOOMScoreAdj(uid types.UID) error {
+	m := a.m
+	m.mu.Lock()
+	st, ok := m.pods[uid]
+	var sandbox, parent string
+	var pod *corev1.Pod
+	if ok {
+		sandbox, parent, pod = st.sandboxID, st.parent, st.pod
+	}
+	m.mu.Unlock()
+	if !ok || sandbox == "" || parent == "" {
+		return nil // gone: nothing to restore
+	}
+	cctx, cancel := call(context.Background())
+	ctrs, err := m.cfg.Runtime.ListContainers(cctx, sandbox, nil)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err)
+	}
+	pd, err := m.cfg.Cgroups.MemoryDir(parent)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range ctrs {
+		spec := findContainer(pod, c.GetMetadata().GetName())
+		if spec == nil {
+			continue
+		}
+		adj, err := qos.OOMScoreAdj(pod, spec, m.cfg.MemoryCapacity)
+		if err != nil {
+			continue
+		}
+		adj, _ = qos.ClampForCapability(adj, m.cfg.HasCapSysResource, m.cfg.MinOOMScoreAdj)
+		b, err := os.ReadFile(filepath.Join(pd.Path, c.Id, "cgroup.procs"))
+		if err != nil {
+			continue // exited
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				if err := writeOOMScoreAdj(pid, adj); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func findContainer(pod *corev1.Pod, name string) *corev1.Container {
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	return nil
+}
+
+func writeOOMScoreAdj(pid, adj int) error {
+	err := os.WriteFile(filepath.Join("/proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(adj)), 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // exited meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("oom_score_adj of pid %d to %d: %w", pid, adj, err)
+	}
+	return nil
+}
