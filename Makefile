@@ -45,7 +45,7 @@ test: deps lint check-generate build
 # then one summary line per kernel. Static test binaries, so no -race (it
 # needs cgo). Kernels are cached in /var/cache/nodeguard-vm.
 VM_KERNELS ?= 6.1 6.12
-VM_PKGS    ?= ./loader ./internal/cgtest ./internal/host ./internal/cgroups ./pressure ./pressure/cgstat ./lifecycle/podcgroups
+VM_PKGS    ?= ./loader ./internal/cgtest ./internal/host ./internal/cgroups ./pressure ./pressure/cgstat ./lifecycle/podcgroups ./oom/tripwire
 VMRUN      ?= bin/vmrun
 
 test-vm:

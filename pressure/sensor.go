@@ -3,6 +3,7 @@ package pressure
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,9 @@ type Sensor struct {
 	latest atomic.Pointer[Snapshot]
 	full   atomic.Pointer[FullStats]
 	wake   chan struct{}
+	// snapMu serialises snapshots: the tick's and Fresh's share the
+	// Snapshotter's open files.
+	snapMu sync.Mutex
 	// OnSnapshot, when set, sees every snapshot (metrics); it must not
 	// block.
 	OnSnapshot func(*Snapshot)
@@ -67,11 +71,21 @@ func (s *Sensor) Run(ctx context.Context) {
 }
 
 func (s *Sensor) once(ctx context.Context) {
+	s.Fresh(ctx)
+}
+
+// Fresh takes a snapshot now, makes it the newest and returns it: what
+// the eviction manager confirms every wake-up on. It waits for a snapshot
+// in progress to finish first.
+func (s *Sensor) Fresh(ctx context.Context) *Snapshot {
+	s.snapMu.Lock()
 	snap := s.snap.Snapshot(ctx, s.now())
 	s.latest.Store(snap)
+	s.snapMu.Unlock()
 	if s.OnSnapshot != nil {
 		s.OnSnapshot(snap)
 	}
+	return snap
 }
 
 // FullStats are the full statistics of every cgroup of one snapshot (cpu

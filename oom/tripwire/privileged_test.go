@@ -1,0 +1,199 @@
+package tripwire
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/internal/cgtest"
+)
+
+// Bounds of the privileged tests.
+const (
+	// sandboxLimit is the test cgroup's hard limit: far above what the
+	// hog touches, so no test meets an OOM.
+	sandboxLimit = 256 << 20
+	// hogMiB is the hog's mapping; every test stays below it.
+	hogMiB = 192
+	// sanityLatency bounds crossing-to-Fire in tests: only a sanity
+	// bound (the kernel signals within a millisecond here); the speed is
+	// measured by BenchmarkTripwireLatency.
+	sanityLatency = 100 * time.Millisecond
+	// quiet is how long a test waits to see that nothing fires.
+	quiet = 200 * time.Millisecond
+)
+
+// readFile reads a cgroup file for assertions.
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// waitDone checks that the reader goroutine has returned and C is closed.
+func waitDone(t *testing.T, tw Tripwire) {
+	t.Helper()
+	select {
+	case <-tw.Done():
+	case <-time.After(waitBound):
+		t.Fatal("reader goroutine still running after Close")
+	}
+	for range tw.C() { // drains what was left, ends when C is closed
+	}
+}
+
+func TestV1UsageThresholdOnARealCgroup(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeHybrid, cgroups.ModeV1)
+	sb := cgtest.New(t, cgtest.WithMemoryLimit(sandboxLimit))
+	dir := sb.MemoryDir()
+	h := startHog(t, sb, filepath.Join(dir, fileUsage), hogMiB)
+	clock := newMonoClock()
+	before := countEventfds(t)
+
+	tw, err := New(dir, false, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tw.Close() })
+
+	t.Run("a crossing at 64 MiB fires within the sanity bound", func(t *testing.T) {
+		if err := tw.Arm(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		r := h.up(t, 100<<20, 64<<20, 4<<20)
+		if r.Cross == 0 {
+			t.Fatalf("hog never saw usage reach 64 MiB: %+v", r)
+		}
+		f := waitFire(t, tw)
+		lat := time.Duration(clock.of(f.At) - r.Cross)
+		t.Logf("fire %+v; crossing seen by the hog (after a 4 MiB step) to Fire.At: %v; hog at %d MiB", f, lat, r.Usage>>20)
+		if f.Kind != KindUsageThreshold || f.Dir != dir || f.Threshold != 64<<20 {
+			t.Errorf("fire %+v", f)
+		}
+		if lat >= sanityLatency {
+			t.Errorf("Fire.At is %v after the crossing, want < %v", lat, sanityLatency)
+		}
+	})
+	t.Run("re-arming higher fires only when that is crossed", func(t *testing.T) {
+		if err := tw.Arm(160 << 20); err != nil {
+			t.Fatal(err)
+		}
+		noFire(t, tw, quiet)
+		r := h.up(t, 170<<20, 160<<20, 4<<20)
+		f := waitFire(t, tw)
+		t.Logf("fire %+v, %v after the hog's crossing", f, time.Duration(clock.of(f.At)-r.Cross))
+		if f.Threshold != 160<<20 {
+			t.Errorf("fire for threshold %d, want %d", f.Threshold, 160<<20)
+		}
+	})
+	t.Run("a downward crossing is counted, not delivered", func(t *testing.T) {
+		d := tw.Stats().Downward
+		h.down(t)
+		waitStat(t, tw, "downward", func(s Stats) bool { return s.Downward > d })
+		noFire(t, tw, quiet)
+	})
+	t.Run("Close ends the reader and drops the registration", func(t *testing.T) {
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, tw)
+		// The kernel removes a registration when its eventfd is closed.
+		if got := countEventfds(t); got != before {
+			t.Errorf("%d eventfds open after Close, want %d", got, before)
+		}
+		t.Logf("stats %+v", tw.Stats())
+	})
+}
+
+func TestV1StopsWhenTheCgroupIsRemoved(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeHybrid, cgroups.ModeV1)
+	sb := cgtest.New(t)
+	child := sb.Child(t, "gone")
+	tw, err := New(child.MemoryDir(), false, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tw.Close() })
+	if err := tw.Arm(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel signals each registration's eventfd once when the
+	// cgroup goes; usage is then unreadable.
+	select {
+	case <-tw.Done():
+	case <-time.After(waitBound):
+		t.Fatal("reader still running after the cgroup was removed")
+	}
+	if err := tw.Err(); !errors.Is(err, ErrGone) {
+		t.Errorf("Err() = %v, want ErrGone", err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+}
+
+func TestV2MemoryHighOnARealCgroup(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeV2)
+	sb := cgtest.New(t, cgtest.WithMemoryLimit(sandboxLimit))
+	dir := sb.MemoryDir()
+	h := startHog(t, sb, filepath.Join(dir, fileCurrent), hogMiB)
+	clock := newMonoClock()
+	orig := readFile(t, filepath.Join(dir, fileHigh))
+
+	tw, err := New(dir, true, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tw.Close() })
+
+	const threshold = 64 << 20
+	t.Run("Arm writes memory.high", func(t *testing.T) {
+		if err := tw.Arm(threshold); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, filepath.Join(dir, fileHigh)); got != "67108864" {
+			t.Errorf("memory.high = %q, want 67108864", got)
+		}
+	})
+	t.Run("allocating past memory.high fires, and the allocator is throttled", func(t *testing.T) {
+		// 2 MiB past high: the kernel's penalty grows with the square
+		// of the overage (1 s per charge batch at 12%), so the hog
+		// stays within ~3% of it.
+		r := h.up(t, threshold+2<<20, threshold, 256<<10)
+		if r.Cross == 0 {
+			t.Fatalf("hog never saw memory.current reach memory.high: %+v", r)
+		}
+		f := waitFire(t, tw)
+		lat := time.Duration(clock.of(f.At) - r.Cross)
+		below, above := r.rates()
+		t.Logf("fire %+v; crossing seen by the hog to Fire.At: %v", f, lat)
+		t.Logf("hog touched %d KiB at %.0f MiB/s below memory.high and %d KiB at %.1f MiB/s above it (throttled)",
+			r.BelowBytes>>10, below, r.AboveBytes>>10, above)
+		if f.Kind != KindMemoryHigh || f.Count == 0 || f.Threshold != threshold {
+			t.Errorf("fire %+v", f)
+		}
+		if lat >= sanityLatency {
+			t.Errorf("Fire.At is %v after the crossing, want < %v", lat, sanityLatency)
+		}
+	})
+	t.Run("Close restores memory.high", func(t *testing.T) {
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, tw)
+		if got := readFile(t, filepath.Join(dir, fileHigh)); got != orig {
+			t.Errorf("memory.high = %q after Close, want %q", got, orig)
+		}
+		t.Logf("stats %+v", tw.Stats())
+	})
+}

@@ -1,0 +1,183 @@
+package tripwire
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Kinds of Fire.
+const (
+	// KindUsageThreshold is a cgroup v1 memory.usage_in_bytes threshold
+	// event.
+	KindUsageThreshold = "usage_threshold"
+	// KindMemoryHigh is a cgroup v2 memory.high event.
+	KindMemoryHigh = "memory.high"
+	// KindPoll is an upward crossing seen by polling memory.current (v2
+	// with Options.LeaveHigh).
+	KindPoll = "poll"
+)
+
+var (
+	// ErrUnsupported reports a directory that lacks the files of the
+	// asked mechanism: not a memory cgroup, or one of the other version.
+	ErrUnsupported = errors.New("not a memory cgroup of this version")
+	// ErrInvalidThreshold reports a threshold Arm cannot set (zero).
+	ErrInvalidThreshold = errors.New("invalid threshold")
+	// ErrMalformed reports a cgroup file whose content does not parse.
+	ErrMalformed = errors.New("malformed")
+	// ErrClosed reports use of a closed Tripwire.
+	ErrClosed = errors.New("tripwire closed")
+	// ErrGone reports that the watched cgroup was removed.
+	ErrGone = errors.New("cgroup removed")
+)
+
+// Fire is one crossing: when the kernel told us, and what.
+type Fire struct {
+	// At is when the reader saw the kernel's signal (right after its
+	// wake-up, before any file was re-read).
+	At time.Time
+	// Dir is the watched directory.
+	Dir string
+	// Kind is KindUsageThreshold (v1), KindMemoryHigh (v2) or KindPoll.
+	Kind string
+	// Count is, for KindMemoryHigh, the "high" counter of
+	// memory.events.local (memory.events on old kernels) that confirmed
+	// the fire; 0 for the other kinds.
+	Count uint64
+	// Threshold is the threshold armed when the signal was handled.
+	Threshold uint64
+}
+
+// Stats counts what a Tripwire's reader did. Every kernel signal ends in
+// exactly one of Fired, Dropped, Coalesced, Downward or Ignored.
+type Stats struct {
+	// Fired counts fires delivered to C.
+	Fired uint64
+	// Dropped counts fires lost because C was full.
+	Dropped uint64
+	// Coalesced counts upward signals within Options.Coalesce of the
+	// previous fire, not delivered.
+	Coalesced uint64
+	// Downward counts v1 and poll crossings from above to below the
+	// threshold, not delivered.
+	Downward uint64
+	// Ignored counts wake-ups that were no crossing: v2 memory.events
+	// changes other than "high" (max, oom, ...) or before the first Arm,
+	// and poll ticks without an upward crossing.
+	Ignored uint64
+	// ReadErrors counts re-reads that failed (the signal was still
+	// delivered).
+	ReadErrors uint64
+}
+
+// Tripwire watches one cgroup directory (the memory hierarchy's directory
+// of the pod root) for its memory usage reaching a threshold.
+type Tripwire interface {
+	// Arm sets or moves the threshold in bytes (usage >= threshold
+	// fires). Re-arming with a new value is cheap and safe while
+	// running. Zero is ErrInvalidThreshold.
+	Arm(threshold uint64) error
+	// C delivers fires. It is never blocked on: a fire that does not
+	// fit is dropped and counted (Dropped). It is closed after Close.
+	C() <-chan Fire
+	// Dropped returns how many fires did not fit in C.
+	Dropped() uint64
+	// Stats returns the reader's counters.
+	Stats() Stats
+	// Err returns why the reader stopped before Close (an error
+	// matching ErrGone when the cgroup was removed), or nil.
+	Err() error
+	// Done is closed when the reader goroutine has returned.
+	Done() <-chan struct{}
+	// Close stops the reader, waits for it, closes every descriptor,
+	// and on v2 restores memory.high. It is idempotent.
+	Close() error
+}
+
+// Defaults of Options.
+const (
+	// DefaultBuffer is C's capacity: fires are at most one per
+	// DefaultCoalesce, and the consumer only needs the latest to act.
+	DefaultBuffer = 16
+	// DefaultCoalesce is the minimum spacing of fires: far below the
+	// ~50 ms a fast hog takes from first reclaim to a memcg OOM, and above
+	// the kernel's own wake-up cost, so a storm of v2 "high" increments
+	// (one per charge batch while above high) costs one fire per ms.
+	DefaultCoalesce = time.Millisecond
+	// DefaultPollEvery is the poll interval with LeaveHigh: one pread of
+	// memory.current every 5 ms costs a few µs of CPU per 5 ms and
+	// keeps the latency well under the ~50 ms to an OOM.
+	DefaultPollEvery = 5 * time.Millisecond
+)
+
+// Options configures New. The zero value is the design default.
+type Options struct {
+	// LeaveHigh (v2 only) never writes memory.high: the Tripwire polls
+	// memory.current every PollEvery instead (Kind KindPoll). By default
+	// (false) Arm writes memory.high = threshold, which both raises the
+	// kernel's event and slows the cgroup's allocators while the
+	// consumer acts. Ignored on v1.
+	LeaveHigh bool
+	// PollEvery is the poll interval with LeaveHigh; 0 means
+	// DefaultPollEvery.
+	PollEvery time.Duration
+	// Coalesce is the minimum spacing of fires; 0 means
+	// DefaultCoalesce, negative disables coalescing.
+	Coalesce time.Duration
+	// Buffer is C's capacity; 0 means DefaultBuffer.
+	Buffer int
+	// Logger receives the few lines that are not per event (a removed
+	// cgroup, a memory.high changed by someone else); nil discards.
+	Logger *slog.Logger
+	// Now is the clock of Fire.At and of coalescing; nil is time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.PollEvery <= 0 {
+		o.PollEvery = DefaultPollEvery
+	}
+	if o.Coalesce == 0 {
+		o.Coalesce = DefaultCoalesce
+	}
+	if o.Buffer <= 0 {
+		o.Buffer = DefaultBuffer
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// New watches dir, a memory cgroup directory: of cgroup v1 when v2 is
+// false, of cgroup v2 otherwise (see the package documentation for both
+// mechanisms). It starts the reader goroutine; nothing fires before Arm.
+// A missing dir matches fs.ErrNotExist, a directory without the
+// mechanism's files ErrUnsupported. On error nothing is left open.
+func New(dir string, v2 bool, opts Options) (Tripwire, error) {
+	opts = opts.withDefaults()
+	switch {
+	case !v2:
+		return newV1(dir, opts)
+	case opts.LeaveHigh:
+		return newPoll(dir, opts)
+	default:
+		return newV2(dir, opts)
+	}
+}
+
+func checkThreshold(threshold uint64, file string) error {
+	if threshold == 0 {
+		return fmt.Errorf("arm tripwire: %w: 0 bytes for %s", ErrInvalidThreshold, file)
+	}
+	// cgroup files take at most a signed 64-bit byte count.
+	if threshold > 1<<63-1 {
+		return fmt.Errorf("arm tripwire: %w: %d bytes for %s is above 2^63-1", ErrInvalidThreshold, threshold, file)
+	}
+	return nil
+}
