@@ -121,8 +121,22 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 		return fmt.Errorf("evict %s/%s: %w", d.Victim.Namespace, d.Victim.Name, ErrNotFound)
 	}
 	if st.evicted != nil {
+		// Already on its way. A hard decision escalates a graceful stop:
+		// kill now, and tear down without grace.
+		if !d.Hard {
+			m.mu.Unlock()
+			return nil
+		}
+		st.evicted.Grace = 0
+		parent := st.parent
 		m.mu.Unlock()
-		return nil // already on its way
+		if parent != "" {
+			if _, err := m.cfg.Cgroups.Kill(parent); err != nil {
+				return fmt.Errorf("evict %s/%s: %w", d.Victim.Namespace, d.Victim.Name, err)
+			}
+		}
+		st.poke()
+		return nil
 	}
 	g := d.GracePeriod
 	if d.Hard {

@@ -10,4 +10,58 @@
 // the tripwires, confirms every wake-up on a fresh snapshot, and acts
 // through the Actor interface, which the lifecycle satisfies. It never
 // imports the CRI.
+//
+// Thresholds speak the kubelet's language (ParseThresholds,
+// ParseThresholdList): the same signals, quantities and percentages, hard
+// thresholds (grace 0), soft ones with a mandatory grace period, minimum
+// reclaim, node conditions held for evictionPressureTransitionPeriod, the
+// kubelet's ranking (rankMemoryPressure, rankDiskPressureFunc,
+// rankPIDPressure) and its eviction and admission messages. PSI rules
+// (ParsePSIRule) add "memory.full.avg10>40 for 10s" on the node or, with
+// "pod:", on each pod cgroup.
+//
+// Invariants of the policy:
+//
+//   - Time is passed in; nothing reads a clock. One Evaluate makes at most
+//     one decision per Resource (memory, disk, pid, cpu, io), memory first;
+//     within a resource hard thresholds go before soft ones, soft ones
+//     before node PSI rules, those before pod PSI rules.
+//   - Critical, exempt and static pods and pods of system-critical priority
+//     are never chosen (Pod.Evictable; the kubelet's IsCriticalPod counts
+//     every static pod as critical).
+//   - The ranking is a total order: the kubelet's comparators, then more
+//     reclaim stall, then the lower cgroup id, then the lower UID.
+//   - Pending release: a victim's current usage (its usage at decision
+//     time once unknown) is added to the available value of every
+//     threshold until Released or Forget, until the pod leaves
+//     Observations.Pods, or for PendingReleaseTimeout. Hard thresholds
+//     count only hard victims, so a soft eviction in progress never holds
+//     back a hard one; a hard decision may escalate a soft victim (kill it
+//     now instead of a second pod). One spike never evicts two pods where
+//     one suffices. Dry-run decisions are not pending.
+//   - A threshold that evicted stays met until available reaches its
+//     quantity plus its minimum reclaim (the kubelet's rule).
+//   - A soft threshold's grace period and a PSI rule's "for" restart when
+//     they stop being met; a PSI rule that fired must hold "for" again, and
+//     a node PSI rule waits while a victim of its resource is pending
+//     (pressure averages lag the release by up to their window).
+//   - A pod the actor is still evicting (Observations.InFlight) is never
+//     chosen again.
+//
+// Invariants of the manager:
+//
+//   - Every evaluation runs on a fresh snapshot; wake-ups coalesce (one
+//     pending at a time, keeping the earliest evidence time), and
+//     evaluations are at least MinInterval apart.
+//   - Hard evictions are carried out in the loop up to "kill sent"; soft
+//     ones in their own goroutine, so a graceful stop never blocks the
+//     loop. A failed Evict is logged, forgotten by the policy and retried
+//     by the next evaluation.
+//   - Each decision logs one line (signal, threshold, observed, victim,
+//     rank, hard, grace, dry_run, stage latencies) and each oom_score_adj
+//     change one line. Kernel events other than OOM kills are never logged
+//     one by one.
+//   - oom_score_adj: Result.NextVictim's is raised to 1000 once, put back
+//     when the next victim changes, pressure recedes, or Run returns. Dry
+//     run changes nothing and evicts nothing.
 package oom

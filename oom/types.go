@@ -113,7 +113,9 @@ type Decision struct {
 // Actor is what the manager acts through; the lifecycle satisfies it.
 type Actor interface {
 	// Pods lists the running pods with their QoS, priority, requests and
-	// pod cgroup (usage is filled from the snapshot by the manager).
+	// pod cgroup (usage is filled from the snapshot by the manager). It
+	// may stop listing a pod once its eviction starts: the manager keeps
+	// a victim in its observations while the victim's cgroup exists.
 	Pods() []PodRef
 	// Evict ends a pod: hard (grace 0) kills its processes through its
 	// cgroup first (cgroup.kill on v2, SIGKILL over cgroup.procs on v1),

@@ -43,6 +43,12 @@ type senseFlags struct {
 	resolver metrics.Resolver
 	// storage: per-pod ephemeral storage (nodeguard run).
 	storage metrics.StorageSource
+	// onEvent, onWake and onSnapshot, when set, also see every kernel
+	// event, PSI trigger wake-up and snapshot (the eviction manager and
+	// its tripwire); they must not block.
+	onEvent    func(event.Event)
+	onWake     func(psi.Wake)
+	onSnapshot func(*pressure.Snapshot)
 }
 
 func (f *senseFlags) register(cmd *cobra.Command) {
@@ -130,8 +136,14 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 	if !f.noBPF {
 		s.pipeline, err = loader.Open(loader.Options{Logger: log})
 		if err != nil {
-			return nil, err
+			// Degrade, with one clear line: snapshots, PSI triggers and
+			// tripwires still drive everything, only slower to see OOM
+			// kills and reclaim.
+			log.Warn("no eBPF pipeline: sensing from PSI and cgroup statistics only", "err", err)
+			s.pipeline = nil
 		}
+	}
+	if s.pipeline != nil {
 		for _, root := range f.roots {
 			dirs, err := s.layout.ResolveMonitored(root)
 			if err != nil {
@@ -150,7 +162,12 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		opts.Kernel = s.pipeline
 	}
 	s.exporter = metrics.New(opts).WithRuntimeCollectors()
-	s.sensor.OnSnapshot = s.exporter.ObserveSnapshot
+	s.sensor.OnSnapshot = func(snap *pressure.Snapshot) {
+		s.exporter.ObserveSnapshot(snap)
+		if f.onSnapshot != nil {
+			f.onSnapshot(snap)
+		}
+	}
 
 	// A node-wide memory trigger wakes the sensor between ticks: 100 ms of
 	// some-stall in a 1 s window (the kernel may only allow 2 s windows
@@ -187,6 +204,9 @@ func (s *sensing) Serve(ctx context.Context) error {
 					return
 				case w := <-wakes:
 					s.exporter.ObserveWakeup(w.Trigger.String())
+					if s.flags.onWake != nil {
+						s.flags.onWake(w)
+					}
 					s.sensor.Wake()
 				}
 			}
@@ -194,6 +214,10 @@ func (s *sensing) Serve(ctx context.Context) error {
 	}
 	if s.pipeline != nil {
 		go s.consumeEvents(ctx)
+	}
+	if s.ln == nil {
+		<-ctx.Done() // sensing without serving (nodeguard run without --metrics-addr)
+		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.exporter.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
@@ -232,6 +256,9 @@ func (s *sensing) consumeEvents(ctx context.Context) {
 				return
 			}
 			s.exporter.ObserveEvent(ev)
+			if s.flags.onEvent != nil {
+				s.flags.onEvent(ev)
+			}
 			switch e := ev.(type) {
 			case *event.Cgroup:
 				if e.HierarchyID != memHier {

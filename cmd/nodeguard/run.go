@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,11 +34,14 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
+	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/netplumb"
+	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
+	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 
 // DefaultAPISocket is where the local API listens.
@@ -70,6 +74,9 @@ type runConfig struct {
 	Network networkConfig `json:"network"`
 	// Volumes configures pod volumes.
 	Volumes volumesConfig `json:"volumes"`
+	// Eviction configures the eviction manager: the kubelet's eviction
+	// fields (evictionHard, evictionSoft, ...) plus PSI rules.
+	Eviction evictionConfig `json:"eviction"`
 }
 
 // networkConfig is the pod network section.
@@ -171,6 +178,9 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
 	}
 	if _, err := c.Network.netplumb(c.RootDir); err != nil {
+		return err
+	}
+	if _, err := c.Eviction.policy(); err != nil {
 		return err
 	}
 	for i, d := range c.Network.NetNSDirs {
@@ -400,8 +410,13 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	policy, err := cfg.Eviction.policy()
+	if err != nil {
+		return err
+	}
+	adm := &admitter{}
 	mgr, err := lifecycle.New(lifecycle.Config{
-		Volumes: vols, Network: network,
+		Volumes: vols, Network: network, Admit: adm.admit,
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
 		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
@@ -428,32 +443,80 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	wg.Add(1)
 	go func() { defer wg.Done(); mgr.Run(ctx) }()
 
-	if cfg.MetricsAddr != "" {
-		kube, _ := cgroupnames.Kubepods(cgroupnames.Cgroupfs, cfg.CgroupRoot)
-		storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
-		wg.Add(1)
-		go func() { defer wg.Done(); storage.Run(ctx) }()
-		s, err := startSensing(ctx, &senseFlags{metricsAddr: cfg.MetricsAddr, roots: []string{kube}, rootDir: cfg.RootDir,
-			tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage}, log)
+	// Sensing always runs (the eviction manager confirms every wake-up on
+	// a fresh snapshot); /metrics only with an address.
+	kube, _ := cgroupnames.Kubepods(cgroupnames.Cgroupfs, cfg.CgroupRoot)
+	storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
+	wg.Add(1)
+	go func() { defer wg.Done(); storage.Run(ctx) }()
+	fwd := &eventForwarder{ch: make(chan event.Event, 1024)}
+	var evictMgr atomic.Pointer[oom.Manager]
+	var wire *podRootTripwire
+	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, roots: []string{kube}, rootDir: cfg.RootDir,
+		tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
+		onEvent: fwd.send,
+		onWake: func(w psi.Wake) {
+			if m := evictMgr.Load(); m != nil {
+				m.Wake("psi:"+w.Trigger.String(), w.Time)
+			}
+		},
+		onSnapshot: func(snap *pressure.Snapshot) {
+			if wire != nil {
+				wire.rearm(snap)
+			}
+		},
+	}
+	s, err := startSensing(ctx, sf, log)
+	if err != nil {
+		return fmt.Errorf("start sensing: %w", err)
+	}
+	defer s.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.Serve(ctx); err != nil {
+			log.Error("metrics", "err", err)
+		}
+	}()
+
+	events := api.NewEventLog(4096)
+	if !cfg.Eviction.Disabled {
+		obs := &evictionObserver{m: s.exporter.Eviction(), events: events, log: log}
+		em, err := oom.NewManager(oom.ManagerConfig{
+			Policy: policy, Actor: mgr.EvictionActor(cfg.Eviction.Exempt),
+			Snapshot: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
+			Tick:     cfg.Eviction.Tick.Duration, DryRun: cfg.Eviction.DryRun, Logger: log, Observer: obs,
+		})
 		if err != nil {
-			return fmt.Errorf("start sensing: %w", err)
+			return err
 		}
-		{
-			defer s.Close()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := s.Serve(ctx); err != nil {
-					log.Error("metrics", "err", err)
-				}
-			}()
+		adm.policy.Store(em.Policy())
+		evictMgr.Store(em)
+		if d, err := layout.Memory.Resolve(kube); err == nil {
+			if w, err := newPodRootTripwire(d, policy.Thresholds, log); err != nil {
+				log.Warn("no tripwire on the pod root: the safety tick and PSI triggers drive evictions", "err", err)
+			} else {
+				defer w.tw.Close()
+				wire = w
+				wg.Add(1)
+				go func() { defer wg.Done(); w.run(ctx, em) }()
+			}
 		}
+		wg.Add(2)
+		go func() { defer wg.Done(); em.Events(ctx, fwd.ch) }()
+		go func() {
+			defer wg.Done()
+			if err := em.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("eviction manager", "err", err)
+			}
+		}()
+		log.Info("eviction manager running", "thresholds", len(policy.Thresholds), "psi_rules", len(policy.PSIRules), "dry_run", cfg.Eviction.DryRun)
 	}
 
 	if err := os.MkdirAll(filepath.Dir(cfg.APISocket), 0o755); err != nil {
 		return fmt.Errorf("api socket dir: %w", err)
 	}
-	srv := api.NewServer(podService{mgr}, log, api.Options{})
+	srv := api.NewServer(podService{m: mgr, EventLog: events}, log, api.Options{})
 	log.Info("nodeguard running", "api_socket", cfg.APISocket, "cgroup_root", cfg.CgroupRoot, "manifests", cfg.PodManifestPath)
 	if err := srv.ListenAndServe(ctx, cfg.APISocket); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -594,7 +657,10 @@ func watchManifests(ctx context.Context, mgr *lifecycle.Manager, dir string, log
 }
 
 // podService adapts the Manager to the local API.
-type podService struct{ m *lifecycle.Manager }
+type podService struct {
+	m *lifecycle.Manager
+	*api.EventLog
+}
 
 func mapErr(err error) error {
 	switch {

@@ -1,10 +1,13 @@
 package podcgroups_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -144,5 +147,67 @@ func TestAllocatableIsEnforcedOnKubepods(t *testing.T) {
 	}
 	if err := m.RemoveRoot(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKillEndsEveryProcessOfThePod is the hard-eviction path: every
+// process in the pod's cgroups dies by SIGKILL (cgroup.kill on cgroup2,
+// cgroup.procs walked on v1), and only then can the cgroups go.
+func TestKillEndsEveryProcessOfThePod(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	sb := cgtest.New(t)
+	m, err := podcgroups.New(sb.Layout(), cgroupnames.Cgroupfs, sb.Rel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := m.Ensure(pod("k1", nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := m.Dirs(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starter := sb.Child(t, "starter")
+	var cmds []*exec.Cmd
+	for i := 0; i < 3; i++ {
+		cmd := exec.Command("sleep", "60")
+		if err := starter.Start(t, cmd); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+		for _, d := range dirs {
+			// Into the pod's cgroup in every hierarchy, as runc puts a
+			// container's processes.
+			err := os.WriteFile(filepath.Join(d.Path, "cgroup.procs"), []byte(fmt.Sprint(cmd.Process.Pid)), 0)
+			if errors.Is(err, syscall.ENOSPC) {
+				continue // a v1 cpuset without cpus/mems (runc fills them)
+			}
+			if err != nil {
+				t.Fatalf("move pid %d into %s: %v", cmd.Process.Pid, d.Path, err)
+			}
+		}
+	}
+	pids, err := m.Procs(parent)
+	if err != nil || len(pids) != 3 {
+		t.Fatalf("pod procs %v, %v; want the 3 sleeps", pids, err)
+	}
+	if err := m.Remove(parent); !errors.Is(err, podcgroups.ErrPopulated) {
+		t.Fatalf("Remove of a populated pod cgroup: %v, want ErrPopulated at once", err)
+	}
+	n, err := m.Kill(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Kill signalled %d processes by pid (0 when cgroup.kill did it)", n)
+	for _, cmd := range cmds {
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("pid %d ended with %v, want SIGKILL", cmd.Process.Pid, err)
+		}
+	}
+	if err := m.Remove(parent); err != nil {
+		t.Fatalf("Remove after Kill: %v", err)
 	}
 }
