@@ -390,54 +390,61 @@ func procs(dir string) ([]int, error) {
 }
 
 // Kill SIGKILLs every process in the pod's cgroups and returns how many
-// it signalled: on cgroup2 through cgroup.kill where the kernel has it
-// (5.14; atomic, no fork race), else by walking cgroup.procs of every
-// directory beneath the pod, in every hierarchy, until none is left (a
-// bounded number of rounds, for tasks forked meanwhile). This is how the
-// kubelet's pod cgroup Destroy ends what the runtime no longer knows of,
-// and how hard eviction releases memory before the CRI calls.
+// it signalled by pid. It returns once the signals are sent, without
+// waiting for the processes to exit (a hard eviction's "kill sent"):
+//   - where the pod has a cgroup2 directory whose kernel has cgroup.kill
+//     (5.14; on hybrid hosts too, as runc joins the unified hierarchy),
+//     one write kills the whole subtree atomically, new forks included;
+//   - otherwise every pid in cgroup.procs beneath the pod's memory cgroup
+//     (which every process of the pod is in) gets SIGKILL, and the walk is
+//     repeated, a bounded number of times, while it finds pids it has not
+//     signalled yet (tasks forked meanwhile).
+//
+// This is how the kubelet's pod cgroup Destroy ends what the runtime no
+// longer knows of, and how hard eviction releases memory before the
+// runtime is even called.
 func (m *Manager) Kill(parent string) (int, error) {
 	dirs, err := m.layout.Resolve(parent)
 	if err != nil {
 		return 0, fmt.Errorf("kill pod cgroup %s: %w", parent, err)
 	}
-	killed := 0
-	var errs []error
 	for _, d := range dirs {
 		if d.Hierarchy.V2() {
 			if err := os.WriteFile(filepath.Join(d.Path, "cgroup.kill"), []byte("1"), 0); err == nil {
-				continue
+				return 0, nil
 			}
 		}
-		for round := 0; round < 10; round++ {
-			found := 0
-			err := cgroups.Walk(d.Path, func(p string) error {
-				pids, err := procs(p)
-				if err != nil {
-					return nil // removed meanwhile
-				}
-				for _, pid := range pids {
-					found++
-					if err := unix.Kill(pid, unix.SIGKILL); err == nil {
-						killed++
-					}
-				}
-				return nil
-			})
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
-				break
+	}
+	mem, err := m.layout.Memory.Resolve(parent)
+	if err != nil {
+		return 0, fmt.Errorf("kill pod cgroup %s: %w", parent, err)
+	}
+	signalled := map[int]bool{}
+	for round := 0; round < 10; round++ {
+		fresh := 0
+		err := cgroups.Walk(mem.Path, func(p string) error {
+			pids, err := procs(p)
+			if err != nil {
+				return nil // removed meanwhile
 			}
-			if found == 0 {
-				break
+			for _, pid := range pids {
+				if signalled[pid] {
+					continue
+				}
+				signalled[pid] = true
+				fresh++
+				_ = unix.Kill(pid, unix.SIGKILL)
 			}
-			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return len(signalled), fmt.Errorf("kill pod cgroup %s: %w", parent, err)
+		}
+		if fresh == 0 {
+			break
 		}
 	}
-	if len(errs) > 0 {
-		return killed, fmt.Errorf("kill pod cgroup %s: %w", parent, errors.Join(errs...))
-	}
-	return killed, nil
+	return len(signalled), nil
 }
 
 // Dirs are the pod's cgroup directories, for statistics and eviction.

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/lifecycle/api"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+)
+
+// freePort returns a loopback address nothing listens on.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+const evictPods = `
+apiVersion: v1
+kind: Pod
+metadata: {name: steady}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: registry.local/nodeguard/busybox:1.35, command: [sleep, "3600"], resources: {requests: {memory: 32Mi}, limits: {memory: 64Mi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: idle-besteffort}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: registry.local/nodeguard/busybox:1.35, command: [sleep, "3600"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  terminationGracePeriodSeconds: 5
+  restartPolicy: Never
+  containers:
+  - {name: c, image: registry.local/nodeguard/busybox:1.35, command: [sh, -c, "sleep 2; exec tail /dev/zero"]}
+`
+
+// TestRunEvictsAHogBeforeTheKernelOOMKiller runs the agent as it ships
+// (the binary, a private containerd) with node allocatable cut to 512 MiB
+// through systemReserved: a BestEffort pod growing as fast as `tail
+// /dev/zero` can (hundreds of MiB/s) must be evicted when
+// allocatableMemory.available drops below 100Mi, before the kernel OOM
+// killer of the pods' cgroup fires at 512 MiB; the right pod goes, and the
+// eviction shows in its status, the metrics, the API's events and the log.
+func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := int64(mi.MemTotal) - 512<<20
+	if reserved <= 0 {
+		t.Skip("the machine has less than 512 MiB")
+	}
+	config := filepath.Join(dir, "config.yaml")
+	os.WriteFile(config, []byte(fmt.Sprintf("systemReserved: {memory: %q}\neviction:\n  evictionHard: {memory.available: 100Mi}\n", fmt.Sprint(reserved))), 0o600)
+	sock := filepath.Join(dir, "api.sock")
+	addr := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var logb bytes.Buffer
+	cmd := exec.Command(bin, "run", "--private-runtime", "--config", config, "--root-dir", filepath.Join(dir, "root"),
+		"--api-socket", sock, "--metrics-addr", addr, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = &logb, &logb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logb.String())
+		}
+	}()
+	client := api.NewClient(sock)
+	defer client.Close()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := client.List(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("API never came up; log:\n%s", logb.String())
+		}
+	}
+	if _, err := client.Apply(ctx, []byte(evictPods), "test"); err != nil {
+		t.Fatal(err)
+	}
+	var hog *corev1.Pod
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		hog, err = client.Get(ctx, "default", "hog")
+		if err == nil && hog.Status.Reason == "Evicted" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hog was never evicted: %+v", hog.Status)
+		}
+	}
+	t.Logf("hog: %s: %s", hog.Status.Reason, hog.Status.Message)
+	if hog.Status.Phase != corev1.PodFailed || !strings.Contains(hog.Status.Message, "low on resource: memory") {
+		t.Errorf("hog status %s %q, want Failed with the kubelet's message", hog.Status.Phase, hog.Status.Message)
+	}
+	for _, name := range []string{"steady", "idle-besteffort"} {
+		p, err := client.Get(ctx, "default", name)
+		if err != nil || p.Status.Phase != corev1.PodRunning {
+			t.Errorf("collateral: %s is %v (%v)", name, p.Status.Phase, err)
+		}
+	}
+	evs, err := client.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evicted, released, oomKills int
+	for _, e := range evs {
+		switch e.Kind {
+		case "eviction":
+			evicted++
+			t.Logf("event: %s", e.Object)
+		case "eviction_released":
+			released++
+		case "oom_kill":
+			oomKills++
+			t.Logf("kernel OOM kill: %s", e.Object)
+		}
+	}
+	if evicted != 1 || oomKills != 0 {
+		t.Errorf("events: %d evictions (want 1), %d kernel OOM kills (want 0)", evicted, oomKills)
+	}
+	body := scrape(t, addr)
+	for _, want := range []string{
+		`kubelet_evictions{eviction_signal="allocatableMemory.available"} 1`,
+		`nodeguard_node_condition{condition="MemoryPressure"} 1`,
+		`nodeguard_eviction_latency_seconds_count{stage="detect"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if !strings.Contains(logb.String(), `msg="evict pod"`) {
+		t.Errorf("no eviction log line")
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "nodeguard_eviction_latency_seconds_sum") {
+			t.Log(l)
+		}
+	}
+	_ = released
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	io.Copy(&b, bufio.NewReader(resp.Body))
+	return b.String()
+}
