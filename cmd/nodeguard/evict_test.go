@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,7 +86,7 @@ func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 	addr := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var logb bytes.Buffer
+	var logb syncBuffer
 	cmd := exec.Command(bin, "run", "--private-runtime", "--config", config, "--root-dir", filepath.Join(dir, "root"),
 		"--api-socket", sock, "--metrics-addr", addr, "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = &logb, &logb
@@ -178,6 +179,25 @@ func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 		}
 	}
 	_ = released
+}
+
+// syncBuffer is a bytes.Buffer the child's output goroutine and the test
+// may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func scrape(t *testing.T, addr string) string {
