@@ -124,6 +124,8 @@ type Manager struct {
 	// gcRunning: one collection at a time; lastGC: when it last started.
 	gcRunning atomic.Bool
 	lastGC    time.Time
+	// beat: the Run loop's last pass, unix nanoseconds (heartbeat.go).
+	beat atomic.Int64
 }
 
 type backoff struct {
@@ -461,6 +463,7 @@ func (m *Manager) Run(ctx context.Context) {
 	defer wg.Wait()
 	sem := make(chan struct{}, m.cfg.Workers)
 	for {
+		m.beat.Store(m.now().UnixNano())
 		m.mu.Lock()
 		for uid, st := range m.pods {
 			if !st.working {
@@ -508,6 +511,33 @@ func (m *Manager) GC(ctx context.Context) {
 	if err := m.gcNetwork(ctx); err != nil {
 		m.log.Warn("gc", "err", err)
 	}
+	if err := m.gcCgroups(); err != nil {
+		m.log.Warn("gc", "err", err)
+	}
+}
+
+// gcCgroups removes the pod cgroups of pods nobody wants (killing what
+// still runs in them): a nodeguard killed between a pod's sandbox removal
+// and its cgroup's leaves one that no sandbox names any more. As for
+// volumes, the cgroups are listed before the desired pods are read.
+func (m *Manager) gcCgroups() error {
+	parents, err := m.cfg.Cgroups.PodParents()
+	if err != nil {
+		return fmt.Errorf("cgroup gc: %w", err)
+	}
+	m.mu.Lock()
+	var orphans []string
+	for uid, parent := range parents {
+		if _, ok := m.pods[uid]; !ok {
+			orphans = append(orphans, parent)
+		}
+	}
+	m.mu.Unlock()
+	for _, parent := range orphans {
+		m.removePodCgroup(parent, true)
+		m.log.Info("cgroup gc: orphaned pod cgroup removed", "cgroup", parent)
+	}
+	return nil
 }
 
 func call(ctx context.Context) (context.Context, context.CancelFunc) {

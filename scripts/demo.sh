@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The demo of nodeguard's main job at this stage: see a real OOM through the
-# kernel event pipeline. It checks the host (nodeguard doctor), makes a memory
-# cgroup with a 64 MiB limit beneath its own cgroup, streams the events of that
-# subtree while a memory hog runs into the limit, and removes everything it made.
+# The demo of nodeguard's main job: see memory pressure through the kernel
+# event pipeline, then run pods and watch nodeguard evict a runaway one before
+# the kernel OOM killer fires, and race it against polling baselines. It checks
+# the host (nodeguard doctor), makes a memory cgroup with a 64 MiB limit beneath
+# its own cgroup and streams its events while a hog runs into the limit, runs
+# the example pods on a private containerd with node allocatable cut to 1 GiB,
+# lets a hog pod loose, and removes everything it made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/nodeguard}
@@ -37,16 +40,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "1/6 what this host allows (nodeguard doctor)"
+step "1/8 what this host allows (nodeguard doctor)"
 "$BIN" doctor || true
 
-step "2/6 a memory cgroup with a 64 MiB limit: $mem_dir"
+step "2/8 a memory cgroup with a 64 MiB limit: $mem_dir"
 mkdir -p "$mem_dir"
 [ -n "$uni_dir" ] && mkdir -p "$uni_dir"
 echo $((64 << 20)) > "$mem_dir/$limit_file"
 [ -f "$mem_dir/memory.swap.max" ] && echo 0 > "$mem_dir/memory.swap.max"
 
-step "3/6 streaming its events (nodeguard events --json --cgroup $name --min-reclaim 0) while a hog allocates 256 MiB"
+step "3/8 streaming its events (nodeguard events --json --cgroup $name --min-reclaim 0) while a hog allocates 256 MiB"
 out=$(mktemp)
 "$BIN" events --json --cgroup "$name" --duration 8s --min-reclaim 0 >"$out" &
 events_pid=$!
@@ -57,7 +60,7 @@ sh -c 'echo $$ > "$1/cgroup.procs"; [ -n "$2" ] && echo $$ > "$2/cgroup.procs"; 
 wait "$events_pid" || true
 events_pid=""
 
-step "4/6 what nodeguard saw"
+step "4/8 what nodeguard saw"
 printf '%-14s %s\n' kind count
 for k in oom_kill reclaim exit oom_score_adj cgroup_mkdir cgroup_rmdir; do
 	printf '%-14s %s\n' "$k" "$(grep -c "\"kind\":\"$k\"" "$out" || true)"
@@ -67,7 +70,7 @@ echo "the OOM kills, as nodeguard events --json prints them:"
 grep '"kind":"oom_kill"' "$out" | head -3 || echo "(none: see the reclaim and exit lines above)"
 rm -f "$out"
 
-step "5/6 the same cgroup under pressure, as nodeguard top --once shows it (a 5 s hog that stress-ng respawns after each OOM kill)"
+step "5/8 the same cgroup under pressure, as nodeguard top --once shows it (a 5 s hog that stress-ng respawns after each OOM kill)"
 sh -c 'echo $$ > "$1/cgroup.procs"; [ -n "$2" ] && echo $$ > "$2/cgroup.procs"; exec stress-ng --vm 1 --vm-bytes 256M --vm-keep --timeout 5s --quiet' \
 	sh "$mem_dir" "$uni_dir" &
 hog_pid=$!
@@ -76,7 +79,7 @@ sleep 1
 wait "$hog_pid" || true
 hog_pid=""
 
-step "6/6 pods: nodeguard run with a private containerd, the example pods of deploy/examples"
+step "6/8 pods: nodeguard run with a private containerd, the example pods of deploy/examples"
 # crictl is not packaged in Debian 12: built from the Go module proxy once.
 CRICTL=${CRICTL:-$(command -v crictl || true)}
 if [ -z "$CRICTL" ]; then
@@ -84,7 +87,12 @@ if [ -z "$CRICTL" ]; then
 	[ -x "$CRICTL" ] || GOBIN="$PWD/bin" go install sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0
 fi
 run_dir=$(mktemp -d /tmp/nodeguard-demo-run.XXXXXX)
-"$BIN" run --private-runtime --root-dir "$run_dir/root" --api-socket "$run_dir/api.sock" \
+# Node allocatable cut to 1 GiB (systemReserved = MemTotal - 1 GiB), so that
+# step 7's runaway meets the default hard threshold (memory.available<100Mi,
+# copied to allocatableMemory.available) within a second.
+reserved=$(awk '/^MemTotal:/ {printf "%.0f", $2 * 1024 - 1073741824}' /proc/meminfo)
+printf 'systemReserved: {memory: "%s"}\n' "$reserved" >"$run_dir/config.yaml"
+"$BIN" run --private-runtime --config "$run_dir/config.yaml" --root-dir "$run_dir/root" --api-socket "$run_dir/api.sock" \
 	--pod-manifest-path "$PWD/deploy/examples" --metrics-addr 127.0.0.1:9847 --log-level warn 2>"$run_dir/log" &
 run_pid=$!
 for _ in $(seq 1 60); do
@@ -117,6 +125,31 @@ for _ in $(seq 1 20); do
 	sleep 0.5
 done
 echo "${lines:-(none yet)}" | head -5
+
+step "7/8 the main job: a runaway pod, evicted before the kernel OOM killer (allocatable is 1 GiB here)"
+"$BIN" events --agent --api-socket "$run_dir/api.sock" --duration 12s >"$run_dir/events" 2>&1 &
+events_pid=$!
+"$BIN" pod apply -f deploy/demo/hog.yaml --api-socket "$run_dir/api.sock"
+for _ in $(seq 1 40); do
+	"$BIN" pod ls --api-socket "$run_dir/api.sock" 2>/dev/null | grep -q Evicted && break
+	sleep 0.5
+done
+"$BIN" pod ls --api-socket "$run_dir/api.sock" || true
+echo
+echo "nodeguard events --agent (the decision with its stage latencies, the node condition):"
+sleep 1
+kill "$events_pid" 2>/dev/null || true
+wait "$events_pid" 2>/dev/null || true
+events_pid=""
+grep -v '^$' "$run_dir/events" | cut -c1-400 || true
+echo
+echo "eviction metrics:"
+wget -qO- http://127.0.0.1:9847/metrics 2>/dev/null | grep -E '^(kubelet_evictions|nodeguard_node_condition|nodeguard_eviction_latency_seconds_sum)' || true
 kill "$run_pid" 2>/dev/null || true
 wait "$run_pid" 2>/dev/null || true
+run_pid=""
 rm -rf "$run_dir"
+
+step "8/8 the OOM race: nodeguard against a kubelet-style 10 s poller, a 1 s poller and PSI triggers (bench eviction --quick)"
+"$BIN" bench eviction --quick --out out/demo --log-level warn || echo "bench eviction failed (see above)"
+[ -f out/demo/eviction.png ] && echo "plot: out/demo/eviction.png, rows: out/demo/eviction.csv"

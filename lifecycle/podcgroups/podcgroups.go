@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/internal/cgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
@@ -474,4 +475,39 @@ func (m *Manager) Procs(parent string) ([]int, error) {
 		return nil
 	})
 	return all, err
+}
+
+// PodParents lists the pod cgroups that exist beneath the root (in the
+// memory hierarchy), by pod UID: Guaranteed pods under kubepods,
+// Burstable and BestEffort ones under their QoS parents. The garbage
+// collector removes those of pods nobody wants.
+func (m *Manager) PodParents() (map[types.UID]string, error) {
+	out := map[types.UID]string{}
+	for _, class := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
+		qp, err := cgroupnames.QOSParent(cgroupnames.Cgroupfs, m.root, class)
+		if err != nil {
+			return nil, err
+		}
+		d, err := m.layout.Memory.Resolve(qp)
+		if err != nil {
+			return nil, err
+		}
+		ents, err := os.ReadDir(d.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list pod cgroups: %w", err)
+		}
+		for _, e := range ents {
+			uid, ok := strings.CutPrefix(e.Name(), cgroupnames.PodPrefix)
+			if !ok || !e.IsDir() {
+				continue
+			}
+			if p, err := cgroupnames.PodParent(cgroupnames.Cgroupfs, m.root, class, types.UID(uid)); err == nil {
+				out[types.UID(uid)] = p
+			}
+		}
+	}
+	return out, nil
 }
