@@ -7,7 +7,7 @@ BPF2GO_CFLAGS ?= -O2 -g -Wall -Werror
 BIN           ?= bin/nodeguard
 export BPF2GO_CC BPF2GO_STRIP BPF2GO_CFLAGS
 
-.PHONY: all build generate vmlinux deps test test-vm bench lint check-generate demo clean
+.PHONY: all build generate vmlinux deps test test-vm fuzz bench lint check-generate demo clean
 
 all: build
 
@@ -51,6 +51,53 @@ VMRUN      ?= bin/vmrun
 test-vm:
 	$(GO) build -o $(VMRUN) ./internal/vmtest/cmd/vmrun
 	$(abspath $(VMRUN)) -lane -go '$(GO)' -kernels '$(VM_KERNELS)' $(VM_PKGS)
+
+# Fuzzing: each Go fuzz target below for FUZZTIME (go test -fuzz takes one
+# target per run). The corpora in <pkg>/testdata/fuzz/<Target> also run as
+# plain tests under `make test`. A target that fails leaves its input in
+# that directory: fix the code, keep the input as a seed. Every
+# `func Fuzz...` in the module must be listed (checked first), so that a new
+# target is not silently left out. Add the configuration parser's
+# FuzzConfig (./cmd/nodeguard:FuzzConfig) here once it exists.
+FUZZTIME ?= 10s
+FUZZ_TARGETS ?= \
+	./lifecycle/podspec:FuzzParse \
+	./lifecycle/podspec:FuzzValidate \
+	./lifecycle/cgroupnames:FuzzPodParent \
+	./lifecycle/qos:FuzzOOMScoreAdj \
+	./pressure/psi:FuzzParse \
+	./pressure/cgstat:FuzzParseMemoryStat \
+	./pressure/cgstat:FuzzParseMemoryEvents \
+	./pressure/cgstat:FuzzParseOOMControl \
+	./pressure/cgstat:FuzzParseSingle \
+	./pressure/nodestats:FuzzParseMeminfo \
+	./pressure/nodestats:FuzzParseVmstat \
+	./pressure/nodestats:FuzzScanMemoryStat \
+	./pressure/nodestats:FuzzParseLoadavgTasks \
+	./loader/event:FuzzDecode \
+	./internal/cgroups:FuzzParseMountinfo \
+	./internal/cgroups:FuzzParseSelfCgroup \
+	./internal/cgroups:FuzzDiscoverFS \
+	./mounts:FuzzValidatePath \
+	./oom:FuzzParseThresholdList \
+	./oom:FuzzParsePSIRule
+
+fuzz:
+	@missing=$$(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -Eo '^func Fuzz[A-Za-z0-9_]+' | \
+		sed -E 's|^(.*)/[^/]+_test\.go:func |./\1:|' | sort -u | while read -r t; do \
+			case " $(strip $(FUZZ_TARGETS)) " in *" $$t "*) ;; *) echo "$$t";; esac; done); \
+	if [ -n "$$missing" ] && [ "$(origin FUZZ_TARGETS)" = file ]; then \
+		echo "fuzz: targets not in FUZZ_TARGETS (add them to the Makefile):" $$missing >&2; exit 1; fi
+	@set -e; n=0; total=$(words $(FUZZ_TARGETS)); start=$$(date +%s); log=$$(mktemp); \
+	for t in $(FUZZ_TARGETS); do \
+		n=$$((n+1)); pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "fuzz [$$n/$$total] $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > $$log 2>&1 || { \
+			cat $$log; rm -f $$log; \
+			echo "fuzz: $$pkg $$name failed; its input is in $$pkg/testdata/fuzz/$$name" >&2; exit 1; }; \
+		tail -n 3 $$log | grep -E '^fuzz: elapsed' | tail -n 1 || true; \
+	done; rm -f $$log; \
+	echo "fuzz: $$total targets passed in $$(( $$(date +%s) - start ))s"
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 100000x ./loader/...

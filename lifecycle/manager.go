@@ -27,6 +27,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/mounts"
+	"github.com/nodeguard/nodeguard/netplumb"
 )
 
 // Errors callers tell apart.
@@ -126,6 +127,9 @@ type Manager struct {
 	lastGC    time.Time
 	// beat: the Run loop's last pass, unix nanoseconds (heartbeat.go).
 	beat atomic.Int64
+	// relisted: the containers' states at the last relist (Run's
+	// goroutine only).
+	relisted map[string]relistEntry
 }
 
 type backoff struct {
@@ -294,6 +298,15 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			p.Spec.Priority = &prio
 		}
 		warnings, errs := podspec.Validate(p, m.cfg.PodOptions)
+		// Bandwidth annotations are refused here, with their key, not by
+		// the runtime's RunPodSandbox later.
+		for _, k := range []string{netplumb.AnnotationIngressBandwidth, netplumb.AnnotationEgressBandwidth} {
+			if v, ok := p.Annotations[k]; ok {
+				if _, err := netplumb.BandwidthFromAnnotations(map[string]string{k: v}); err != nil {
+					errs = append(errs, field.Invalid(field.NewPath("metadata", "annotations").Key(k), v, err.Error()))
+				}
+			}
+		}
 		if m.cfg.Volumes != nil {
 			// What only this node can judge: the hostPath allowlist and
 			// types, traversal in paths.
@@ -477,6 +490,7 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		m.removeOrphans(ctx)
+		m.relist(ctx)
 		m.maybeGC(ctx, &wg)
 		select {
 		case <-ctx.Done():
@@ -485,6 +499,55 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-m.kick:
 		}
 	}
+}
+
+// SteadyResyncFactor: a pod whose containers all run is synced every
+// this many Resyncs; the relist catches state changes in between.
+const SteadyResyncFactor = 15
+
+// relist is the kubelet's PLEG in one call: every container of
+// nodeguard's with its state, compared with the previous relist; the pod
+// of every container that changed state, appeared or vanished is poked,
+// so a steady pod's crash is handled within a Resync, not at its next
+// (slow) resync.
+func (m *Manager) relist(ctx context.Context) {
+	cctx, cancel := call(ctx)
+	ctrs, err := m.cfg.Runtime.ListContainers(cctx, "", nil)
+	cancel()
+	if err != nil {
+		return // the pods' own syncs report runtime trouble
+	}
+	now := make(map[string]relistEntry, len(ctrs))
+	changed := map[types.UID]bool{}
+	for _, c := range ctrs {
+		uid := types.UID(c.GetLabels()[cri.PodUIDLabel])
+		now[c.Id] = relistEntry{uid: uid, state: c.State}
+		if prev, ok := m.relisted[c.Id]; !ok || prev.state != c.State {
+			changed[uid] = true
+		}
+	}
+	for id, prev := range m.relisted {
+		if _, ok := now[id]; !ok {
+			changed[prev.uid] = true
+		}
+	}
+	first := m.relisted == nil
+	m.relisted = now
+	if first {
+		return
+	}
+	m.mu.Lock()
+	for uid := range changed {
+		if st, ok := m.pods[uid]; ok {
+			st.poke()
+		}
+	}
+	m.mu.Unlock()
+}
+
+type relistEntry struct {
+	uid   types.UID
+	state runtimeapi.ContainerState
 }
 
 // maybeGC starts a collection of volumes and the network in the
@@ -622,10 +685,12 @@ func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState, se
 }
 
 // nextSync is Resync, or sooner when a container's back-off ends first. A
-// pod whose containers all run is checked every 3 Resyncs: on a dense node
-// hundreds of idle pods' status calls would otherwise compete with the
-// pods being started (the kubelet's PLEG relists every second, its pod
-// workers resync every minute).
+// pod whose containers all run is checked every SteadyResyncFactor
+// Resyncs: a container that exits meanwhile is caught by the relist
+// (relist), which pokes its pod within a Resync, as the kubelet's PLEG
+// relists every second while its pod workers resync every minute. On a
+// dense node hundreds of idle pods' status calls would otherwise compete
+// with the pods being started and cost idle CPU.
 func (m *Manager) nextSync(st *podState) time.Duration {
 	d := m.cfg.Resync
 	m.mu.Lock()
@@ -637,7 +702,7 @@ func (m *Manager) nextSync(st *podState) time.Duration {
 	}
 	m.mu.Unlock()
 	if steady {
-		d = 3 * m.cfg.Resync
+		d = SteadyResyncFactor * m.cfg.Resync
 	}
 	now := m.now()
 	for _, b := range st.backoff {

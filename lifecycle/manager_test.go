@@ -339,3 +339,24 @@ spec:
 		t.Fatal("a refused pod was kept")
 	}
 }
+
+func TestBadBandwidthAnnotationIsRefusedAtApply(t *testing.T) {
+	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &podcgroups.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := podspec.Parse(strings.NewReader(`
+apiVersion: v1
+kind: Pod
+metadata: {name: bw, annotations: {kubernetes.io/ingress-bandwidth: fast}}
+spec:
+  containers: [{name: c, image: busybox}]
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Apply(context.Background(), pods, lifecycle.SourceAPI)
+	if !errors.Is(err, lifecycle.ErrInvalid) || !strings.Contains(err.Error(), "metadata.annotations[kubernetes.io/ingress-bandwidth]") {
+		t.Fatalf("got %v, want a refusal naming the annotation", err)
+	}
+}

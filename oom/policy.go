@@ -156,7 +156,11 @@ func NewPolicy(cfg PolicyConfig) (*Policy, error) {
 }
 
 // Config returns the configuration in effect (defaults applied).
-func (p *Policy) Config() PolicyConfig { return p.cfg }
+func (p *Policy) Config() PolicyConfig {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg
+}
 
 // ThresholdStatus describes one threshold or PSI rule that is met, for
 // logs and metrics.

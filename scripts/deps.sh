@@ -11,12 +11,15 @@ have bpftool        || need+=(bpftool)
 have stress-ng      || need+=(stress-ng)
 have prometheus     || need+=(prometheus)
 have iptables       || need+=(iptables)
+# The systemd unit's test runs systemd-analyze verify (Debian's systemd
+# package; systemd need not run as PID 1).
+have systemd-analyze || need+=(systemd)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 # netplumb's tests and bench net run the CNI plugins directly.
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/portmap ] && [ -x /usr/lib/cni/bandwidth ] || need+=(containernetworking-plugins)
 
 if [ ${#need[@]} -eq 0 ]; then
-	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng, prometheus, iptables, CNI plugins)"
+	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng, prometheus, iptables, systemd-analyze, CNI plugins)"
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

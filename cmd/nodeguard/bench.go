@@ -29,7 +29,7 @@ func newBenchCmd(g *globalFlags) *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks that print their figures (events, churn)",
 	}
-	cmd.AddCommand(newBenchEventsCmd(g), newBenchChurnCmd(g), newBenchNetCmd(g))
+	cmd.AddCommand(newBenchEventsCmd(g), newBenchChurnCmd(g), newBenchNetCmd(g), newBenchEvictionCmd(g), newBenchOverheadCmd(g))
 	return cmd
 }
 

@@ -1,20 +1,53 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodeguard/nodeguard/internal/cgroups"
 	"github.com/nodeguard/nodeguard/internal/host"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/loader"
+	"github.com/nodeguard/nodeguard/netplumb"
 )
+
+// defaultDoctorRuntimeEndpoint is the CRI socket doctor checks without
+// --runtime-endpoint: containerd's, where the distributions put it.
+const defaultDoctorRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+
+// doctorRuntimeTimeout bounds the CRI handshake: a runtime that has not
+// answered Version in 5 s is as good as down for the agent, and doctor must
+// not hang on a wedged socket.
+const doctorRuntimeTimeout = 5 * time.Second
+
+// doctorOptions are doctor's flags.
+type doctorOptions struct {
+	// RuntimeEndpoint is the CRI socket to check.
+	RuntimeEndpoint string
+	// RuntimeRequired makes an unreachable runtime a failure (the user
+	// named the endpoint); otherwise it is degraded, since nodeguard can
+	// still run with --private-runtime.
+	RuntimeRequired bool
+	// CNIBinDirs are searched for the CNI plugins; nil is netplumb's
+	// default (/opt/cni/bin, /usr/lib/cni).
+	CNIBinDirs []string
+}
 
 // Check states, from good to bad.
 const (
@@ -52,28 +85,44 @@ type doctorReport struct {
 		TriggerError  string            `json:"trigger_error,omitempty"`
 	} `json:"psi"`
 	Capabilities map[string]bool `json:"capabilities"`
-	Checks       []check         `json:"checks"`
-	CanRun       bool            `json:"can_run"`
-	Degraded     bool            `json:"degraded"`
-	Reasons      []string        `json:"reasons,omitempty"`
+	Runtime      struct {
+		Endpoint   string `json:"endpoint"`
+		Reachable  bool   `json:"reachable"`
+		Name       string `json:"name,omitempty"`
+		Version    string `json:"version,omitempty"`
+		APIVersion string `json:"api_version,omitempty"`
+		Error      string `json:"error,omitempty"`
+	} `json:"runtime"`
+	CNIPlugins map[string]string `json:"cni_plugins"` // plugin -> path, or "" when missing
+	Checks     []check           `json:"checks"`
+	CanRun     bool              `json:"can_run"`
+	Degraded   bool              `json:"degraded"`
+	Reasons    []string          `json:"reasons,omitempty"`
 }
 
 func newDoctorCmd(g *globalFlags) *cobra.Command {
 	var asJSON bool
+	opts := doctorOptions{RuntimeEndpoint: defaultDoctorRuntimeEndpoint}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check what this kernel and host allow nodeguard to do",
 		Long: `Loads every BPF hook for real (and unloads it), and checks BTF, the cgroup
-layout, PSI and capabilities. Exits 0 when nodeguard can run here, even
-degraded (a fallback path, a slower PSI trigger window); non-zero, with the
-reason, when it cannot.`,
+layout, PSI and capabilities; then the runtime side: the CRI runtime at
+--runtime-endpoint (name and version), the CNI plugins, iptables, and that
+nodeguard can create and remove a cgroup beneath its own memory cgroup (a
+uniquely named one, removed at once). Each finding that is not ok comes
+with a fix. Exits 0 when nodeguard can run here, even degraded (a fallback
+path, a slower PSI trigger window, no runtime at the default endpoint);
+non-zero, with the reason, when it cannot, or when the runtime at an
+explicitly given --runtime-endpoint does not answer.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
 			if err != nil {
 				return err
 			}
-			r := runDoctor(log)
+			opts.RuntimeRequired = cmd.Flags().Changed("runtime-endpoint")
+			r := runDoctor(cmd.Context(), log, opts)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -90,11 +139,15 @@ reason, when it cannot.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().StringVar(&opts.RuntimeEndpoint, "runtime-endpoint", opts.RuntimeEndpoint, "CRI socket to check")
 	return cmd
 }
 
-func runDoctor(log *slog.Logger) *doctorReport {
-	r := &doctorReport{Capabilities: map[string]bool{}, CanRun: true}
+// runDoctor makes every check and returns the report. It changes nothing
+// on the host that outlives it: BPF programs are unloaded, the delegation
+// probe's cgroup is removed.
+func runDoctor(ctx context.Context, log *slog.Logger, opts doctorOptions) *doctorReport {
+	r := &doctorReport{Capabilities: map[string]bool{}, CNIPlugins: map[string]string{}, CanRun: true}
 	add := func(c check) {
 		r.Checks = append(r.Checks, c)
 		switch c.Status {
@@ -210,6 +263,13 @@ func runDoctor(log *slog.Logger) *doctorReport {
 		add(check{Name: "psi triggers", Status: st, Detail: "smallest window " + w.String()})
 	}
 
+	if layout != nil && layout.Memory != nil {
+		add(checkDelegation(layout.Memory))
+	}
+	add(checkRuntime(ctx, r, opts))
+	add(checkCNIPlugins(r, opts.CNIBinDirs))
+	add(checkIptables(ctx))
+
 	p, err := loader.Open(loader.Options{Logger: log, NoReaders: true})
 	if err != nil {
 		add(check{Name: "bpf", Status: stFail, Detail: err.Error()})
@@ -239,6 +299,138 @@ func runDoctor(log *slog.Logger) *doctorReport {
 		add(check{Name: "bpf", Status: stFail, Detail: "no hook could be attached on any path"})
 	}
 	return r
+}
+
+// checkRuntime dials the CRI runtime at opts.RuntimeEndpoint with a short
+// timeout and records its name and version in r.Runtime. A runtime that
+// does not answer is a failure when the endpoint was given, degraded
+// otherwise; either way the detail says why and the fix what to do.
+func checkRuntime(ctx context.Context, r *doctorReport, opts doctorOptions) check {
+	r.Runtime.Endpoint = opts.RuntimeEndpoint
+	c := check{Name: "runtime"}
+	client, err := cri.Dial(ctx, opts.RuntimeEndpoint, doctorRuntimeTimeout)
+	if err == nil {
+		defer client.Close()
+		info := client.Runtime()
+		r.Runtime.Reachable = true
+		r.Runtime.Name, r.Runtime.Version, r.Runtime.APIVersion = info.Name, info.Version, info.APIVersion
+		c.Status = stOK
+		c.Detail = fmt.Sprintf("%s %s (CRI %s) at %s", info.Name, info.Version, info.APIVersion, opts.RuntimeEndpoint)
+		return c
+	}
+	r.Runtime.Error = err.Error()
+	c.Status = stDegraded
+	if opts.RuntimeRequired {
+		c.Status = stFail
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c.Detail = "not running: no socket at " + opts.RuntimeEndpoint
+		c.Fix = "start containerd (systemctl start containerd; apt-get install containerd runc), pass --runtime-endpoint for another runtime, or run nodeguard with --private-runtime"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		c.Detail = "not running: " + opts.RuntimeEndpoint + " refuses connections (a stale socket)"
+		c.Fix = "restart containerd (systemctl restart containerd); check its log (journalctl -u containerd)"
+	case errors.Is(err, cri.ErrNotSocket):
+		c.Detail = opts.RuntimeEndpoint + " is not a unix socket"
+		c.Fix = "point --runtime-endpoint at the runtime's CRI socket"
+	case errors.Is(err, cri.ErrNotCRI):
+		c.Detail = "the endpoint answered, but not as a CRI v1 runtime: " + err.Error()
+		c.Fix = "enable containerd's CRI plugin (remove \"cri\" from disabled_plugins in /etc/containerd/config.toml) or use a runtime with CRI v1 (containerd >= 1.6, CRI-O)"
+	case errors.Is(err, context.DeadlineExceeded):
+		c.Detail = fmt.Sprintf("no CRI answer from %s within %s", opts.RuntimeEndpoint, doctorRuntimeTimeout)
+		c.Fix = "the runtime is wedged or overloaded: check its log and restart it"
+	default:
+		c.Detail = err.Error()
+		c.Fix = "pass a unix:// CRI endpoint with --runtime-endpoint"
+	}
+	return c
+}
+
+// checkCNIPlugins looks for the plugins of nodeguard's network chain and
+// loopback where netplumb looks for them, and records each path (or "").
+// It only reads: no network configuration is written or run.
+func checkCNIPlugins(r *doctorReport, dirs []string) check {
+	if dirs == nil {
+		dirs = netplumb.DefaultBinDirs
+	}
+	var missing []string
+	for _, name := range netplumb.RequiredPlugins(netplumb.DefaultConfig()) {
+		path, err := netplumb.FindPlugin(name, dirs)
+		if err != nil {
+			var nf *netplumb.PluginNotFoundError
+			if !errors.As(err, &nf) {
+				return check{Name: "cni plugins", Status: stDegraded, Detail: err.Error(), Fix: "make the CNI plugin directories readable"}
+			}
+			missing = append(missing, name)
+		}
+		r.CNIPlugins[name] = path
+	}
+	if len(missing) > 0 {
+		return check{Name: "cni plugins", Status: stDegraded,
+			Detail: fmt.Sprintf("missing %s in %s: pods without hostNetwork cannot start", strings.Join(missing, ", "), strings.Join(dirs, ", ")),
+			Fix:    "apt-get install containernetworking-plugins (Debian: /usr/lib/cni), or unpack the CNI plugins release into /opt/cni/bin"}
+	}
+	return check{Name: "cni plugins", Status: stOK, Detail: fmt.Sprintf("%d plugins in %s", len(r.CNIPlugins), strings.Join(dirs, ", "))}
+}
+
+// checkIptables finds iptables, which the portmap plugin runs for
+// hostPorts, and asks it its version (which changes nothing).
+func checkIptables(ctx context.Context) check {
+	c := check{Name: "iptables", Fix: "apt-get install iptables (portmap needs it for hostPort)"}
+	path, err := exec.LookPath("iptables")
+	if err != nil {
+		c.Status, c.Detail = stDegraded, "not found in PATH: hostPort mappings will fail"
+		return c
+	}
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(vctx, path, "--version").Output()
+	if err != nil {
+		c.Status, c.Detail = stDegraded, fmt.Sprintf("%s --version: %v", path, err)
+		return c
+	}
+	c.Status, c.Detail, c.Fix = stOK, strings.TrimSpace(string(out)), ""
+	return c
+}
+
+// checkDelegation creates a uniquely named cgroup beneath nodeguard's own
+// memory cgroup, checks that the memory controller's limit file is there,
+// and removes it: what the agent does for every pod. Failing to create it
+// means nodeguard cannot make pod cgroups here.
+func checkDelegation(h *cgroups.Hierarchy) check {
+	c := check{Name: "cgroup delegation"}
+	own := h.OwnDir()
+	if own == "" {
+		c.Status, c.Detail = stFail, "this process's memory cgroup is not visible under "+h.Mount
+		c.Fix = "run nodeguard in the host's cgroup namespace (or mount the hierarchy so that its cgroup is beneath the mount)"
+		return c
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:]) // crypto/rand.Read does not fail on Linux
+	dir := filepath.Join(own, fmt.Sprintf("nodeguard-doctor-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:])))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		c.Status, c.Detail = stFail, fmt.Sprintf("cannot create a cgroup beneath %s: %v", own, err)
+		c.Fix = "run nodeguard as root with its cgroup delegated to it (systemd: Delegate=yes in the unit)"
+		return c
+	}
+	limit := "memory.limit_in_bytes"
+	if h.V2() {
+		limit = "memory.max"
+	}
+	_, statErr := os.Stat(filepath.Join(dir, limit))
+	if err := os.Remove(dir); err != nil {
+		c.Status, c.Detail = stFail, fmt.Sprintf("created %s but cannot remove it: %v", dir, err)
+		c.Fix = "remove it by hand (rmdir); nodeguard must be able to remove the cgroups it makes"
+		return c
+	}
+	if statErr != nil {
+		c.Status = stDegraded
+		c.Detail = fmt.Sprintf("a child of %s has no %s: the memory controller is not delegated", own, limit)
+		c.Fix = "enable it for the children: echo +memory > " + filepath.Join(own, "cgroup.subtree_control") + " (systemd: Delegate=yes)"
+		return c
+	}
+	c.Status, c.Detail = stOK, "created and removed a memory cgroup beneath "+own
+	return c
 }
 
 func attemptsText(as []loader.Attempt) string {

@@ -230,8 +230,11 @@ func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, log *slog.Logger) (
 // working set does not, so the wire fires early, never late; the manager
 // confirms on a fresh snapshot.
 func (p *podRootTripwire) target(s *pressure.Snapshot) (uint64, bool) {
+	p.mu.Lock()
+	th := p.th // replaced, never modified, by setThresholds
+	p.mu.Unlock()
 	best := uint64(0)
-	for _, t := range p.th {
+	for _, t := range th {
 		obs, ok := s.Signal(t.Signal)
 		if !ok {
 			continue

@@ -9,34 +9,54 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nodeguard/nodeguard/internal/logging"
 )
 
 type globalFlags struct {
 	logLevel  string
 	logFormat string
+	// logs is the logger logger() made, closed (flushed) by main.
+	logs *logging.Logger
 }
 
+// logShutdownTimeout bounds how long exit waits for queued log records to
+// be written: a stalled output must not keep a stopping agent alive.
+const logShutdownTimeout = 2 * time.Second
+
+// logger returns the command's logger: to stderr, never blocking (see
+// internal/logging), with the level and format of the flags. Under
+// journald it leaves the time to the journal and prefixes priorities.
 func (g *globalFlags) logger() (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	if g.logs != nil {
+		return g.logs.Slog(), nil
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch strings.ToLower(g.logFormat) {
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	lvl, err := logging.ParseLevel(g.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-%w", err)
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
+	format, err := logging.ParseFormat(g.logFormat)
+	if err != nil {
+		return nil, fmt.Errorf("--log-%w", err)
+	}
+	g.logs = logging.New(os.Stderr, logging.Options{Level: lvl, Format: format, Journal: logging.JournalStream(os.Stderr)})
+	return g.logs.Slog(), nil
 }
 
-func newRoot() *cobra.Command {
-	g := &globalFlags{}
+// closeLogger writes what the logger still holds.
+func (g *globalFlags) closeLogger() {
+	if g.logs != nil {
+		g.logs.Close(logShutdownTimeout)
+	}
+}
+
+func newRoot() *cobra.Command { return newRootFor(&globalFlags{}) }
+
+func newRootFor(g *globalFlags) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "nodeguard",
 		Short:         "nodeguard guards a Linux node: kernel events in, evictions out, before the OOM killer",
@@ -45,7 +65,7 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newDoctorCmd(g), newEventsCmd(g), newBenchCmd(g), newMetricsCmd(g), newTopCmd(g), newRunCmd(g), newPodCmd(g))
+	root.AddCommand(newDoctorCmd(g), newEventsCmd(g), newBenchCmd(g), newMetricsCmd(g), newTopCmd(g), newRunCmd(g), newPodCmd(g), newConfigCmd())
 	return root
 }
 
@@ -61,7 +81,9 @@ func (e *exitError) Error() string { return e.msg }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newRoot().ExecuteContext(ctx)
+	g := &globalFlags{}
+	err := newRootFor(g).ExecuteContext(ctx)
+	g.closeLogger()
 	if err == nil {
 		return
 	}

@@ -6,23 +6,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/internal/cgroups"
 	"github.com/nodeguard/nodeguard/internal/crienv"
@@ -47,206 +46,9 @@ import (
 // DefaultAPISocket is where the local API listens.
 const DefaultAPISocket = api.DefaultSocket
 
-// runConfig is the daemon's configuration file (YAML); flags override it.
-type runConfig struct {
-	RuntimeEndpoint string `json:"runtimeEndpoint"`
-	RootDir         string `json:"rootDir"`
-	CgroupRoot      string `json:"cgroupRoot"`
-	PodManifestPath string `json:"podManifestPath"`
-	APISocket       string `json:"apiSocket"`
-	MetricsAddr     string `json:"metricsAddr"`
-	// PriorityClasses maps priorityClassName to priority.
-	PriorityClasses map[string]int32 `json:"priorityClasses"`
-	AllowPrivileged bool             `json:"allowPrivileged"`
-	// SystemReserved and KubeReserved (e.g. {memory: 512Mi, cpu: 500m})
-	// are taken off the node's capacity; the rest, node allocatable, is
-	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
-	SystemReserved corev1.ResourceList `json:"systemReserved"`
-	KubeReserved   corev1.ResourceList `json:"kubeReserved"`
-	// ImagePull lets the runtime pull images that are not present (a
-	// registry is configured); off, a missing image fails the pod clearly.
-	ImagePull bool `json:"imagePull"`
-	// Container restart back-off (defaults: the kubelet's 10 s and 5 min).
-	BackoffInitial metav1.Duration `json:"backoffInitial"`
-	BackoffMax     metav1.Duration `json:"backoffMax"`
-	// Network is the pod network whose CNI configuration nodeguard
-	// writes for the runtime and checks every sandbox against.
-	Network networkConfig `json:"network"`
-	// Volumes configures pod volumes.
-	Volumes volumesConfig `json:"volumes"`
-	// Eviction configures the eviction manager: the kubelet's eviction
-	// fields (evictionHard, evictionSoft, ...) plus PSI rules.
-	Eviction evictionConfig `json:"eviction"`
-}
-
-// networkConfig is the pod network section.
-type networkConfig struct {
-	// Manage: nodeguard writes the conflist into cniConfDir at start-up
-	// (validated with libcni first), verifies every sandbox's veth, IP and
-	// route through netlink, and collects leaked IPs, veths and netns.
-	Manage     bool     `json:"manage"`
-	Name       string   `json:"name"`
-	Bridge     string   `json:"bridge"`
-	Subnet     string   `json:"subnet"` // empty: sized for maxPods
-	MaxPods    int      `json:"maxPods"`
-	CNIBinDirs []string `json:"cniBinDirs"`
-	CNIConfDir string   `json:"cniConfDir"`
-	IPAMDir    string   `json:"ipamDir"`
-	// NodeNetNS is the network namespace the runtime plumbs pods from
-	// (empty: nodeguard's own); NetNSDirs where it keeps pod netns files.
-	NodeNetNS string   `json:"nodeNetNS"`
-	NetNSDirs []string `json:"netnsDirs"`
-}
-
-// volumesConfig is the volumes section.
-type volumesConfig struct {
-	// HostPathAllow lists the absolute path prefixes hostPath volumes may
-	// name; empty refuses every hostPath volume.
-	HostPathAllow []string `json:"hostPathAllow"`
-	// SourceDir holds configMaps and secrets: SourceDir/configmaps/<ns>/<name>/<key>
-	// and SourceDir/secrets/<ns>/<name>/<key>.
-	SourceDir string `json:"sourceDir"`
-}
-
-func defaultRunConfig() runConfig {
-	return runConfig{
-		RootDir: "/var/lib/nodeguard",
-		// Relative: beneath nodeguard's own cgroup in each hierarchy (its
-		// systemd unit with Delegate=yes in production; required on the
-		// development machines).
-		CgroupRoot:  "nodeguard",
-		APISocket:   DefaultAPISocket,
-		MetricsAddr: DefaultMetricsAddr,
-		Network:     networkConfig{Manage: true, NetNSDirs: []string{"/var/run/netns"}},
-		Volumes:     volumesConfig{SourceDir: "/etc/nodeguard/sources"},
-	}
-}
-
-// netplumb turns the network section into the package's configuration.
-func (n networkConfig) netplumb(rootDir string) (netplumb.Config, error) {
-	c := netplumb.DefaultConfig()
-	if n.Name != "" {
-		c.Name = n.Name
-	}
-	if n.Bridge != "" {
-		c.Bridge = n.Bridge
-	}
-	if n.Subnet != "" {
-		p, err := netip.ParsePrefix(n.Subnet)
-		if err != nil {
-			return c, fmt.Errorf("network.subnet: %q: %w", n.Subnet, err)
-		}
-		c.Subnet = p
-	}
-	if n.MaxPods != 0 {
-		c.MaxPods = n.MaxPods
-	}
-	if len(n.CNIBinDirs) > 0 {
-		c.BinDirs = n.CNIBinDirs
-	}
-	if n.CNIConfDir != "" {
-		c.ConfDir = n.CNIConfDir
-	}
-	c.IPAMDir = filepath.Join(rootDir, "cni", "networks")
-	if n.IPAMDir != "" {
-		c.IPAMDir = n.IPAMDir
-	}
-	c.CacheDir = filepath.Join(rootDir, "cni", "cache")
-	c = c.WithDefaults()
-	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("network: %w", err)
-	}
-	return c, nil
-}
-
-// Validate names the first bad field.
-func (c runConfig) Validate() error {
-	switch {
-	case c.RuntimeEndpoint == "":
-		return errors.New("runtimeEndpoint: required (the CRI socket, e.g. unix:///run/containerd/containerd.sock), or --private-runtime")
-	case c.RootDir == "" || !filepath.IsAbs(c.RootDir):
-		return fmt.Errorf("rootDir: %q: want an absolute path", c.RootDir)
-	case c.CgroupRoot == "":
-		return errors.New("cgroupRoot: required")
-	case c.APISocket == "" || !filepath.IsAbs(c.APISocket):
-		return fmt.Errorf("apiSocket: %q: want an absolute path", c.APISocket)
-	case c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath):
-		return fmt.Errorf("podManifestPath: %q: want an absolute path", c.PodManifestPath)
-	case c.BackoffInitial.Duration < 0 || c.BackoffMax.Duration < 0:
-		return fmt.Errorf("backoffInitial/backoffMax: negative durations %v/%v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
-	case c.BackoffMax.Duration > 0 && c.BackoffInitial.Duration > c.BackoffMax.Duration:
-		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
-	}
-	if _, err := c.Network.netplumb(c.RootDir); err != nil {
-		return err
-	}
-	if _, err := c.Eviction.policy(); err != nil {
-		return err
-	}
-	for i, d := range c.Network.NetNSDirs {
-		if !filepath.IsAbs(d) {
-			return fmt.Errorf("network.netnsDirs[%d]: %q: want an absolute path", i, d)
-		}
-	}
-	if c.Network.NodeNetNS != "" && !filepath.IsAbs(c.Network.NodeNetNS) {
-		return fmt.Errorf("network.nodeNetNS: %q: want an absolute path", c.Network.NodeNetNS)
-	}
-	for i, d := range c.Volumes.HostPathAllow {
-		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
-			return fmt.Errorf("volumes.hostPathAllow[%d]: %q: want a clean absolute path", i, d)
-		}
-	}
-	if c.Volumes.SourceDir != "" && !filepath.IsAbs(c.Volumes.SourceDir) {
-		return fmt.Errorf("volumes.sourceDir: %q: want an absolute path", c.Volumes.SourceDir)
-	}
-	for name, l := range map[string]corev1.ResourceList{"systemReserved": c.SystemReserved, "kubeReserved": c.KubeReserved} {
-		for r, q := range l {
-			if r != corev1.ResourceMemory && r != corev1.ResourceCPU && r != "pid" {
-				return fmt.Errorf("%s.%s: unsupported resource (memory, cpu, pid)", name, r)
-			}
-			if q.Sign() < 0 {
-				return fmt.Errorf("%s.%s: %s is negative", name, r, q.String())
-			}
-		}
-	}
-	return nil
-}
-
-func loadRunConfig(path string) (runConfig, error) {
-	cfg := defaultRunConfig()
-	if path == "" {
-		return cfg, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return cfg, fmt.Errorf("read config: %w", err)
-	}
-	// Quantities first, so that a bad one is named with its field (the
-	// decoder's own error names neither).
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	for _, key := range []string{"systemReserved", "kubeReserved"} {
-		m, ok := raw[key].(map[string]any)
-		if !ok {
-			continue
-		}
-		for r, v := range m {
-			if _, err := resource.ParseQuantity(fmt.Sprint(v)); err != nil {
-				return cfg, fmt.Errorf("config %s: %s.%s: invalid quantity %q: %w", path, key, r, fmt.Sprint(v), err)
-			}
-		}
-	}
-	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
 func newRunCmd(g *globalFlags) *cobra.Command {
 	var (
-		configPath     string
+		configFlag     string
 		flags          runConfig
 		privateRuntime bool
 		privateNet     bool
@@ -256,32 +58,69 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Short: "Run the node agent: pods from a manifest directory and the local API, pressure sensing and metrics",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// SIGHUP reloads (see reloader); caught from the start, so that
+			// one sent while the agent starts waits instead of killing it.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			log, err := g.logger()
 			if err != nil {
 				return err
 			}
-			cfg, err := loadRunConfig(configPath)
+			// Before any child process starts: it takes systemd's
+			// variables out of the environment.
+			notify := newNotifier(log)
+			fs := cmd.Flags()
+			path, err := configPath(configFlag, fs.Changed("config"))
 			if err != nil {
 				return err
 			}
-			fs := cmd.Flags()
-			override := func(name string, dst *string, v string) {
-				if fs.Changed(name) {
-					*dst = v
+			var env *crienv.Env
+			// load is the configuration in force: the file, then the
+			// flags, then the private runtime. At start and every SIGHUP.
+			load := func() (runConfig, error) {
+				cfg, err := loadRunConfig(path)
+				if err != nil {
+					return cfg, err
 				}
+				override := func(name string, dst *string, v string) {
+					if fs.Changed(name) {
+						*dst = v
+					}
+				}
+				override("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
+				override("root-dir", &cfg.RootDir, flags.RootDir)
+				override("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
+				override("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
+				override("api-socket", &cfg.APISocket, flags.APISocket)
+				override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+				override("log-level", &cfg.Logging.Level, g.logLevel)
+				override("log-format", &cfg.Logging.Format, g.logFormat)
+				if env != nil {
+					cfg.RuntimeEndpoint = env.Endpoint()
+					cfg.CgroupRoot = env.CgroupParent()
+					// The env's containerd reads the conflist the env
+					// rendered through netplumb; nodeguard checks and
+					// collects it there.
+					nc := env.NetworkConfig()
+					cfg.Network = networkConfig{
+						Manage: false, Name: nc.Name, Bridge: nc.Bridge, Subnet: nc.Subnet.String(), CNIBinDirs: nc.BinDirs,
+						CNIConfDir: nc.ConfDir, IPAMDir: nc.IPAMDir, NodeNetNS: env.NetNS(), NetNSDirs: []string{env.NetNSDir()},
+					}
+				}
+				return cfg, nil
 			}
-			override("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
-			override("root-dir", &cfg.RootDir, flags.RootDir)
-			override("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
-			override("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
-			override("api-socket", &cfg.APISocket, flags.APISocket)
-			override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+			cfg, err := load()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			if privateRuntime {
 				if cfg.RuntimeEndpoint != "" {
 					return errors.New("--private-runtime and --runtime-endpoint exclude each other")
 				}
-				env, err := crienv.Start(ctx, crienv.Options{Log: log})
+				notify.status("starting the private containerd")
+				env, err = crienv.Start(ctx, crienv.Options{Log: log})
 				if err != nil {
 					return fmt.Errorf("start the private containerd: %w", err)
 				}
@@ -295,25 +134,35 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 						}
 					}
 				}()
-				cfg.RuntimeEndpoint = env.Endpoint()
-				cfg.CgroupRoot = env.CgroupParent()
-				// The env's containerd reads the conflist the env rendered
-				// through netplumb; nodeguard checks and collects it there.
-				nc := env.NetworkConfig()
-				cfg.Network = networkConfig{
-					Manage: false, Name: nc.Name, Bridge: nc.Bridge, Subnet: nc.Subnet.String(), CNIBinDirs: nc.BinDirs,
-					CNIConfDir: nc.ConfDir, IPAMDir: nc.IPAMDir, NodeNetNS: env.NetNS(), NetNSDirs: []string{env.NetNSDir()},
+				if cfg, err = load(); err != nil {
+					return err
 				}
 				privateNet = true
 				fmt.Fprintf(cmd.ErrOrStderr(), "private containerd: %s (crictl --runtime-endpoint %s ps)\n", env.Endpoint(), env.Endpoint())
 			}
 			if err := cfg.Validate(); err != nil {
+				if path != "" {
+					return fmt.Errorf("config %s: %w", path, err)
+				}
 				return err
 			}
-			return runDaemon(ctx, cfg, privateNet, log)
+			applyLogging(g.logs, cfg.Logging)
+			if path != "" {
+				log.Info("configuration loaded", "config", path)
+			}
+			return runDaemon(ctx, cfg, privateNet, log, daemonControl{
+				notify: notify, hup: hup, logs: g.logs, path: path,
+				reload: func() (runConfig, error) {
+					cfg, err := load()
+					if err == nil {
+						err = cfg.Validate()
+					}
+					return cfg, err
+				},
+			})
 		},
 	}
-	cmd.Flags().StringVar(&configPath, "config", "", "configuration file (YAML); flags override it")
+	cmd.Flags().StringVar(&configFlag, "config", DefaultConfigPath, "configuration file (YAML; the default is read only if it exists); flags override it")
 	cmd.Flags().StringVar(&flags.RuntimeEndpoint, "runtime-endpoint", "", "the CRI socket, e.g. unix:///run/containerd/containerd.sock")
 	cmd.Flags().StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard", "state directory (pod logs, API pods, volumes)")
 	cmd.Flags().StringVar(&flags.CgroupRoot, "cgroup-root", "nodeguard", "cgroup root for kubepods (relative: beneath nodeguard's own cgroup)")
@@ -327,14 +176,17 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 // runDaemon runs nodeguard. checkNetwork: verify and collect the pod
 // network even when nodeguard does not write its conflist (the private
 // runtime's is written by its environment).
-func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.Logger) error {
+func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.Logger, ctl daemonControl) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	n := ctl.notify
+	go func() { <-ctx.Done(); n.stopping() }()
 	setOwnOOMScoreAdj(log)
 	var dialOpts []cri.Option
 	if cfg.ImagePull {
 		dialOpts = append(dialOpts, cri.WithImagePull())
 	}
+	n.status("connecting to the runtime at %s", cfg.RuntimeEndpoint)
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
 	client, err := cri.Dial(dctx, cfg.RuntimeEndpoint, 10*time.Second, dialOpts...)
 	dcancel()
@@ -466,11 +318,15 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			}
 		},
 	}
+	n.status("starting sensing")
 	s, err := startSensing(ctx, sf, log)
 	if err != nil {
 		return fmt.Errorf("start sensing: %w", err)
 	}
 	defer s.Close()
+	if ctl.logs != nil {
+		s.exporter.LogDropped(ctl.logs.Dropped)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -517,8 +373,38 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return fmt.Errorf("api socket dir: %w", err)
 	}
 	srv := api.NewServer(podService{m: mgr, EventLog: events}, log, api.Options{})
-	log.Info("nodeguard running", "api_socket", cfg.APISocket, "cgroup_root", cfg.CgroupRoot, "manifests", cfg.PodManifestPath)
-	if err := srv.ListenAndServe(ctx, cfg.APISocket); err != nil && !errors.Is(err, context.Canceled) {
+	// Listening, the socket takes connections into its backlog: READY=1
+	// may follow before Serve, and a client that connects at once is
+	// answered.
+	if err := srv.Listen(ctx, cfg.APISocket); err != nil {
+		return err
+	}
+	status := func() string { return fmt.Sprintf("running: %d pods", len(mgr.List())) }
+	beats := []heartbeat{
+		{name: "pod lifecycle", period: lifecycle.DefaultResync, last: mgr.Heartbeat},
+		{name: "sensing", period: sf.tick, last: func() time.Time {
+			if snap := s.sensor.Latest(); snap != nil {
+				return snap.Time
+			}
+			return time.Time{}
+		}},
+	}
+	em := evictMgr.Load()
+	if em != nil {
+		tick := cfg.Eviction.Tick.Duration
+		if tick <= 0 {
+			tick = oom.DefaultTick
+		}
+		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
+	}
+	rl := &reloader{cur: cfg, load: ctl.reload, path: ctl.path, logs: ctl.logs, em: em, wire: wire, n: n, log: log, status: status}
+	wg.Add(2)
+	go func() { defer wg.Done(); n.runWatchdog(ctx, beats, status) }()
+	go func() { defer wg.Done(); rl.run(ctx, ctl.hup) }()
+	n.ready(status())
+	log.Info("nodeguard running", "api_socket", cfg.APISocket, "cgroup_root", cfg.CgroupRoot, "manifests", cfg.PodManifestPath,
+		"systemd_notify", n.enabled(), "watchdog", n.watchdog)
+	if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil

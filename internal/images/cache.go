@@ -1,8 +1,6 @@
 package images
 
 import (
-	"github.com/nodeguard/nodeguard/internal/flock"
-
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nodeguard/nodeguard/bench/hog"
+	"github.com/nodeguard/nodeguard/internal/flock"
 )
 
 // DefaultCacheDir is where Cached keeps built images on the development and
@@ -23,13 +24,13 @@ const DefaultCacheDir = "/var/cache/nodeguard-images"
 
 // formatVersion is part of the cache key: bump it whenever this package
 // changes what it writes for the same inputs.
-const formatVersion = "nodeguard-images/1"
+const formatVersion = "nodeguard-images/2"
 
 // setFile is the file in a cache directory that lists its images. It is
 // written last, so its presence means the directory is complete.
 const setFile = "images.json"
 
-// Set is the pause and busybox images of one build.
+// Set is the pause, busybox and hog images of one build.
 type Set struct {
 	// Dir holds both archives.
 	Dir string `json:"-"`
@@ -37,6 +38,7 @@ type Set struct {
 	Key     string `json:"key"`
 	Pause   Image  `json:"pause"`
 	Busybox Image  `json:"busybox"`
+	Hog     Image  `json:"hog"`
 	// Built reports whether this call built the images; false when they
 	// came from the cache.
 	Built bool `json:"-"`
@@ -44,8 +46,8 @@ type Set struct {
 
 // Cached returns the images built from the current inputs, from
 // root/<key>, building them first when that directory does not exist. The
-// key hashes formatVersion, the pause source, the Go toolchain's version
-// and the busybox binary. Builds are serialized by an flock on root/.lock
+// key hashes formatVersion, the pause and hog sources, the Go toolchain's
+// version and the busybox binary. Builds are serialized by an flock on root/.lock
 // and published by renaming a complete directory into place. log may be
 // nil.
 func Cached(ctx context.Context, root string, log *slog.Logger) (Set, error) {
@@ -98,7 +100,11 @@ func Cached(ctx context.Context, root string, log *slog.Logger) (Set, error) {
 	if err != nil {
 		return Set{}, err
 	}
-	s := Set{Key: key, Pause: relImage(pause), Busybox: relImage(busybox)}
+	hogImage, err := buildHog(ctx, tmp, goBin)
+	if err != nil {
+		return Set{}, err
+	}
+	s := Set{Key: key, Pause: relImage(pause), Busybox: relImage(busybox), Hog: relImage(hogImage)}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return Set{}, fmt.Errorf("cached images: %w", err)
@@ -118,7 +124,7 @@ func Cached(ctx context.Context, root string, log *slog.Logger) (Set, error) {
 	}
 	s.Built = true
 	log.Info("built test images", "dir", dir, "pause_bytes", s.Pause.Size,
-		"busybox_bytes", s.Busybox.Size, "seconds", time.Since(start).Seconds())
+		"busybox_bytes", s.Busybox.Size, "hog_bytes", s.Hog.Size, "seconds", time.Since(start).Seconds())
 	return s, nil
 }
 
@@ -129,7 +135,7 @@ func relImage(im Image) Image {
 	return im
 }
 
-// loadSet reads dir/images.json and checks that both archives exist with
+// loadSet reads dir/images.json and checks that every archive exists with
 // their recorded sizes.
 func loadSet(dir string) (Set, error) {
 	b, err := os.ReadFile(filepath.Join(dir, setFile))
@@ -141,7 +147,7 @@ func loadSet(dir string) (Set, error) {
 		return Set{}, fmt.Errorf("read %s: %w", filepath.Join(dir, setFile), err)
 	}
 	s.Dir = dir
-	for _, im := range []*Image{&s.Pause, &s.Busybox} {
+	for _, im := range []*Image{&s.Pause, &s.Busybox, &s.Hog} {
 		if im.Archive == "" || filepath.Base(im.Archive) != im.Archive {
 			return Set{}, fmt.Errorf("read %s: bad archive name %q", filepath.Join(dir, setFile), im.Archive)
 		}
@@ -169,7 +175,7 @@ func cacheKey(ctx context.Context, goBin, busybox string) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(formatVersion), pauseSource, []byte(v)} {
+	for _, part := range [][]byte{[]byte(formatVersion), pauseSource, hog.Source, []byte(v)} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}

@@ -1,5 +1,5 @@
-// Package images builds the two container images of nodeguard's test
-// environment locally, with no registry and no network: a pause image and a
+// Package images builds the container images of nodeguard's test
+// environment and benchmarks locally, with no registry and no network: a pause image and a
 // busybox image, each written as an OCI image-layout tarball that
 // `ctr -n k8s.io images import` accepts and names.
 //
@@ -11,13 +11,16 @@
 //     busybox-static) with a symlink for every applet that the binary lists
 //     (`busybox --list-full`: sh, ls, cat, sleep, wget, nc, ip, ping, awk,
 //     ps, ...), a minimal /etc (passwd, group) and /tmp. Cmd ["sh"].
+//   - Hog (HogName): one static binary, /hog, built like pause from the
+//     source that package bench/hog embeds: the memory hog of `nodeguard
+//     bench eviction`. Entrypoint ["/hog"].
 //
-// Both names live under registry.local, which no registry answers, so a
+// All names live under registry.local, which no registry answers, so a
 // runtime can never pull them: they exist only where they were imported.
 //
 // Invariants:
 //
-//   - Output is deterministic: the same inputs (pause source, Go toolchain
+//   - Output is deterministic: the same inputs (pause and hog sources, Go toolchain
 //     version, busybox binary) give byte-identical archives. Tar entries
 //     are sorted with parents first, owned by 0:0, dated Epoch; gzip
 //     headers carry no name or time; JSON comes from structs.
@@ -26,7 +29,7 @@
 //   - Cached builds into a directory named by a hash of the inputs and
 //     publishes it with one rename under an flock, so parallel test
 //     binaries share one build and never see a partial one.
-//   - Nothing here uses the network: the pause build is a module without
-//     dependencies, run with GOTOOLCHAIN=local, GOPROXY=off and GOFLAGS
+//   - Nothing here uses the network: the pause and hog builds are modules
+//     without dependencies, run with GOTOOLCHAIN=local, GOPROXY=off and GOFLAGS
 //     cleared.
 package images

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/nodeguard/nodeguard/bench/hog"
 )
 
 // Image names. registry.local is answered by no registry, so a runtime can
@@ -25,13 +27,18 @@ const (
 	// BusyboxName is the full reference of the busybox image. The tag is
 	// Debian 12's busybox version.
 	BusyboxName = "registry.local/nodeguard/busybox:1.35"
+	// HogName is the full reference of the memory hog image of `nodeguard
+	// bench eviction` (package bench/hog). Bump the tag when the hog's
+	// output contract changes.
+	HogName = "registry.local/nodeguard/hog:1"
 )
 
-// Archive file names that BuildPause and BuildBusybox write in their
-// directory.
+// Archive file names that BuildPause, BuildBusybox and BuildHog write in
+// their directory.
 const (
 	PauseArchive   = "pause.tar"
 	BusyboxArchive = "busybox.tar"
+	HogArchive     = "hog.tar"
 )
 
 // BusyboxBinary is where Debian's busybox-static installs its binary.
@@ -55,15 +62,16 @@ var RequiredApplets = []string{
 // own is dynamically linked.
 var ErrNotStatic = errors.New("not a statically linked executable")
 
-// ErrNoToolchain means no Go toolchain was found to build the pause binary.
+// ErrNoToolchain means no Go toolchain was found to build the pause or hog
+// binary.
 var ErrNoToolchain = errors.New("no Go toolchain")
 
 //go:embed pause/main.go
 var pauseSource []byte
 
-// goMod is the module file of the pause build: no dependencies, so the
-// build never needs the module proxy.
-const goMod = "module nodeguard.local/pause\n\ngo 1.22\n"
+// goMod is the module file of the pause and hog builds (%s: the program's
+// name): no dependencies, so the build never needs the module proxy.
+const goMod = "module nodeguard.local/%s\n\ngo 1.22\n"
 
 // Image is an OCI image-layout tarball on disk.
 type Image struct {
@@ -107,18 +115,31 @@ func buildPause(ctx context.Context, dir, goBin string) (Image, error) {
 // compilePause builds pause/main.go in a temporary module and returns the
 // binary, checked to be static.
 func compilePause(ctx context.Context, goBin string) ([]byte, error) {
-	tmp, err := os.MkdirTemp("", "nodeguard-pause-")
+	return compileGo(ctx, goBin, "pause", pauseSource)
+}
+
+// compileHog builds the hog program (bench/hog/cmd/hog/main.go) the same
+// way.
+func compileHog(ctx context.Context, goBin string) ([]byte, error) {
+	return compileGo(ctx, goBin, "hog", hog.Source)
+}
+
+// compileGo builds a one-file, standard-library-only program in a
+// temporary module with CGO_ENABLED=0 and returns the binary, checked to be
+// static.
+func compileGo(ctx context.Context, goBin, name string, source []byte) ([]byte, error) {
+	tmp, err := os.MkdirTemp("", "nodeguard-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "main.go"), pauseSource, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, "main.go"), source, 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(goMod), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(fmt.Sprintf(goMod, name)), 0o644); err != nil {
 		return nil, err
 	}
-	out := filepath.Join(tmp, "pause")
+	out := filepath.Join(tmp, name)
 	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-buildvcs=false",
 		"-ldflags=-s -w -buildid=", "-o", out, ".")
 	cmd.Dir = tmp
@@ -126,12 +147,40 @@ func compilePause(ctx context.Context, goBin string) ([]byte, error) {
 		"CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH,
 		"GOTOOLCHAIN=local", "GOFLAGS=", "GOWORK=off", "GOPROXY=off")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%s build pause: %w: %s", goBin, err, bytes.TrimSpace(msg))
+		return nil, fmt.Errorf("%s build %s: %w: %s", goBin, name, err, bytes.TrimSpace(msg))
 	}
 	if err := CheckStatic(out); err != nil {
 		return nil, err
 	}
 	return os.ReadFile(out)
+}
+
+// BuildHog builds the static hog binary from the source embedded in
+// package bench/hog with the Go toolchain on PATH (or /usr/local/go/bin/go)
+// and writes the hog image to dir/hog.tar: /hog, entrypoint ["/hog"].
+func BuildHog(ctx context.Context, dir string) (Image, error) {
+	goBin, err := goTool()
+	if err != nil {
+		return Image{}, fmt.Errorf("build hog image: %w", err)
+	}
+	return buildHog(ctx, dir, goBin)
+}
+
+func buildHog(ctx context.Context, dir, goBin string) (Image, error) {
+	bin, err := compileHog(ctx, goBin)
+	if err != nil {
+		return Image{}, fmt.Errorf("build hog image: %w", err)
+	}
+	return writeLayout(filepath.Join(dir, HogArchive), spec{
+		name: HogName,
+		arch: runtime.GOARCH,
+		entries: []entry{
+			{name: "hog", mode: 0o755, typ: tar.TypeReg, data: bin},
+			{name: "tmp", mode: 0o1777, typ: tar.TypeDir},
+		},
+		entrypoint: []string{"/hog"},
+		createdBy:  "nodeguard internal/images: CGO_ENABLED=0 go build bench/hog/cmd/hog/main.go",
+	})
 }
 
 // goTool returns the go command to build with.

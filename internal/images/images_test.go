@@ -180,6 +180,27 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "hog", build: BuildHog, ref: HogName, tag: "1", entrypoint: []string{"/hog"},
+			check: func(t *testing.T, layer map[string]tarFile) {
+				f, ok := layer["hog"]
+				if !ok || f.hdr.Mode&0o111 == 0 {
+					t.Fatalf("no executable /hog in the layer")
+				}
+				bin := filepath.Join(t.TempDir(), "hog")
+				if err := os.WriteFile(bin, f.data, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := CheckStatic(bin); err != nil {
+					t.Fatal(err)
+				}
+				// The binary is the hog: it refuses to run without a rate.
+				out, err := exec.CommandContext(t.Context(), bin).CombinedOutput()
+				if err == nil || !strings.Contains(string(out), "--rate") {
+					t.Errorf("/hog with no arguments: %v, %q; want a usage error about --rate", err, out)
+				}
+			},
+		},
+		{
 			name: "busybox", build: BuildBusybox, ref: BusyboxName, tag: "1.35", cmd: []string{"sh"},
 			check: func(t *testing.T, layer map[string]tarFile) {
 				if f, ok := layer["bin/busybox"]; !ok || f.hdr.Typeflag != tar.TypeReg || f.hdr.Mode&0o111 == 0 {
@@ -384,12 +405,15 @@ func TestCached(t *testing.T) {
 	if !first.Built {
 		t.Error("first Cached in an empty root did not build")
 	}
+	if first.Hog.Name != HogName || filepath.Dir(first.Hog.Archive) != first.Dir {
+		t.Errorf("Cached hog image %+v, want %s in %s", first.Hog, HogName, first.Dir)
+	}
 	t.Run("the second call reuses the build", func(t *testing.T) {
 		again, err := Cached(ctx, root, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if again.Built || again.Dir != first.Dir || again.Pause != first.Pause || again.Busybox != first.Busybox {
+		if again.Built || again.Dir != first.Dir || again.Pause != first.Pause || again.Busybox != first.Busybox || again.Hog != first.Hog {
 			t.Fatalf("second Cached = %+v, want the first build %+v unbuilt", again, first)
 		}
 	})

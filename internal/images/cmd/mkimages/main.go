@@ -1,4 +1,4 @@
-// Command mkimages builds the test environment's pause and busybox images
+// Command mkimages builds the test environment's pause, busybox and hog images
 // (see internal/images) as OCI image-layout tarballs into a directory:
 //
 //	go run ./internal/images/cmd/mkimages -o DIR
@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	out := flag.String("o", ".", "directory to write pause.tar and busybox.tar into")
+	out := flag.String("o", ".", "directory to write pause.tar, busybox.tar and hog.tar into")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -33,7 +33,7 @@ func run(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, build := range []func(context.Context, string) (images.Image, error){images.BuildPause, images.BuildBusybox} {
+	for _, build := range []func(context.Context, string) (images.Image, error){images.BuildPause, images.BuildBusybox, images.BuildHog} {
 		im, err := build(ctx, dir)
 		if err != nil {
 			return err

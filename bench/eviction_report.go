@@ -1,0 +1,404 @@
+package bench
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// EvictionTrial is the record of one trial. Times are wall-clock (the
+// hog's progress carries CLOCK_REALTIME); a zero time means "never".
+type EvictionTrial struct {
+	Rate              uint64
+	Strategy          string
+	Trial             int
+	Budget, Threshold uint64
+	// Baseline is the pod root's working set read at BaselineAt, after
+	// the hog printed its first line and before it allocated.
+	Baseline   uint64
+	BaselineAt time.Time
+	// Hog is the hog pod, "namespace/name"; AllocStart its first
+	// allocation step and AchievedRate its rate from there on (bytes/s).
+	Hog          string
+	AllocStart   time.Time
+	AchievedRate float64
+	// Crossed is the ground truth: the first progress point where
+	// Baseline + allocated >= Budget - Threshold.
+	Crossed time.Time
+	// Detected is the strategy's Detected time; KillSent when the
+	// eviction's Kill began (its first pass signals every process) and
+	// KillReturned when it returned; Released when the pod root's
+	// working set was back below the line (or the hog cgroup gone),
+	// polled every millisecond after the kill.
+	Detected, KillSent, KillReturned, Released time.Time
+	// KernelOOM is when the monitor first saw an oom_kill in the pod
+	// root's subtree (polled every 2 ms); KernelOOMFirst whether one had
+	// happened before the eviction's kill (read just before it), or at
+	// all when there was no kill.
+	KernelOOM      time.Time
+	KernelOOMFirst bool
+	// Victims are the evicted pods in order; Collateral counts those that
+	// were not the hog. Reason is the first eviction's reason.
+	Victims    []string
+	Collateral int
+	Reason     string
+	// Missed: no detection before the kernel's OOM kill or the timeout.
+	Missed, TimedOut bool
+	// Note flags a doubtful record; Err is why the trial failed.
+	Note, Err string
+}
+
+// finish derives the ground truth and the verdicts from the hog's
+// progress.
+func (t *EvictionTrial) finish(points []ProgressPoint) {
+	if start, rate, ok := AllocationStart(points); ok {
+		t.AllocStart, t.AchievedRate = start, rate
+		if !t.BaselineAt.IsZero() && t.BaselineAt.After(start) {
+			t.Note = "baseline read after allocation began"
+		}
+	}
+	if at, ok := Crossing(points, t.Baseline, t.Budget, t.Threshold); ok {
+		t.Crossed = at
+	}
+	if t.KillSent.IsZero() && !t.KernelOOM.IsZero() {
+		t.KernelOOMFirst = true
+	}
+	t.Missed = t.Detected.IsZero() || (!t.KernelOOM.IsZero() && t.Detected.After(t.KernelOOM))
+	if !t.Detected.IsZero() && !t.AllocStart.IsZero() && t.Detected.Before(t.AllocStart) {
+		// A stale signal, not the hog: the detection does not count, and
+		// a kernel OOM kill of the hog came first whatever was evicted.
+		t.Note = "false positive: detected before the hog allocated"
+		t.Missed = true
+		t.KernelOOMFirst = !t.KernelOOM.IsZero()
+	}
+}
+
+func since(a, b time.Time) (time.Duration, bool) {
+	if a.IsZero() || b.IsZero() {
+		return 0, false
+	}
+	return b.Sub(a), true
+}
+
+// DetectionLatency is Detected - Crossed (negative when the strategy
+// fired before the ground truth line, e.g. on pressure alone).
+func (t EvictionTrial) DetectionLatency() (time.Duration, bool) { return since(t.Crossed, t.Detected) }
+
+// KillLatency is KillSent - Detected.
+func (t EvictionTrial) KillLatency() (time.Duration, bool) { return since(t.Detected, t.KillSent) }
+
+// ReleaseLatency is Released - KillSent.
+func (t EvictionTrial) ReleaseLatency() (time.Duration, bool) { return since(t.KillSent, t.Released) }
+
+// Outcome is a one-line summary for progress output.
+func (t EvictionTrial) Outcome() string {
+	if t.Err != "" {
+		return "error: " + t.Err
+	}
+	var parts []string
+	if d, ok := t.DetectionLatency(); ok {
+		parts = append(parts, "detected "+signedMs(d)+" after crossing")
+	} else if t.Detected.IsZero() {
+		parts = append(parts, "not detected")
+	}
+	if d, ok := t.KillLatency(); ok {
+		parts = append(parts, "kill +"+fmtMs(d))
+	}
+	if d, ok := t.ReleaseLatency(); ok {
+		parts = append(parts, "released +"+fmtMs(d))
+	}
+	if len(t.Victims) > 0 {
+		parts = append(parts, "victims "+strings.Join(t.Victims, ","))
+	}
+	if t.KernelOOMFirst {
+		parts = append(parts, "KERNEL OOM FIRST")
+	}
+	if t.Missed {
+		parts = append(parts, "MISSED")
+	}
+	if t.TimedOut {
+		parts = append(parts, "timed out")
+	}
+	if t.AchievedRate > 0 {
+		parts = append(parts, fmt.Sprintf("hog %.0f MiB/s", t.AchievedRate/(1<<20)))
+	}
+	if t.Note != "" {
+		parts = append(parts, "note: "+t.Note)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// EvictionRow is one strategy at one rate.
+type EvictionRow struct {
+	Strategy string
+	Rate     uint64
+	Trials   int
+	// Detected counts trials detected in time (not Missed); Detection is
+	// their latency after the crossing, Kill the kill's latency after the
+	// detection, Release the release's after the kill.
+	Detected                 int
+	Detection, Kill, Release Summary
+	KernelOOMFirst           int
+	Collateral, Missed       int
+	Errors                   int
+}
+
+// SummarizeEviction groups trials by strategy (in the order of first
+// appearance) and rate (ascending).
+func SummarizeEviction(trials []EvictionTrial) []EvictionRow {
+	type key struct {
+		s string
+		r uint64
+	}
+	var order []string
+	var rates []uint64
+	by := map[key][]EvictionTrial{}
+	for _, t := range trials {
+		k := key{t.Strategy, t.Rate}
+		if !slices.Contains(order, t.Strategy) {
+			order = append(order, t.Strategy)
+		}
+		if !slices.Contains(rates, t.Rate) {
+			rates = append(rates, t.Rate)
+		}
+		by[k] = append(by[k], t)
+	}
+	slices.Sort(rates)
+	var rows []EvictionRow
+	for _, s := range order {
+		for _, r := range rates {
+			ts := by[key{s, r}]
+			if len(ts) == 0 {
+				continue
+			}
+			row := EvictionRow{Strategy: s, Rate: r, Trials: len(ts)}
+			var det, kill, rel []time.Duration
+			for _, t := range ts {
+				if t.Err != "" {
+					row.Errors++
+				}
+				if d, ok := t.DetectionLatency(); ok && !t.Missed {
+					det = append(det, d)
+					row.Detected++
+				}
+				if d, ok := t.KillLatency(); ok {
+					kill = append(kill, d)
+				}
+				if d, ok := t.ReleaseLatency(); ok {
+					rel = append(rel, d)
+				}
+				if t.KernelOOMFirst {
+					row.KernelOOMFirst++
+				}
+				row.Collateral += t.Collateral
+				if t.Missed {
+					row.Missed++
+				}
+			}
+			row.Detection, row.Kill, row.Release = Summarize(det), Summarize(kill), Summarize(rel)
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+func fmtMs(d time.Duration) string {
+	switch ms := float64(d) / 1e6; {
+	case math.Abs(ms) >= 10000:
+		return fmt.Sprintf("%.1f s", ms/1000)
+	case math.Abs(ms) >= 100:
+		return fmt.Sprintf("%.0f ms", ms)
+	default:
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+}
+
+func signedMs(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtMs(-d)
+	}
+	return "+" + fmtMs(d)
+}
+
+func cell(s Summary, pick func(Summary) time.Duration) string {
+	if s.N == 0 {
+		return "-"
+	}
+	return fmtMs(pick(s))
+}
+
+func p50(s Summary) time.Duration { return s.P50 }
+func p99(s Summary) time.Duration { return s.P99 }
+
+// WriteEvictionTable prints one line per strategy and rate.
+func WriteEvictionTable(w io.Writer, rows []EvictionRow) {
+	fmt.Fprintf(w, "%-10s %9s %6s %9s %9s %9s %9s %9s %9s %10s %10s %7s\n",
+		"strategy", "rate", "trials", "detected", "det p50", "det p99", "kill p50", "rel p50", "rel p99", "OOM first", "collateral", "missed")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-10s %9s %6d %9d %9s %9s %9s %9s %9s %9.0f%% %10d %7d\n",
+			r.Strategy, FormatRate(r.Rate), r.Trials, r.Detected,
+			cell(r.Detection, p50), cell(r.Detection, p99), cell(r.Kill, p50),
+			cell(r.Release, p50), cell(r.Release, p99),
+			100*float64(r.KernelOOMFirst)/float64(max(r.Trials, 1)), r.Collateral, r.Missed)
+	}
+}
+
+// DetectionRatio returns, per rate where both strategies detected, the
+// ratio of a's detection p50 to b's (e.g. kubelet / nodeguard).
+func DetectionRatio(rows []EvictionRow, a, b string) map[uint64]float64 {
+	pa, pb := map[uint64]time.Duration{}, map[uint64]time.Duration{}
+	for _, r := range rows {
+		if r.Detection.N == 0 {
+			continue
+		}
+		switch r.Strategy {
+		case a:
+			pa[r.Rate] = r.Detection.P50
+		case b:
+			pb[r.Rate] = r.Detection.P50
+		}
+	}
+	out := map[uint64]float64{}
+	for rate, x := range pa {
+		if y, ok := pb[rate]; ok && y > 0 {
+			out[rate] = float64(x) / float64(y)
+		}
+	}
+	return out
+}
+
+// EvictionCSVHeader is the header of WriteEvictionCSV.
+var EvictionCSVHeader = []string{
+	"rate_bytes_per_s", "strategy", "trial", "budget_bytes", "threshold_bytes", "baseline_bytes",
+	"achieved_rate_bytes_per_s", "alloc_start_unix_ns", "crossed_unix_ns", "detected_unix_ns",
+	"kill_sent_unix_ns", "kill_returned_unix_ns", "released_unix_ns", "kernel_oom_unix_ns",
+	"detection_ms", "kill_ms", "release_ms", "kernel_oom_first", "victims", "collateral",
+	"missed", "timed_out", "reason", "note", "error",
+}
+
+// WriteEvictionCSV writes one row per trial.
+func WriteEvictionCSV(w io.Writer, trials []EvictionTrial) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write(EvictionCSVHeader)
+	ns := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return strconv.FormatInt(t.UnixNano(), 10)
+	}
+	ms := func(d time.Duration, ok bool) string {
+		if !ok {
+			return ""
+		}
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64)
+	}
+	for _, t := range trials {
+		_ = cw.Write([]string{
+			strconv.FormatUint(t.Rate, 10), t.Strategy, strconv.Itoa(t.Trial),
+			strconv.FormatUint(t.Budget, 10), strconv.FormatUint(t.Threshold, 10), strconv.FormatUint(t.Baseline, 10),
+			strconv.FormatFloat(t.AchievedRate, 'f', 0, 64), ns(t.AllocStart), ns(t.Crossed), ns(t.Detected),
+			ns(t.KillSent), ns(t.KillReturned), ns(t.Released), ns(t.KernelOOM),
+			ms(t.DetectionLatency()), ms(t.KillLatency()), ms(t.ReleaseLatency()),
+			strconv.FormatBool(t.KernelOOMFirst), strings.Join(t.Victims, " "), strconv.Itoa(t.Collateral),
+			strconv.FormatBool(t.Missed), strconv.FormatBool(t.TimedOut), t.Reason, t.Note, t.Err,
+		})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// plotFloor is the smallest latency the log-scale plot can show; smaller
+// (and negative) detection latencies are drawn on it.
+const plotFloor = 0.1 // ms
+
+// EvictionPNG plots detection latency (ms, log scale) against the hog's
+// rate (MiB/s, log scale): one point per detected trial and a line through
+// each strategy's medians. Strategies that detected nothing are named in
+// the title.
+func EvictionPNG(path string, trials []EvictionTrial) error {
+	p := plot.New()
+	p.Title.Text = "OOM race: detection latency after the pod root crossed budget - threshold"
+	p.X.Label.Text = "hog allocation rate (MiB/s)"
+	p.Y.Label.Text = fmt.Sprintf("detection latency (ms; <= %.1f ms drawn at %.1f)", plotFloor, plotFloor)
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	rows := SummarizeEviction(trials)
+	var order, silent []string
+	for _, r := range rows {
+		if !slices.Contains(order, r.Strategy) {
+			order = append(order, r.Strategy)
+		}
+	}
+	// Fixed ranges with room around the data: gonum's autoscale leaves a
+	// single rate or latency without ticks on a log axis.
+	xlo, xhi, ylo, yhi := math.Inf(1), 0.0, math.Inf(1), 0.0
+	for _, t := range trials {
+		x := float64(t.Rate) / (1 << 20)
+		xlo, xhi = min(xlo, x), max(xhi, x)
+		if d, ok := t.DetectionLatency(); ok && !t.Missed {
+			y := max(plotFloor, float64(d)/1e6)
+			ylo, yhi = min(ylo, y), max(yhi, y)
+		}
+	}
+	drawn := 0
+	for i, s := range order {
+		var pts, med plotter.XYs
+		for _, t := range trials {
+			if d, ok := t.DetectionLatency(); ok && t.Strategy == s && !t.Missed {
+				pts = append(pts, plotter.XY{X: float64(t.Rate) / (1 << 20), Y: max(plotFloor, float64(d)/1e6)})
+			}
+		}
+		for _, r := range rows {
+			if r.Strategy == s && r.Detection.N > 0 {
+				med = append(med, plotter.XY{X: float64(r.Rate) / (1 << 20), Y: max(plotFloor, float64(r.Detection.P50)/1e6)})
+			}
+		}
+		if len(pts) == 0 {
+			silent = append(silent, s)
+			continue
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return fmt.Errorf("plot %s: %w", path, err)
+		}
+		sc.GlyphStyle.Color = plotutil.Color(i)
+		sc.GlyphStyle.Shape = plotutil.Shape(i)
+		p.Add(sc)
+		p.Legend.Add(s, sc)
+		if len(med) > 1 {
+			l, err := plotter.NewLine(med)
+			if err != nil {
+				return fmt.Errorf("plot %s: %w", path, err)
+			}
+			l.LineStyle.Color = plotutil.Color(i)
+			p.Add(l)
+		}
+		drawn++
+	}
+	if len(silent) > 0 {
+		p.Title.Text += "\nnever detected in time: " + strings.Join(silent, ", ")
+	}
+	if xhi == 0 {
+		xlo, xhi = 10, 10000
+	}
+	if drawn == 0 {
+		ylo, yhi = 1, 10000
+	}
+	p.X.Min, p.X.Max = xlo/2, xhi*2
+	p.Y.Min, p.Y.Max = max(plotFloor/2, ylo/10), yhi*10
+	p.Legend.Top = true
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,669 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat:
+// 100 on every Linux architecture (the kernel exports it as a constant to
+// user space whatever its internal HZ).
+const clockTicks = 100
+
+// The budget the overhead benchmark prints next to nodeguard's figures, and
+// the kubelet's for comparison (its default system-reserved share on a
+// small node, as cloud providers size it).
+const (
+	TargetIdleCores = 0.05
+	TargetRSSBytes  = 80 << 20
+	KubeletCores    = 0.35
+	KubeletRSSBytes = 300 << 20
+)
+
+// ProcUsage is one reading of a process: its CPU time so far (user +
+// system) and its resident set.
+type ProcUsage struct {
+	CPU time.Duration
+	RSS uint64 // bytes
+}
+
+// ParseStatCPU returns utime + stime from the content of /proc/<pid>/stat.
+// The command name (field 2) may hold spaces and parentheses, so the
+// fields are counted after its LAST ')'.
+func ParseStatCPU(b []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("parse stat: no ')' after the command name")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After the name: state is field 3, utime field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse stat: %d fields after the command name, want at least 13", len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("parse stat: utime/stime: %w", err)
+	}
+	return time.Duration(ut+st) * (time.Second / clockTicks), nil
+}
+
+// ParseStatusRSS returns VmRSS in bytes from the content of
+// /proc/<pid>/status. A kernel thread or a zombie has no VmRSS line: that
+// is ok == false, not 0.
+func ParseStatusRSS(b []byte) (rss uint64, ok bool, err error) {
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		rest, found := bytes.CutPrefix(line, []byte("VmRSS:"))
+		if !found {
+			continue
+		}
+		f := strings.Fields(string(rest))
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, false, fmt.Errorf("parse status: VmRSS line %q", line)
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, false, fmt.Errorf("parse status: VmRSS: %w", err)
+		}
+		return kb << 10, true, nil
+	}
+	return 0, false, nil
+}
+
+// ReadProcUsage reads the usage of process pid from procDir (/proc). A
+// process that is gone gives an error matching os.ErrNotExist.
+func ReadProcUsage(procDir string, pid int) (ProcUsage, error) {
+	base := filepath.Join(procDir, strconv.Itoa(pid))
+	stat, err := os.ReadFile(filepath.Join(base, "stat"))
+	if err != nil {
+		return ProcUsage{}, err
+	}
+	cpu, err := ParseStatCPU(stat)
+	if err != nil {
+		return ProcUsage{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	status, err := os.ReadFile(filepath.Join(base, "status"))
+	if err != nil {
+		return ProcUsage{}, err
+	}
+	rss, _, err := ParseStatusRSS(status)
+	if err != nil {
+		return ProcUsage{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return ProcUsage{CPU: cpu, RSS: rss}, nil
+}
+
+// FindProcs returns the pids in procDir whose argv (cmdline split on NUL)
+// satisfies match. Processes that vanish while it looks are skipped.
+func FindProcs(procDir string, match func(argv []string) bool) ([]int, error) {
+	ents, err := os.ReadDir(procDir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", procDir, err)
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue
+		}
+		if match(strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// ProcGroup is a set of processes measured as one row, e.g. "containerd
+// shims". PIDs is asked again at every sample, since shims come and go.
+type ProcGroup struct {
+	Name string
+	PIDs func() ([]int, error)
+}
+
+// GroupSeries is what sampling one group over a window gave.
+type GroupSeries struct {
+	Name  string
+	Cores []float64 // per interval: CPU seconds used / wall seconds
+	RSS   []uint64  // per sample: the group's summed resident set
+	Procs []int     // per sample: processes in the group
+}
+
+// MeanCores is the mean CPU use over the window, in cores.
+func (s GroupSeries) MeanCores() float64 {
+	if len(s.Cores) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, c := range s.Cores {
+		sum += c
+	}
+	return sum / float64(len(s.Cores))
+}
+
+// MaxRSS is the largest resident set sampled.
+func (s GroupSeries) MaxRSS() uint64 {
+	var m uint64
+	for _, r := range s.RSS {
+		m = max(m, r)
+	}
+	return m
+}
+
+// Sample reads every group each interval for window and returns one
+// series per group. The CPU of an interval is the sum, over the processes
+// present at both of its ends, of their CPU time difference: a process that
+// exits within an interval loses its last partial interval, one that
+// starts within it its first (both small against a 1 s interval). Clock
+// time is measured, not assumed, so a late tick does not inflate the rate.
+func Sample(ctx context.Context, procDir string, groups []ProcGroup, window, interval time.Duration) ([]GroupSeries, error) {
+	out := make([]GroupSeries, len(groups))
+	prev := make([]map[int]time.Duration, len(groups))
+	read := func() (time.Time, error) {
+		now := time.Now()
+		for i, g := range groups {
+			pids, err := g.PIDs()
+			if err != nil {
+				return now, fmt.Errorf("sample %s: %w", g.Name, err)
+			}
+			cur := make(map[int]time.Duration, len(pids))
+			var rss uint64
+			for _, pid := range pids {
+				u, err := ReadProcUsage(procDir, pid)
+				if errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return now, fmt.Errorf("sample %s: %w", g.Name, err)
+				}
+				cur[pid] = u.CPU
+				rss += u.RSS
+			}
+			out[i].Name = g.Name
+			out[i].RSS = append(out[i].RSS, rss)
+			out[i].Procs = append(out[i].Procs, len(cur))
+			if prev[i] != nil {
+				var used time.Duration
+				for pid, c := range cur {
+					if p, ok := prev[i][pid]; ok && c >= p {
+						used += c - p
+					}
+				}
+				out[i].Cores = append(out[i].Cores, float64(used))
+			}
+			prev[i] = cur
+		}
+		return now, nil
+	}
+	last, err := read()
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	end := last.Add(window)
+	for last.Before(end) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		now, err := read()
+		if err != nil {
+			return nil, err
+		}
+		wall := float64(now.Sub(last))
+		for i := range out {
+			n := len(out[i].Cores) - 1
+			out[i].Cores[n] /= wall
+		}
+		last = now
+	}
+	return out, nil
+}
+
+// PodClient is the agent's pod API as the overhead benchmark drives it:
+// lifecycle/api's Client.
+type PodClient interface {
+	Apply(ctx context.Context, manifest []byte, source string) (*corev1.PodList, error)
+	Delete(ctx context.Context, namespace, name string) error
+	List(ctx context.Context) (*corev1.PodList, error)
+}
+
+// OverheadConfig chooses the overhead scenario.
+type OverheadConfig struct {
+	Pods        []int         // running pod counts to measure at, ascending; default 110
+	Window      time.Duration // each phase (idle, churn); default 60 s
+	Interval    time.Duration // sampling period; default 1 s
+	Parallel    int           // applies (and deletes) in flight while filling and churning; default 4
+	Image       string        // the busybox image
+	MemoryLimit string        // each pod's memory limit; default 16Mi
+	ProcDir     string        // default /proc
+	Progress    io.Writer     // progress lines; nil is silent
+}
+
+func (c OverheadConfig) withDefaults() OverheadConfig {
+	if len(c.Pods) == 0 {
+		c.Pods = []int{110}
+	}
+	if c.Window == 0 {
+		c.Window = 60 * time.Second
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.Parallel == 0 {
+		c.Parallel = 4
+	}
+	if c.MemoryLimit == "" {
+		c.MemoryLimit = "16Mi"
+	}
+	if c.ProcDir == "" {
+		c.ProcDir = "/proc"
+	}
+	return c
+}
+
+// OverheadRow is one group's figures in one phase.
+type OverheadRow struct {
+	Pods      int
+	Phase     string // "idle" or "churn"
+	Process   string
+	MeanCores float64
+	MaxRSS    uint64
+	Procs     int // processes in the group at the last sample
+	Churned   int // pods applied and deleted during the phase (churn only)
+	Series    GroupSeries
+}
+
+// overheadNamespace holds every pod of the benchmark.
+const overheadNamespace = "bench"
+
+// overheadManifest is a pod that sleeps for an hour in a few MiB.
+func overheadManifest(name, image, memory string) []byte {
+	return fmt.Appendf(nil, `apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: main
+    image: %s
+    command: [sleep, "3600"]
+    resources: {limits: {memory: %s}}
+`, name, overheadNamespace, image, memory)
+}
+
+// RunOverhead measures groups (the agent first, then the runtime's
+// processes) with the agent running each count of cfg.Pods pods: it fills
+// up to the count through c, waits until all run, samples an idle window,
+// then samples a churn window during which cfg.Parallel workers apply a
+// fresh pod, wait for it to run, delete it and wait for it to be gone, over
+// and over. Every pod it made is deleted before it returns, on error too.
+func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg OverheadConfig) (rows []OverheadRow, retErr error) {
+	cfg = cfg.withDefaults()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		defer cancel()
+		progressf(cfg.Progress, "overhead: deleting every benchmark pod")
+		retErr = errors.Join(retErr, deleteAll(cctx, c, cfg))
+	}()
+	running := 0
+	for _, n := range cfg.Pods {
+		if n < running {
+			return rows, fmt.Errorf("bench overhead: pod counts must ascend (%d after %d)", n, running)
+		}
+		progressf(cfg.Progress, "overhead: applying pods %d..%d, %d at a time", running, n-1, cfg.Parallel)
+		t0 := time.Now()
+		_, err := parallel(ctx, n-running, cfg.Parallel, func(ctx context.Context, i int) error {
+			name := fmt.Sprintf("idle-%d", running+i)
+			_, err := c.Apply(ctx, overheadManifest(name, cfg.Image, cfg.MemoryLimit), "bench-overhead/"+name)
+			return err
+		})
+		if err != nil {
+			return rows, fmt.Errorf("bench overhead: apply: %w", err)
+		}
+		if err := waitPods(ctx, c, cfg.Progress, "idle-", n, 10*time.Minute); err != nil {
+			return rows, err
+		}
+		running = n
+		progressf(cfg.Progress, "overhead: %d pods running after %s; idle window of %s", n, time.Since(t0).Round(time.Second), cfg.Window)
+		idle, err := Sample(ctx, cfg.ProcDir, groups, cfg.Window, cfg.Interval)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, overheadRows(n, "idle", 0, idle)...)
+		progressf(cfg.Progress, "overhead: %d pods: churn window of %s", n, cfg.Window)
+		series, churned, err := sampleChurn(ctx, c, groups, cfg)
+		if err != nil {
+			return rows, err
+		}
+		rows = append(rows, overheadRows(n, "churn", churned, series)...)
+		progressf(cfg.Progress, "overhead: %d pods: %d pods applied and deleted during the churn window", n, churned)
+	}
+	return rows, nil
+}
+
+func overheadRows(pods int, phase string, churned int, series []GroupSeries) []OverheadRow {
+	rows := make([]OverheadRow, len(series))
+	for i, s := range series {
+		rows[i] = OverheadRow{Pods: pods, Phase: phase, Process: s.Name, MeanCores: s.MeanCores(), MaxRSS: s.MaxRSS(), Churned: churned, Series: s}
+		if len(s.Procs) > 0 {
+			rows[i].Procs = s.Procs[len(s.Procs)-1]
+		}
+	}
+	return rows
+}
+
+// sampleChurn samples for cfg.Window while workers churn pods; it waits
+// for the workers' last pods to be gone before it returns.
+func sampleChurn(ctx context.Context, c PodClient, groups []ProcGroup, cfg OverheadConfig) ([]GroupSeries, int, error) {
+	cctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	churned, seq := 0, 0
+	var churnErr error
+	for w := 0; w < cfg.Parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				mu.Lock()
+				name := fmt.Sprintf("churn-%d", seq)
+				seq++
+				mu.Unlock()
+				err := churnOne(cctx, ctx, c, name, cfg)
+				mu.Lock()
+				switch {
+				case err == nil:
+					churned++
+				case cctx.Err() == nil && churnErr == nil:
+					churnErr = err
+					stop()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	series, err := Sample(ctx, cfg.ProcDir, groups, cfg.Window, cfg.Interval)
+	stop()
+	wg.Wait()
+	return series, churned, errors.Join(err, churnErr)
+}
+
+// churnOne applies pod name, waits until it runs, deletes it and waits
+// until it is gone. Once run is cancelled it stops applying, but a pod it
+// made is still deleted under ctx.
+func churnOne(run, ctx context.Context, c PodClient, name string, cfg OverheadConfig) error {
+	if _, err := c.Apply(run, overheadManifest(name, cfg.Image, cfg.MemoryLimit), "bench-overhead/"+name); err != nil {
+		if run.Err() != nil {
+			return run.Err()
+		}
+		return fmt.Errorf("bench overhead: churn apply %s: %w", name, err)
+	}
+	waitErr := waitPod(run, c, name, func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := c.Delete(dctx, overheadNamespace, name); err != nil {
+		return fmt.Errorf("bench overhead: churn delete %s: %w", name, err)
+	}
+	if err := waitPod(dctx, c, name, func(p *corev1.Pod) bool { return p == nil }); err != nil {
+		return fmt.Errorf("bench overhead: churn %s never went away: %w", name, err)
+	}
+	return waitErr
+}
+
+// waitPod polls until pred holds for pod name (nil when it does not exist).
+func waitPod(ctx context.Context, c PodClient, name string, pred func(*corev1.Pod) bool) error {
+	for {
+		l, err := c.List(ctx)
+		if err != nil {
+			return err
+		}
+		var found *corev1.Pod
+		for i := range l.Items {
+			if l.Items[i].Namespace == overheadNamespace && l.Items[i].Name == name {
+				found = &l.Items[i]
+			}
+		}
+		if pred(found) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitPods polls until want pods named prefix* run, for at most limit.
+func waitPods(ctx context.Context, c PodClient, progress io.Writer, prefix string, want int, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	lastReport := time.Now()
+	for {
+		l, err := c.List(ctx)
+		if err != nil {
+			return fmt.Errorf("bench overhead: list pods: %w", err)
+		}
+		n, failed := 0, ""
+		for _, p := range l.Items {
+			if p.Namespace != overheadNamespace || !strings.HasPrefix(p.Name, prefix) {
+				continue
+			}
+			switch p.Status.Phase {
+			case corev1.PodRunning:
+				n++
+			case corev1.PodFailed:
+				failed = p.Name + ": " + p.Status.Message
+			}
+		}
+		switch {
+		case failed != "":
+			return fmt.Errorf("bench overhead: pod failed: %s", failed)
+		case n >= want:
+			return nil
+		}
+		if time.Since(lastReport) >= 10*time.Second {
+			progressf(progress, "overhead: %d of %d pods running", n, want)
+			lastReport = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench overhead: %d of %d pods running: %w", n, want, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// deleteAll deletes every pod of the benchmark's namespace and waits until
+// the agent reports none.
+func deleteAll(ctx context.Context, c PodClient, cfg OverheadConfig) error {
+	l, err := c.List(ctx)
+	if err != nil {
+		return fmt.Errorf("bench overhead: list pods: %w", err)
+	}
+	var names []string
+	for _, p := range l.Items {
+		if p.Namespace == overheadNamespace {
+			names = append(names, p.Name)
+		}
+	}
+	if _, err := parallel(ctx, len(names), max(cfg.Parallel, 8), func(ctx context.Context, i int) error {
+		return c.Delete(ctx, overheadNamespace, names[i])
+	}); err != nil {
+		return fmt.Errorf("bench overhead: delete: %w", err)
+	}
+	for {
+		l, err := c.List(ctx)
+		if err != nil {
+			return fmt.Errorf("bench overhead: list pods: %w", err)
+		}
+		left := 0
+		for _, p := range l.Items {
+			if p.Namespace == overheadNamespace {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench overhead: %d pods left: %w", left, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// mib renders bytes in MiB.
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// WriteOverheadTable prints the rows, with the target next to nodeguard's.
+func WriteOverheadTable(w io.Writer, rows []OverheadRow, agent string) {
+	fmt.Fprintf(w, "%6s  %-6s  %-18s %6s %11s %12s  %s\n", "pods", "phase", "process", "procs", "mean cores", "max RSS", "target")
+	for _, r := range rows {
+		target := ""
+		if r.Process == agent && r.Phase == "idle" {
+			target = fmt.Sprintf("<= %.2f core, <= %s at 110 pods (kubelet: %.2f core, %s)",
+				TargetIdleCores, mib(TargetRSSBytes), KubeletCores, mib(KubeletRSSBytes))
+			if r.Pods <= 110 {
+				target = verdict(r.MeanCores <= TargetIdleCores && r.MaxRSS <= TargetRSSBytes) + ": " + target
+			}
+		}
+		fmt.Fprintf(w, "%6d  %-6s  %-18s %6d %11.3f %12s  %s\n", r.Pods, r.Phase, r.Process, r.Procs, r.MeanCores, mib(r.MaxRSS), target)
+	}
+	for _, r := range rows {
+		if r.Phase == "churn" && r.Process == agent {
+			fmt.Fprintf(w, "churn at %d pods: %d pods applied, run and deleted during the window\n", r.Pods, r.Churned)
+		}
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "MET"
+	}
+	return "MISSED"
+}
+
+// WriteOverheadFiles writes overhead.csv (one line per row),
+// overhead-samples.csv (every sample) and overhead.png (the agent's CPU and
+// RSS over time, per phase) into dir, and returns their paths.
+func WriteOverheadFiles(dir string, rows []OverheadRow, agent string, interval time.Duration) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	summary := [][]string{{"pods", "phase", "process", "procs", "mean_cores", "max_rss_bytes", "churned_pods"}}
+	samples := [][]string{{"pods", "phase", "process", "sample", "seconds", "cores", "rss_bytes", "procs"}}
+	for _, r := range rows {
+		summary = append(summary, []string{strconv.Itoa(r.Pods), r.Phase, r.Process, strconv.Itoa(r.Procs),
+			strconv.FormatFloat(r.MeanCores, 'f', 4, 64), strconv.FormatUint(r.MaxRSS, 10), strconv.Itoa(r.Churned)})
+		for i, rss := range r.Series.RSS {
+			cores := ""
+			if i > 0 {
+				cores = strconv.FormatFloat(r.Series.Cores[i-1], 'f', 4, 64)
+			}
+			samples = append(samples, []string{strconv.Itoa(r.Pods), r.Phase, r.Process, strconv.Itoa(i),
+				strconv.FormatFloat((time.Duration(i) * interval).Seconds(), 'f', 0, 64), cores,
+				strconv.FormatUint(rss, 10), strconv.Itoa(r.Series.Procs[i])})
+		}
+	}
+	var files []string
+	for name, recs := range map[string][][]string{"overhead.csv": summary, "overhead-samples.csv": samples} {
+		path := filepath.Join(dir, name)
+		if err := writeCSV(path, recs); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	png := filepath.Join(dir, "overhead.png")
+	if err := overheadPNG(png, rows, agent, interval); err != nil {
+		return files, err
+	}
+	return append(files, png), nil
+}
+
+func writeCSV(path string, recs [][]string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	w := csv.NewWriter(f)
+	_ = w.WriteAll(recs) // the error is w.Error, checked below
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// overheadPNG draws two stacked plots over sample time, one line per pod
+// count and phase: the agent's CPU (cores) and its RSS (MiB).
+func overheadPNG(path string, rows []OverheadRow, agent string, interval time.Duration) error {
+	cpu, rss := plot.New(), plot.New()
+	cpu.Title.Text = fmt.Sprintf("%s: CPU and RSS per 1 s sample (target <= %.2f core idle, <= %s)", agent, TargetIdleCores, mib(TargetRSSBytes))
+	cpu.X.Label.Text, cpu.Y.Label.Text = "seconds into the window", "cores"
+	rss.X.Label.Text, rss.Y.Label.Text = "seconds into the window", "RSS (MiB)"
+	cpu.Legend.Top, rss.Legend.Top = true, true
+	var lines []any
+	var rssLines []any
+	for _, r := range rows {
+		if r.Process != agent {
+			continue
+		}
+		label := fmt.Sprintf("%d pods, %s", r.Pods, r.Phase)
+		c := make(plotter.XYs, len(r.Series.Cores))
+		for i, v := range r.Series.Cores {
+			c[i] = plotter.XY{X: (time.Duration(i+1) * interval).Seconds(), Y: v}
+		}
+		m := make(plotter.XYs, len(r.Series.RSS))
+		for i, v := range r.Series.RSS {
+			m[i] = plotter.XY{X: (time.Duration(i) * interval).Seconds(), Y: float64(v) / (1 << 20)}
+		}
+		lines = append(lines, label, c)
+		rssLines = append(rssLines, label, m)
+	}
+	if err := plotutil.AddLines(cpu, lines...); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if err := plotutil.AddLines(rss, rssLines...); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	img := vgimg.New(9*vg.Inch, 8*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(12)}
+	canvases := plot.Align([][]*plot.Plot{{cpu}, {rss}}, tiles, dc)
+	cpu.Draw(canvases[0][0])
+	rss.Draw(canvases[1][0])
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
+	if err := errors.Join(err, f.Close()); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	tests := []struct {
+		name    string
+		stat    string
+		want    time.Duration
+		wantErr bool
+	}{
+		{
+			name: "utime and stime are summed in 10 ms ticks",
+			stat: "1234 (nodeguard) S 1 1234 1234 0 -1 4194560 5000 0 0 0 150 25 0 0 20 0 12 0 100 1000000 5000 18446744073709551615",
+			want: 1750 * time.Millisecond,
+		},
+		{
+			name: "a command name with spaces and parentheses does not shift the fields",
+			stat: "7 (a) b (c) R 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 1 1 1 1",
+			want: 70 * time.Millisecond,
+		},
+		{name: "a line without the command's closing parenthesis is refused", stat: "7 (abc S 1", wantErr: true},
+		{name: "a line cut before stime is refused", stat: "7 (a) S 1 7 7 0 -1 0 0 0 0 0 3", wantErr: true},
+		{name: "a non-numeric utime is refused", stat: "7 (a) S 1 7 7 0 -1 0 0 0 0 0 x 4 0", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseStatCPU([]byte(tt.stat))
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Fatalf("ParseStatCPU = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseStatusRSS(t *testing.T) {
+	tests := []struct {
+		name    string
+		status  string
+		want    uint64
+		ok      bool
+		wantErr bool
+	}{
+		{name: "VmRSS in kB is returned in bytes", status: "Name:\tx\nVmHWM:\t  900 kB\nVmRSS:\t  812 kB\nThreads:\t9\n", want: 812 << 10, ok: true},
+		{name: "a kernel thread without VmRSS is not ok, and not 0 bytes", status: "Name:\tkthreadd\nThreads:\t1\n"},
+		{name: "a VmRSS without its unit is refused", status: "VmRSS:\t812\n", wantErr: true},
+		{name: "a non-numeric VmRSS is refused", status: "VmRSS:\tlots kB\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok, err := ParseStatusRSS([]byte(tt.status))
+			if (err != nil) != tt.wantErr || ok != tt.ok || got != tt.want {
+				t.Fatalf("ParseStatusRSS = %d, %v, %v; want %d, %v, error %v", got, ok, err, tt.want, tt.ok, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestReadProcUsageOfThisProcess(t *testing.T) {
+	u, err := ReadProcUsage("/proc", os.Getpid())
+	if err != nil || u.RSS == 0 {
+		t.Fatalf("ReadProcUsage(self) = %+v, %v", u, err)
+	}
+	if _, err := ReadProcUsage(t.TempDir(), 1); !os.IsNotExist(err) {
+		t.Fatalf("a missing process gave %v, want an error matching os.ErrNotExist", err)
+	}
+}
+
+func TestFindProcsFindsThisProcess(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := FindProcs("/proc", func(argv []string) bool {
+		exe, _ := filepath.Abs(argv[0])
+		return exe == self
+	})
+	found := false
+	for _, p := range pids {
+		found = found || p == os.Getpid()
+	}
+	if err != nil || !found {
+		t.Fatalf("FindProcs = %v, %v; this process is %d", pids, err, os.Getpid())
+	}
+}
+
+// fakeProc writes a /proc-like tree with one process whose CPU time the test
+// advances.
+type fakeProc struct {
+	dir string
+	pid int
+}
+
+func (f fakeProc) set(t *testing.T, ticks int, rssKB int) {
+	t.Helper()
+	d := filepath.Join(f.dir, fmt.Sprint(f.pid))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("%d (fake) S 1 1 1 0 -1 0 0 0 0 0 %d 0 0 0 20 0 1 0 1 1 1\n", f.pid, ticks)
+	if err := os.WriteFile(filepath.Join(d, "stat"), []byte(stat), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "status"), fmt.Appendf(nil, "VmRSS:\t%d kB\n", rssKB), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSampleTurnsCPUTimeDeltasIntoCores(t *testing.T) {
+	p := fakeProc{dir: t.TempDir(), pid: 42}
+	p.set(t, 0, 1024)
+	var mu sync.Mutex
+	reads := 0
+	// Each read of the group's pids advances the process by 5 ticks
+	// (50 ms of CPU) and grows its RSS: over 100 ms intervals that is
+	// about half a core.
+	group := ProcGroup{Name: "fake", PIDs: func() ([]int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		p.set(t, 5*reads, 1024+reads)
+		reads++
+		return []int{p.pid, 4242}, nil // 4242 does not exist: skipped
+	}}
+	series, err := Sample(t.Context(), p.dir, []ProcGroup{group}, 500*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := series[0]
+	if len(s.RSS) < 5 || len(s.Cores) != len(s.RSS)-1 {
+		t.Fatalf("%d RSS samples and %d CPU intervals", len(s.RSS), len(s.Cores))
+	}
+	if c := s.MeanCores(); c < 0.3 || c > 0.55 {
+		t.Errorf("mean %.3f cores, want about 0.5 (50 ms of CPU per 100 ms)", c)
+	}
+	if want := uint64(1024+len(s.RSS)-1) << 10; s.MaxRSS() != want {
+		t.Errorf("max RSS %d, want %d", s.MaxRSS(), want)
+	}
+	if s.Procs[0] != 1 {
+		t.Errorf("procs %v: the missing pid was counted", s.Procs)
+	}
+}
+
+// fakePods is an agent whose pods run as soon as they are applied.
+type fakePods struct {
+	mu      sync.Mutex
+	pods    map[string]corev1.Pod
+	applied int
+}
+
+func (f *fakePods) Apply(_ context.Context, manifest []byte, _ string) (*corev1.PodList, error) {
+	var p corev1.Pod
+	if err := yaml.Unmarshal(manifest, &p); err != nil {
+		return nil, err
+	}
+	if !bytes.Contains(manifest, []byte(`command: [sleep, "3600"]`)) {
+		return nil, fmt.Errorf("pod %s does not sleep", p.Name)
+	}
+	p.Status.Phase = corev1.PodRunning
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pods[p.Namespace+"/"+p.Name] = p
+	f.applied++
+	return &corev1.PodList{Items: []corev1.Pod{p}}, nil
+}
+
+func (f *fakePods) Delete(_ context.Context, namespace, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.pods[namespace+"/"+name]; !ok {
+		return fmt.Errorf("%s/%s not found", namespace, name)
+	}
+	delete(f.pods, namespace+"/"+name)
+	return nil
+}
+
+func (f *fakePods) List(context.Context) (*corev1.PodList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := &corev1.PodList{}
+	for _, p := range f.pods {
+		l.Items = append(l.Items, p)
+	}
+	return l, nil
+}
+
+func TestRunOverheadFillsMeasuresChurnsAndCleansUp(t *testing.T) {
+	agent := &fakePods{pods: map[string]corev1.Pod{}}
+	self := ProcGroup{Name: "self", PIDs: func() ([]int, error) { return []int{os.Getpid()}, nil }}
+	rows, err := RunOverhead(t.Context(), agent, []ProcGroup{self}, OverheadConfig{
+		Pods: []int{3, 5}, Window: 400 * time.Millisecond, Interval: 100 * time.Millisecond, Parallel: 2, Image: "busybox",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%d %s %s", r.Pods, r.Phase, r.Process))
+		if r.MaxRSS == 0 || len(r.Series.Cores) == 0 {
+			t.Errorf("row %+v has no samples", r)
+		}
+		if r.Phase == "churn" && r.Churned == 0 {
+			t.Errorf("no pod was churned at %d pods", r.Pods)
+		}
+	}
+	if want := "3 idle self,3 churn self,5 idle self,5 churn self"; strings.Join(got, ",") != want {
+		t.Fatalf("rows %v, want %s", got, want)
+	}
+	if len(agent.pods) != 0 {
+		t.Fatalf("%d pods left after the benchmark", len(agent.pods))
+	}
+	if agent.applied <= 5 {
+		t.Fatalf("%d pods applied: the churn applied none", agent.applied)
+	}
+
+	var table bytes.Buffer
+	WriteOverheadTable(&table, rows, "self")
+	if !strings.Contains(table.String(), "MET") && !strings.Contains(table.String(), "MISSED") {
+		t.Errorf("the table has no verdict against the target:\n%s", table.String())
+	}
+	dir := t.TempDir()
+	files, err := WriteOverheadFiles(dir, rows, "self", 100*time.Millisecond)
+	if err != nil || len(files) != 3 {
+		t.Fatalf("WriteOverheadFiles = %v, %v", files, err)
+	}
+	csv, err := os.ReadFile(filepath.Join(dir, "overhead.csv"))
+	if err != nil || strings.Count(string(csv), "\n") != len(rows)+1 {
+		t.Fatalf("overhead.csv:\n%s (%v)", csv, err)
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/nodeguard/nodeguard/internal/logging"
+	"github.com/nodeguard/nodeguard/oom"
+)
+
+// daemonControl is what runDaemon needs from the command beyond the
+// configuration: systemd notifications, the SIGHUP channel and how to
+// reload.
+type daemonControl struct {
+	notify *notifier
+	hup    <-chan os.Signal
+	// reload reads and validates the configuration again (the file,
+	// then the flags): see reloader.
+	reload func() (runConfig, error)
+	path   string          // the file, for log lines ("" without one)
+	logs   *logging.Logger // level and format follow reloads
+}
+
+// applyLogging sets the logger's level and format from a validated
+// logging section.
+func applyLogging(l *logging.Logger, c loggingConfig) {
+	if l == nil {
+		return
+	}
+	if lvl, err := logging.ParseLevel(c.Level); err == nil {
+		l.SetLevel(lvl)
+	}
+	if f, err := logging.ParseFormat(c.Format); err == nil {
+		l.SetFormat(f)
+	}
+}
+
+// reloader applies the configuration again on SIGHUP, without touching
+// pods: the logging section and the eviction policy (thresholds, PSI
+// rules, grace and transition periods, cool-down) take effect at once;
+// other changes are named in one log line as needing a restart, and the
+// running values stay. A file that does not load or validate changes
+// nothing, and one error line names the field.
+type reloader struct {
+	cur    runConfig // in force
+	load   func() (runConfig, error)
+	path   string
+	logs   *logging.Logger
+	em     *oom.Manager     // nil: eviction disabled
+	wire   *podRootTripwire // nil: no tripwire
+	n      *notifier
+	log    *slog.Logger
+	status func() string
+}
+
+// run reloads on every signal until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.n.reloading()
+			r.reload()
+			r.n.ready(r.status())
+		}
+	}
+}
+
+// reload is one SIGHUP.
+func (r *reloader) reload() {
+	if r.load == nil {
+		return
+	}
+	next, err := r.load()
+	if err != nil {
+		r.log.Error("configuration reload refused, the running configuration stays", "config", r.path, "err", err)
+		return
+	}
+	apply, restart, err := configChanges(r.cur, next)
+	if err != nil {
+		r.log.Error("configuration reload refused, the running configuration stays", "config", r.path, "err", err)
+		return
+	}
+	if len(restart) > 0 {
+		r.log.Warn("configuration changes need a restart, the running values stay until then", "config", r.path, "fields", restart)
+	}
+	if len(apply) == 0 {
+		r.log.Info("configuration reloaded, nothing to apply", "config", r.path)
+		return
+	}
+	if r.em != nil && slices.ContainsFunc(apply, func(k string) bool { return strings.HasPrefix(k, "eviction.") }) {
+		pc, err := next.Eviction.policy()
+		if err == nil {
+			err = r.em.SetPolicy(pc)
+		}
+		if err != nil {
+			// Validate parsed the same section: not expected.
+			r.log.Error("configuration reload refused, the running configuration stays", "config", r.path, "err", err)
+			return
+		}
+		in := r.em.Policy().Config()
+		if r.wire != nil {
+			r.wire.setThresholds(in.Thresholds)
+		}
+		th, rules := describeThresholds(in)
+		r.log.Info("eviction thresholds reloaded", "thresholds", th, "psi_rules", rules,
+			"transition_period", in.EvictionPressureTransitionPeriod, "cool_down", in.CoolDown)
+	}
+	applyLogging(r.logs, next.Logging)
+	r.cur = withReloaded(r.cur, next)
+	r.log.Info("configuration reloaded", "config", r.path, "applied", apply,
+		"log_level", r.cur.Logging.Level, "log_format", r.cur.Logging.Format)
+}
+
+// setThresholds re-aims the tripwire at new thresholds: the next snapshot
+// arms it afresh.
+func (p *podRootTripwire) setThresholds(th []oom.Threshold) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.th = slices.Clone(th)
+	p.armed = 0
+}
