@@ -57,8 +57,7 @@ test-vm:
 # plain tests under `make test`. A target that fails leaves its input in
 # that directory: fix the code, keep the input as a seed. Every
 # `func Fuzz...` in the module must be listed (checked first), so that a new
-# target is not silently left out. Add the configuration parser's
-# FuzzConfig (./cmd/nodeguard:FuzzConfig) here once it exists.
+# target is not silently left out.
 FUZZTIME ?= 10s
 FUZZ_TARGETS ?= \
 	./lifecycle/podspec:FuzzParse \
@@ -80,7 +79,8 @@ FUZZ_TARGETS ?= \
 	./internal/cgroups:FuzzDiscoverFS \
 	./mounts:FuzzValidatePath \
 	./oom:FuzzParseThresholdList \
-	./oom:FuzzParsePSIRule
+	./oom:FuzzParsePSIRule \
+	./cmd/nodeguard:FuzzConfig
 
 fuzz:
 	@missing=$$(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -Eo '^func Fuzz[A-Za-z0-9_]+' | \
