@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/internal/logging"
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/netplumb"
 	"github.com/nodeguard/nodeguard/oom"
 )
@@ -62,6 +63,22 @@ type runConfig struct {
 	// Logging: level and format (the --log-level and --log-format flags
 	// override them).
 	Logging loggingConfig `json:"logging"`
+	// Kernel: the eBPF event pipeline.
+	Kernel kernelConfig `json:"kernel"`
+}
+
+// kernelConfig is the kernel section: the eBPF pipeline's sizes. Loss is
+// counted, never silent (nodeguard_bpf_ring_lost_total); decisions come
+// from snapshots and tripwires, so a ring that overflows costs attribution
+// and wake-ups, not evictions.
+type kernelConfig struct {
+	// BPF off senses from PSI and cgroup statistics only.
+	BPF bool `json:"bpf"`
+	// RingSizeBytes per ring (oom, reclaim, lifecycle): a power of two,
+	// at least one page.
+	RingSizeBytes int `json:"ringSizeBytes"`
+	// QueueSize bounds the decoded events waiting for the Go core.
+	QueueSize int `json:"queueSize"`
 }
 
 // loggingConfig is the logging section; SIGHUP applies it.
@@ -126,6 +143,7 @@ func defaultRunConfig() runConfig {
 			Tick:                             metav1.Duration{Duration: oom.DefaultTick},
 		},
 		Logging: loggingConfig{Level: "info", Format: "text"},
+		Kernel:  kernelConfig{BPF: true, RingSizeBytes: loader.DefaultRingSize, QueueSize: loader.DefaultQueueSize},
 	}
 }
 
@@ -177,6 +195,12 @@ func (n networkConfig) netplumb(rootDir string) (netplumb.Config, error) {
 
 // Validate names the first bad field.
 func (c runConfig) Validate() error {
+	if r := c.Kernel.RingSizeBytes; r < os.Getpagesize() || r&(r-1) != 0 {
+		return fmt.Errorf("kernel.ringSizeBytes: %d: want a power of two of at least %d (one page)", r, os.Getpagesize())
+	}
+	if c.Kernel.QueueSize < 1 {
+		return fmt.Errorf("kernel.queueSize: %d: want at least 1", c.Kernel.QueueSize)
+	}
 	switch {
 	case c.RuntimeEndpoint == "":
 		return errors.New("runtimeEndpoint: required (the CRI socket, e.g. unix:///run/containerd/containerd.sock), or --private-runtime")

@@ -211,3 +211,120 @@ func scrape(t *testing.T, addr string) string {
 	io.Copy(&b, bufio.NewReader(resp.Body))
 	return b.String()
 }
+
+// TestRunEvictsRightWhileTheRingsOverflow shrinks every ring to one page
+// and the event queue to 16, floods the lifecycle ring with exits (a pod
+// whose 300 children exit within a millisecond, over and over), and lets a
+// hog loose: the loss is counted
+// in the metrics, and the eviction is still right, decided on snapshots
+// and the tripwire.
+func TestRunEvictsRightWhileTheRingsOverflow(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	os.WriteFile(config, []byte(fmt.Sprintf(
+		"systemReserved: {memory: %q}\neviction:\n  evictionHard: {memory.available: 100Mi}\nkernel:\n  ringSizeBytes: %d\n  queueSize: 16\n",
+		fmt.Sprint(int64(mi.MemTotal)-512<<20), os.Getpagesize())), 0o600)
+	sock, addr := filepath.Join(dir, "api.sock"), freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var logb syncBuffer
+	cmd := exec.Command(bin, "run", "--private-runtime", "--config", config, "--root-dir", filepath.Join(dir, "root"),
+		"--api-socket", sock, "--metrics-addr", addr, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = &logb, &logb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	client := api.NewClient(sock)
+	defer client.Close()
+	defer func() {
+		if l, err := client.List(ctx); err == nil {
+			for _, p := range l.Items {
+				client.Delete(ctx, p.Namespace, p.Name)
+			}
+		}
+		time.Sleep(2 * time.Second)
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logb.String())
+		}
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := client.List(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("API never came up; log:\n%s", logb.String())
+		}
+	}
+	storm := `apiVersion: v1
+kind: Pod
+metadata: {name: storm}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - {name: c, image: registry.local/nodeguard/busybox:1.35, command: [sh, -c, "while true; do for i in $(seq 300); do sleep 0.5 & done; wait; done"], resources: {requests: {memory: 16Mi}}}
+`
+	if _, err := client.Apply(ctx, []byte(storm), "test"); err != nil {
+		t.Fatal(err)
+	}
+	lost := func() float64 {
+		var n float64
+		for _, l := range strings.Split(scrape(t, addr), "\n") {
+			if strings.HasPrefix(l, "nodeguard_bpf_ring_lost_total{") {
+				var v float64
+				fmt.Sscan(l[strings.LastIndex(l, " ")+1:], &v)
+				n += v
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(60 * time.Second); lost() == 0; time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			for _, l := range strings.Split(scrape(t, addr), "\n") {
+				if strings.HasPrefix(l, "nodeguard_bpf_") {
+					t.Log(l)
+				}
+			}
+			t.Fatal("the exit storm never overflowed a one-page ring")
+		}
+	}
+	if _, err := client.Apply(ctx, []byte(evictPods), "test"); err != nil {
+		t.Fatal(err)
+	}
+	var hog *corev1.Pod
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		hog, err = client.Get(ctx, "default", "hog")
+		if err == nil && hog.Status.Reason == "Evicted" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hog was never evicted: %+v", hog.Status)
+		}
+	}
+	for _, name := range []string{"steady", "idle-besteffort", "storm"} {
+		if p, err := client.Get(ctx, "default", name); err != nil || p.Status.Phase != corev1.PodRunning {
+			t.Errorf("collateral: %s (%v)", name, err)
+		}
+	}
+	evs, _ := client.Events(ctx, 0, 0)
+	for _, e := range evs {
+		if e.Kind == "oom_kill" {
+			t.Errorf("a kernel OOM kill: %s", e.Object)
+		}
+	}
+	t.Logf("events lost while the rings overflowed: %.0f; hog evicted: %s", lost(), hog.Status.Message)
+}

@@ -39,6 +39,8 @@ type senseFlags struct {
 	tick        time.Duration
 	fullEvery   time.Duration
 	noBPF       bool
+	// ringSize and queueSize: the loader's (0: its defaults).
+	ringSize, queueSize int
 	// resolver labels cgroup series with pods (nodeguard run).
 	resolver metrics.Resolver
 	// storage: per-pod ephemeral storage (nodeguard run).
@@ -134,7 +136,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		return nil, err
 	}
 	if !f.noBPF {
-		s.pipeline, err = loader.Open(loader.Options{Logger: log})
+		s.pipeline, err = loader.Open(loader.Options{Logger: log, RingSize: f.ringSize, QueueSize: f.queueSize})
 		if err != nil {
 			// Degrade, with one clear line: snapshots, PSI triggers and
 			// tripwires still drive everything, only slower to see OOM

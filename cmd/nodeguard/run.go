@@ -305,6 +305,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	var evictMgr atomic.Pointer[oom.Manager]
 	var wire *podRootTripwire
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, roots: []string{kube}, rootDir: cfg.RootDir,
+		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
 		onEvent: fwd.send,
 		onWake: func(w psi.Wake) {
