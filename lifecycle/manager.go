@@ -804,7 +804,20 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 		m.log.Warn("stop sandbox", "sandbox", id, "err", err)
 	}
 	if err := m.cfg.Runtime.RemovePodSandbox(cctx, id); err != nil {
-		m.log.Warn("remove sandbox", "sandbox", id, "err", err)
+		// A container whose start was cut short (a client killed
+		// mid-call) can be "created" to the runtime while its task runs:
+		// the runtime then refuses to remove it. Its processes are in the
+		// pod's cgroup: kill them and try once more.
+		if parent != "" {
+			if n, kerr := m.cfg.Cgroups.Kill(parent); kerr == nil {
+				time.Sleep(100 * time.Millisecond)
+				err = m.cfg.Runtime.RemovePodSandbox(cctx, id)
+				m.log.Info("remove sandbox: killed what still ran in its pod cgroup and retried", "sandbox", id, "killed", n, "err", err)
+			}
+		}
+		if err != nil {
+			m.log.Warn("remove sandbox", "sandbox", id, "err", err)
+		}
 	}
 	if parent != "" {
 		m.removePodCgroup(parent, false)

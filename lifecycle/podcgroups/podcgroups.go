@@ -393,10 +393,12 @@ func procs(dir string) ([]int, error) {
 // Kill SIGKILLs every process in the pod's cgroups and returns how many
 // it signalled by pid. It returns once the signals are sent, without
 // waiting for the processes to exit (a hard eviction's "kill sent"):
-//   - where the pod has a cgroup2 directory whose kernel has cgroup.kill
-//     (5.14; on hybrid hosts too, as runc joins the unified hierarchy),
-//     one write kills the whole subtree atomically, new forks included;
-//   - otherwise every pid in cgroup.procs beneath the pod's memory cgroup
+//   - where the memory controller is on cgroup2 and the kernel has
+//     cgroup.kill (5.14), one write kills the whole subtree atomically,
+//     new forks included;
+//   - otherwise (v1, hybrid: cgroup.kill on the unified tree is written
+//     too, but may not reach every process) every pid in cgroup.procs
+//     beneath the pod's memory cgroup
 //     (which every process of the pod is in) gets SIGKILL, and the walk is
 //     repeated, a bounded number of times, while it finds pids it has not
 //     signalled yet (tasks forked meanwhile).
@@ -411,9 +413,13 @@ func (m *Manager) Kill(parent string) (int, error) {
 	}
 	for _, d := range dirs {
 		if d.Hierarchy.V2() {
-			if err := os.WriteFile(filepath.Join(d.Path, "cgroup.kill"), []byte("1"), 0); err == nil {
+			err := os.WriteFile(filepath.Join(d.Path, "cgroup.kill"), []byte("1"), 0)
+			if err == nil && m.layout.Memory.V2() {
 				return 0, nil
 			}
+			// On a hybrid host the cgroup2 tree need not hold every
+			// process (runc may not join it): the memory hierarchy's
+			// walk below is what is sure to reach them all.
 		}
 	}
 	mem, err := m.layout.Memory.Resolve(parent)
