@@ -125,6 +125,22 @@ func Crossing(points []ProgressPoint, baseline, budget, threshold uint64) (at ti
 	return time.Time{}, false
 }
 
+// ProjectCrossing extrapolates the crossing of a hog stopped before its
+// log reached budget - threshold: from its last progress point at its
+// achieved rate (bytes/s). ok is false without points or rate.
+func ProjectCrossing(points []ProgressPoint, baseline, budget, threshold uint64, rate float64) (time.Time, bool) {
+	if len(points) == 0 || rate <= 0 || threshold >= budget {
+		return time.Time{}, false
+	}
+	last := points[len(points)-1]
+	line := budget - threshold
+	have := baseline + last.Allocated
+	if have >= line {
+		return last.At, true
+	}
+	return last.At.Add(time.Duration(float64(line-have) / rate * float64(time.Second))), true
+}
+
 // AllocationStart returns the time of the first point with memory
 // allocated, and the rate achieved from there to the last point (bytes/s;
 // 0 with fewer than two such points).

@@ -207,3 +207,16 @@ func TestOOMCounterSumsTheSubtreeAndKeepsVanishedCounts(t *testing.T) {
 		t.Fatalf("fired %v, %v after the leaf was removed: the count must stay", fired, err)
 	}
 }
+
+func TestProjectCrossing(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	pts := []ProgressPoint{{At: t0, Allocated: 100 << 20}, {At: t0.Add(time.Second), Allocated: 200 << 20}}
+	// line = 1000 - 100 = 900 MiB; have = 600 + 200 = 800 MiB; 100 MiB at 100 MiB/s is 1 s after the last point.
+	at, ok := ProjectCrossing(pts, 600<<20, 1000<<20, 100<<20, 100<<20)
+	if !ok || !at.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("ProjectCrossing = %v, %v; want %v", at, ok, t0.Add(2*time.Second))
+	}
+	if _, ok := ProjectCrossing(nil, 0, 1, 0, 1); ok {
+		t.Fatal("no points, yet a projection")
+	}
+}

@@ -69,6 +69,15 @@ func (t *EvictionTrial) finish(points []ProgressPoint) {
 	}
 	if at, ok := Crossing(points, t.Baseline, t.Budget, t.Threshold); ok {
 		t.Crossed = at
+	} else if at, ok := ProjectCrossing(points, t.Baseline, t.Budget, t.Threshold, t.AchievedRate); ok && !t.Detected.IsZero() && t.Detected.Before(at) {
+		// Evicted before the hog's log reached the line (the pod root's
+		// working set holds more than baseline + allocated: the hog's own
+		// runtime, page tables): the crossing is where its steady rate
+		// would have taken it, so the detection counts, early.
+		t.Crossed = at
+		if t.Note == "" {
+			t.Note = "crossing extrapolated from the hog's rate: evicted before its log reached it"
+		}
 	}
 	if t.KillSent.IsZero() && !t.KernelOOM.IsZero() {
 		t.KernelOOMFirst = true

@@ -158,7 +158,9 @@ exceed half of MemAvailable. --out DIR writes eviction.csv and eviction.png.`,
 			}
 			ng.mgr, ng.layout, ng.log = mgr, layout, log
 			mgr.SourcesReady()
-			mctx, stop := context.WithCancel(ctx)
+			// The pod manager outlives an interrupt: the cleanup after it deletes
+			// the pods through it. stop ends it once RunEviction has returned.
+			mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 			done := make(chan struct{})
 			go func() { mgr.Run(mctx); close(done) }()
 			start := time.Now()
