@@ -69,14 +69,16 @@ func (t *EvictionTrial) finish(points []ProgressPoint) {
 	}
 	if at, ok := Crossing(points, t.Baseline, t.Budget, t.Threshold); ok {
 		t.Crossed = at
-	} else if at, ok := ProjectCrossing(points, t.Baseline, t.Budget, t.Threshold, t.AchievedRate); ok && !t.Detected.IsZero() && t.Detected.Before(at) {
-		// Evicted before the hog's log reached the line (the pod root's
-		// working set holds more than baseline + allocated: the hog's own
-		// runtime, page tables): the crossing is where its steady rate
-		// would have taken it, so the detection counts, early.
+	} else if at, ok := ProjectCrossing(points, t.Baseline, t.Budget, t.Threshold, t.AchievedRate); ok && !t.Detected.IsZero() {
+		// Evicted before the hog's log reached the line: either early
+		// (the pod root's working set holds more than baseline +
+		// allocated: the hog's own runtime, page tables), or its last
+		// lines were not written yet when it was killed (at 2 GiB/s the
+		// log lags). The crossing is where its steady rate would have
+		// taken it from its last line; the detection counts either way.
 		t.Crossed = at
 		if t.Note == "" {
-			t.Note = "crossing extrapolated from the hog's rate: evicted before its log reached it"
+			t.Note = "crossing extrapolated from the hog's rate: it was evicted before its log reached the line"
 		}
 	}
 	if t.KillSent.IsZero() && !t.KernelOOM.IsZero() {
