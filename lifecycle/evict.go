@@ -99,7 +99,8 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p), Priority: qos.Priority(p),
 			Critical: qos.IsCritical(p), Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: it.source != SourceAPI,
 			MemoryRequest: req.Memory().Value(), EphemeralRequest: req.StorageEphemeral().Value(),
-			GracePeriod: grace(p),
+			EphemeralUsage: m.ephemeralUsage(p.UID),
+			GracePeriod:    grace(p),
 		}}
 		out = append(out, ref)
 	}

@@ -130,6 +130,8 @@ type Manager struct {
 	// relisted: the containers' states at the last relist (Run's
 	// goroutine only).
 	relisted map[string]relistEntry
+	// ephemeral: each pod's ephemeral storage at the last Storage sample.
+	ephemeral atomic.Pointer[map[types.UID]int64]
 }
 
 type backoff struct {

@@ -91,7 +91,21 @@ func (m *Manager) Storage(ctx context.Context) ([]PodStorage, error) {
 		}
 		out = append(out, ps)
 	}
+	eph := make(map[types.UID]int64, len(out))
+	for i := range out {
+		eph[out[i].UID] = int64(out[i].EphemeralBytes())
+	}
+	m.ephemeral.Store(&eph)
 	return out, nil
+}
+
+// ephemeralUsage is the pod's ephemeral storage at the last Storage
+// sample (0 before one): the eviction policy's disk signals rank by it.
+func (m *Manager) ephemeralUsage(uid types.UID) int64 {
+	if p := m.ephemeral.Load(); p != nil {
+		return (*p)[uid]
+	}
+	return 0
 }
 
 // dirBytes is the space the regular files under dir take (0 when it does
