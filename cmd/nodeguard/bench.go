@@ -151,23 +151,12 @@ test containerd (its own network namespace, local images) and removes it after.`
 				return err
 			}
 			defer client.Close()
-			layout, err := cgroups.Discover()
+			host, cleanup, err := newBenchHost(cgroupRoot, "nodeguard-churn-")
 			if err != nil {
 				return err
 			}
-			cg, err := podcgroups.New(layout, cgroupnames.Cgroupfs, cgroupRoot)
-			if err != nil {
-				return err
-			}
-			root, err := os.MkdirTemp("", "nodeguard-churn-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(root)
-			mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
-			if err != nil {
-				return err
-			}
+			defer cleanup()
+			layout, cg, root, mi := host.layout, host.cg, host.root, host.mi
 			floor, err := bench.RunChurnFloor(ctx, client, cg, cfg)
 			if err != nil {
 				return fmt.Errorf("direct CRI: %w", err)
@@ -223,4 +212,32 @@ test containerd (its own network namespace, local images) and removes it after.`
 	cmd.Flags().StringVar(&cgroupRoot, "cgroup-root", "nodeguard-bench", "cgroup root for the pods (relative: beneath nodeguard's own cgroup)")
 	cmd.Flags().StringVar(&out, "out", "", "directory for churn.csv")
 	return cmd
+}
+
+// benchHost is what a pod benchmark runs a lifecycle.Manager on: the
+// cgroup layout, the pod cgroups beneath cgroupRoot, a temporary state
+// directory and the node's memory.
+type benchHost struct {
+	layout *cgroups.Layout
+	cg     *podcgroups.Manager
+	root   string
+	mi     nodestats.Meminfo
+}
+
+// newBenchHost prepares a benchHost; cleanup removes its state directory.
+func newBenchHost(cgroupRoot, prefix string) (_ *benchHost, cleanup func(), err error) {
+	h := &benchHost{}
+	if h.layout, err = cgroups.Discover(); err != nil {
+		return nil, nil, err
+	}
+	if h.cg, err = podcgroups.New(h.layout, cgroupnames.Cgroupfs, cgroupRoot); err != nil {
+		return nil, nil, err
+	}
+	if h.mi, err = nodestats.ReadMeminfo(nodestats.MeminfoPath); err != nil {
+		return nil, nil, err
+	}
+	if h.root, err = os.MkdirTemp("", prefix); err != nil {
+		return nil, nil, err
+	}
+	return h, func() { os.RemoveAll(h.root) }, nil
 }

@@ -13,13 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeguard/nodeguard/bench"
-	"github.com/nodeguard/nodeguard/internal/cgroups"
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/images"
 	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -134,23 +131,12 @@ exceed half of MemAvailable. --out DIR writes eviction.csv and eviction.png.`,
 						endpoint, cfg.HogImage, err)
 				}
 			}
-			layout, err := cgroups.Discover()
+			host, cleanup, err := newBenchHost(cgroupRoot, "nodeguard-eviction-")
 			if err != nil {
 				return err
 			}
-			cg, err := podcgroups.New(layout, cgroupnames.Cgroupfs, cgroupRoot)
-			if err != nil {
-				return err
-			}
-			root, err := os.MkdirTemp("", "nodeguard-eviction-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(root)
-			mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
-			if err != nil {
-				return err
-			}
+			defer cleanup()
+			layout, cg, root, mi := host.layout, host.cg, host.root, host.mi
 			mgr, err := lifecycle.New(lifecycle.Config{Runtime: client, Cgroups: cg, RootDir: root, MemoryCapacity: int64(mi.MemTotal),
 				CgroupV2: layout.Memory.V2(), MinOOMScoreAdj: ownOOMScoreAdj(), Logger: log})
 			if err != nil {

@@ -70,8 +70,6 @@ spec:
 // eviction shows in its status, the metrics, the API's events and the log.
 func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 	cgtest.RequirePrivileged(t)
-	bin := buildBinary(t)
-	dir := t.TempDir()
 	mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
 	if err != nil {
 		t.Fatal(err)
@@ -80,43 +78,9 @@ func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 	if reserved <= 0 {
 		t.Skip("the machine has less than 512 MiB")
 	}
-	config := filepath.Join(dir, "config.yaml")
-	os.WriteFile(config, []byte(fmt.Sprintf("systemReserved: {memory: %q}\neviction:\n  evictionHard: {memory.available: 100Mi}\n", fmt.Sprint(reserved))), 0o600)
-	sock := filepath.Join(dir, "api.sock")
-	addr := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var logb syncBuffer
-	cmd := exec.Command(bin, "run", "--private-runtime", "--config", config, "--root-dir", filepath.Join(dir, "root"),
-		"--api-socket", sock, "--metrics-addr", addr, "--log-level", "info")
-	cmd.Stdout, cmd.Stderr = &logb, &logb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logb.String())
-		}
-	}()
-	client := api.NewClient(sock)
-	defer client.Close()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := client.List(ctx); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("API never came up; log:\n%s", logb.String())
-		}
-	}
+	client, addr, logb := startPrivateAgent(t, ctx, fmt.Sprintf("systemReserved: {memory: %q}\neviction:\n  evictionHard: {memory.available: 100Mi}\n", fmt.Sprint(reserved)))
 	if _, err := client.Apply(ctx, []byte(evictPods), "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +145,67 @@ func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 	_ = released
 }
 
+// startPrivateAgent runs `nodeguard run --private-runtime` with the given
+// configuration, metrics on a free loopback port, and waits for its API.
+// At cleanup it deletes every pod through the agent (so that their
+// volumes go too), interrupts it and waits, bounded; on failure the
+// agent's log is printed.
+func startPrivateAgent(t *testing.T, ctx context.Context, config string) (*api.Client, string, *syncBuffer) {
+	t.Helper()
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock, addr := filepath.Join(dir, "api.sock"), freePort(t)
+	logb := &syncBuffer{}
+	cmd := exec.Command(bin, "run", "--private-runtime", "--config", path, "--root-dir", filepath.Join(dir, "root"),
+		"--api-socket", sock, "--metrics-addr", addr, "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = logb, logb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	client := api.NewClient(sock)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if l, err := client.List(cctx); err == nil {
+			for _, p := range l.Items {
+				client.Delete(cctx, p.Namespace, p.Name)
+			}
+			for cctx.Err() == nil {
+				if l, err := client.List(cctx); err != nil || len(l.Items) == 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		client.Close()
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logb.String())
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := client.List(ctx); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("API never came up; log:\n%s", logb.String())
+		}
+	}
+	return client, addr, logb
+}
+
 // syncBuffer is a bytes.Buffer the child's output goroutine and the test
 // may use at once.
 type syncBuffer struct {
@@ -220,56 +245,15 @@ func scrape(t *testing.T, addr string) string {
 // and the tripwire.
 func TestRunEvictsRightWhileTheRingsOverflow(t *testing.T) {
 	cgtest.RequirePrivileged(t)
-	bin := buildBinary(t)
-	dir := t.TempDir()
 	mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(dir, "config.yaml")
-	os.WriteFile(config, []byte(fmt.Sprintf(
-		"systemReserved: {memory: %q}\neviction:\n  evictionHard: {memory.available: 100Mi}\nkernel:\n  ringSizeBytes: %d\n  queueSize: 16\n",
-		fmt.Sprint(int64(mi.MemTotal)-512<<20), os.Getpagesize())), 0o600)
-	sock, addr := filepath.Join(dir, "api.sock"), freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var logb syncBuffer
-	cmd := exec.Command(bin, "run", "--private-runtime", "--config", config, "--root-dir", filepath.Join(dir, "root"),
-		"--api-socket", sock, "--metrics-addr", addr, "--log-level", "info")
-	cmd.Stdout, cmd.Stderr = &logb, &logb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	client := api.NewClient(sock)
-	defer client.Close()
-	defer func() {
-		if l, err := client.List(ctx); err == nil {
-			for _, p := range l.Items {
-				client.Delete(ctx, p.Namespace, p.Name)
-			}
-		}
-		time.Sleep(2 * time.Second)
-		cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", logb.String())
-		}
-	}()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := client.List(ctx); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("API never came up; log:\n%s", logb.String())
-		}
-	}
+	client, addr, _ := startPrivateAgent(t, ctx, fmt.Sprintf(
+		"systemReserved: {memory: %q}\neviction:\n  evictionHard: {memory.available: 100Mi}\nkernel:\n  ringSizeBytes: %d\n  queueSize: 16\n",
+		fmt.Sprint(int64(mi.MemTotal)-512<<20), os.Getpagesize()))
 	storm := `apiVersion: v1
 kind: Pod
 metadata: {name: storm}
