@@ -291,7 +291,9 @@ func (m *Manager) evaluate(ctx context.Context) {
 		}
 		return
 	}
-	m.evaluations.Add(1)
+	// Counted once the evaluation has acted (oom_score_adj, hard
+	// evictions): Evaluations() > n then means "evaluated and done".
+	defer m.evaluations.Add(1)
 	refs := m.cfg.Actor.Pods()
 	obs, v := m.observe(snap, refs)
 	m.view.Store(v)
