@@ -52,11 +52,11 @@ func newLoop(dir string, opts Options) (*loop, error) {
 		return nil, fmt.Errorf("new tripwire on %s: epoll_create1: %w", dir, err)
 	}
 	if l.kick, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		l.closeFDs()
+		l.closeWith()
 		return nil, fmt.Errorf("new tripwire on %s: eventfd: %w", dir, err)
 	}
 	if err := l.add(l.kick, kickToken, unix.EPOLLIN); err != nil {
-		l.closeFDs()
+		l.closeWith()
 		return nil, err
 	}
 	return l, nil
@@ -164,9 +164,11 @@ func (l *loop) stop(started bool) {
 	}
 }
 
-func (l *loop) closeFDs() error {
+// closeWith closes an implementation's own descriptors, then the loop's,
+// setting each to -1, and reports every failure.
+func (l *loop) closeWith(own ...*int) error {
 	var errs []error
-	for _, fd := range []*int{&l.kick, &l.epfd} {
+	for _, fd := range append(own, &l.kick, &l.epfd) {
 		if *fd >= 0 {
 			if err := unix.Close(*fd); err != nil {
 				errs = append(errs, fmt.Errorf("close tripwire on %s: %w", l.dir, err))

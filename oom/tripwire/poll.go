@@ -133,17 +133,5 @@ func (t *poller) Close() error {
 func (t *poller) closeAll() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var first error
-	for _, fd := range []*int{&t.tfd, &t.usage, &t.dirfd} {
-		if *fd >= 0 {
-			if err := unix.Close(*fd); err != nil && first == nil {
-				first = fmt.Errorf("close tripwire on %s: %w", t.dir, err)
-			}
-			*fd = -1
-		}
-	}
-	if err := t.closeFDs(); err != nil && first == nil {
-		first = err
-	}
-	return first
+	return t.closeWith(&t.tfd, &t.usage, &t.dirfd)
 }

@@ -164,17 +164,5 @@ func (t *v1) Close() error {
 func (t *v1) closeAll() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var first error
-	for _, fd := range []*int{&t.efd, &t.control, &t.usage, &t.dirfd} {
-		if *fd >= 0 {
-			if err := unix.Close(*fd); err != nil && first == nil {
-				first = fmt.Errorf("close tripwire on %s: %w", t.dir, err)
-			}
-			*fd = -1
-		}
-	}
-	if err := t.closeFDs(); err != nil && first == nil {
-		first = err
-	}
-	return first
+	return t.closeWith(&t.efd, &t.control, &t.usage, &t.dirfd)
 }

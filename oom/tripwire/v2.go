@@ -257,17 +257,5 @@ func (t *v2) restore() error {
 func (t *v2) closeAll() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var first error
-	for _, fd := range []*int{&t.ifd, &t.evfd, &t.dirfd} {
-		if *fd >= 0 {
-			if err := unix.Close(*fd); err != nil && first == nil {
-				first = fmt.Errorf("close tripwire on %s: %w", t.dir, err)
-			}
-			*fd = -1
-		}
-	}
-	if err := t.closeFDs(); err != nil && first == nil {
-		first = err
-	}
-	return first
+	return t.closeWith(&t.ifd, &t.evfd, &t.dirfd)
 }
