@@ -202,8 +202,6 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("kernel.queueSize: %d: want at least 1", c.Kernel.QueueSize)
 	}
 	switch {
-	case c.RuntimeEndpoint == "":
-		return errors.New("runtimeEndpoint: required (the CRI socket, e.g. unix:///run/containerd/containerd.sock), or --private-runtime")
 	case c.RootDir == "" || !filepath.IsAbs(c.RootDir):
 		return fmt.Errorf("rootDir: %q: want an absolute path", c.RootDir)
 	case c.CgroupRoot == "":
@@ -259,6 +257,12 @@ func (c runConfig) Validate() error {
 				return fmt.Errorf("%s.%s: %s is negative", name, r, q.String())
 			}
 		}
+	}
+	// Last: a file meant for --private-runtime (or with the endpoint on
+	// the command line) has none, and a bad value elsewhere in it must
+	// still be named.
+	if c.RuntimeEndpoint == "" {
+		return errors.New("runtimeEndpoint: required (the CRI socket, e.g. unix:///run/containerd/containerd.sock), or --private-runtime")
 	}
 	return nil
 }
