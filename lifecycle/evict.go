@@ -174,7 +174,7 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 // it is deleted; its logs stay for `pod logs`.
 func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, sbs []*runtimeapi.PodSandbox) {
 	for _, sb := range sbs {
-		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace)
+		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace, true)
 	}
 	if parent, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
 		m.removePodCgroup(parent, true)

@@ -628,7 +628,7 @@ func (m *Manager) removeOrphans(ctx context.Context) {
 		_, desired := m.pods[uid]
 		m.mu.Unlock()
 		if !desired {
-			m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace)
+			m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace, true)
 			m.mu.Lock()
 			_, desired = m.pods[uid]
 			m.mu.Unlock()
@@ -734,7 +734,7 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 		return false
 	}
 	for _, sb := range sbs {
-		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod))
+		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod), true)
 	}
 	// The pod's cgroup, by its computed name (a nodeguard restarted
 	// since may never have learnt st.parent): processes the runtime does
@@ -777,8 +777,10 @@ func (m *Manager) logDir(p *corev1.Pod) string {
 }
 
 // teardownSandbox stops every container with the grace period, then the
-// sandbox (which kills without grace), removes both and the cgroups.
-func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time.Duration) {
+// sandbox (which kills without grace), and removes both. parent is the pod
+// cgroup the sandbox was made in ("" if unknown); with podGone the pod
+// cgroup is removed too, as no other sandbox of the pod will use it.
+func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time.Duration, podGone bool) {
 	cctx, cancel := call(ctx)
 	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
 	cancel()
@@ -805,25 +807,99 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 	if err := m.cfg.Runtime.StopPodSandbox(cctx, id); err != nil {
 		m.log.Warn("stop sandbox", "sandbox", id, "err", err)
 	}
-	if err := m.cfg.Runtime.RemovePodSandbox(cctx, id); err != nil {
-		// A container whose start was cut short (a client killed
-		// mid-call) can be "created" to the runtime while its task runs:
-		// the runtime then refuses to remove it. Its processes are in the
-		// pod's cgroup: kill them and try once more.
-		if parent != "" {
-			if n, kerr := m.cfg.Cgroups.Kill(parent); kerr == nil {
-				time.Sleep(100 * time.Millisecond)
-				err = m.cfg.Runtime.RemovePodSandbox(cctx, id)
-				m.log.Info("remove sandbox: killed what still ran in its pod cgroup and retried", "sandbox", id, "killed", n, "err", err)
+	remove := func(ctx context.Context) error { return m.cfg.Runtime.RemovePodSandbox(ctx, id) }
+	err = remove(cctx)
+	if errors.Is(err, cri.ErrFailedPrecondition) && parent != "" {
+		cctx, cancel := call(ctx)
+		ctrs, lerr := m.cfg.Runtime.ListContainers(cctx, id, nil)
+		cancel()
+		if lerr == nil {
+			ids := make([]string, 0, len(ctrs))
+			for _, c := range ctrs {
+				ids = append(ids, c.Id)
 			}
-		}
-		if err != nil {
-			m.log.Warn("remove sandbox", "sandbox", id, "err", err)
+			err = m.removeStranded(ctx, "sandbox", id, parent, ids, remove)
 		}
 	}
-	if parent != "" {
+	if err != nil && podGone && parent != "" {
+		// Last resort for a pod that is going away: whatever still runs
+		// in its cgroup, the runtime's or not.
+		if n, kerr := m.cfg.Cgroups.Kill(parent); kerr == nil {
+			time.Sleep(100 * time.Millisecond)
+			err = remove(cctx)
+			m.log.Info("remove sandbox: killed what still ran in its pod cgroup and retried", "sandbox", id, "killed", n, "err", err)
+		}
+	}
+	if err != nil {
+		m.log.Warn("remove sandbox", "sandbox", id, "err", err)
+	}
+	if podGone && parent != "" {
 		m.removePodCgroup(parent, false)
 	}
+}
+
+// strandedRetries bounds the removal attempts after killing a stranded
+// task: the shim sees the exit within milliseconds here; the waits double
+// from 25 ms, 1.6 s in all.
+const strandedRetries = 6
+
+// removeStranded handles the runtime refusing to remove a container (or a
+// sandbox, for its containers) because of a task it reports as created or
+// exited: a StartContainer cut short (nodeguard killed mid-call, a
+// deadline) leaves "runc init" waiting in the container's cgroup, and
+// containerd will neither start nor delete it (containerd#11037).
+//
+// The task's processes are killed through the containers' cgroups beneath
+// the pod cgroup parent (the runtime reports no pid for such a task), the
+// stopped task is deleted through the runtime's own API (its CRI ignores
+// the exit of a pid it never had), and remove is retried.
+func (m *Manager) removeStranded(ctx context.Context, what, id, parent string, containers []string, remove func(context.Context) error) error {
+	killed := 0
+	for _, c := range containers {
+		n, err := m.cfg.Cgroups.KillContainer(parent, c)
+		if err != nil {
+			m.log.Warn("kill a stranded task", "container", c, "err", err)
+		}
+		killed += n
+	}
+	var err error
+	wait := 25 * time.Millisecond
+	for attempt := 1; attempt <= strandedRetries; attempt++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 2
+		cctx, cancel := call(ctx)
+		for _, c := range containers {
+			if derr := m.cfg.Runtime.DeleteTask(cctx, c); derr != nil && !errors.Is(derr, cri.ErrNotContainerd) && !errors.Is(derr, cri.ErrFailedPrecondition) {
+				m.log.Warn("delete a stranded task", "container", c, "err", derr)
+			}
+		}
+		err = remove(cctx)
+		cancel()
+		if err == nil || !errors.Is(err, cri.ErrFailedPrecondition) {
+			break
+		}
+	}
+	m.log.Info("the runtime refused a removal for a stranded task; killed it, deleted the task and retried",
+		what, id, "killed", killed, "err", err)
+	return err
+}
+
+// removeContainer removes a container of the pod whose cgroup is parent,
+// killing a stranded task that keeps the runtime from doing it.
+func (m *Manager) removeContainer(ctx context.Context, parent, id string) error {
+	cctx, cancel := call(ctx)
+	err := m.cfg.Runtime.RemoveContainer(cctx, id)
+	cancel()
+	if errors.Is(err, cri.ErrFailedPrecondition) && parent != "" {
+		err = m.removeStranded(ctx, "container", id, parent, []string{id}, func(ctx context.Context) error {
+			return m.cfg.Runtime.RemoveContainer(ctx, id)
+		})
+	}
+	return err
 }
 
 // removePodCgroup removes a pod's cgroups. With kill, processes still in
@@ -852,7 +928,7 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 	}
 	for _, sb := range sbs {
 		if current == nil || sb.Id != current.Id {
-			m.teardownSandbox(ctx, sb.Id, "", orphanGrace)
+			m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace, false)
 		}
 	}
 	// Volumes before the sandbox, as the kubelet mounts before it
@@ -872,7 +948,7 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 		}
 		if err != nil {
 			m.log.Warn("adopted sandbox's network is broken; replacing it", "pod", key(pod), "sandbox", current.Id, "err", err)
-			m.teardownSandbox(ctx, current.Id, "", orphanGrace)
+			m.teardownSandbox(ctx, current.Id, current.GetAnnotations()[AnnotationCgroupParent], orphanGrace, false)
 			current = nil
 		}
 	}
@@ -962,7 +1038,7 @@ func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error
 		if err != nil {
 			// The runtime said yes, the kernel says no: a sandbox without
 			// its network is torn down (its cgroup with it) and made again.
-			m.teardownSandbox(ctx, id, "", orphanGrace)
+			m.teardownSandbox(ctx, id, parent, orphanGrace, false)
 			return fmt.Errorf("sandbox %s: %w", id, err)
 		}
 	}
@@ -1082,7 +1158,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 		return err
 	}
 	m.updateStatus(ctx, st, latest(ctrs), initDone, failed)
-	m.gc(ctx, ctrs)
+	m.gc(ctx, st.parent, ctrs)
 	return nil
 }
 
@@ -1095,7 +1171,7 @@ func (m *Manager) startCreated(ctx context.Context, st *podState, c *runtimeapi.
 	defer cancel()
 	if err := m.cfg.Runtime.StartContainer(cctx, c.Id); err != nil {
 		m.log.Warn("start a created container; removing it", "pod", key(st.pod), "container", c.GetMetadata().GetName(), "err", err)
-		return m.cfg.Runtime.RemoveContainer(cctx, c.Id)
+		return m.removeContainer(ctx, st.parent, c.Id)
 	}
 	m.log.Info("created container started", "pod", key(st.pod), "container", c.GetMetadata().GetName())
 	return nil
@@ -1184,7 +1260,7 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 
 // gc removes exited attempts older than the newest exited one of each
 // container (the kubelet keeps one for logs and status).
-func (m *Manager) gc(ctx context.Context, ctrs []*runtimeapi.Container) {
+func (m *Manager) gc(ctx context.Context, parent string, ctrs []*runtimeapi.Container) {
 	newest := latest(ctrs)
 	for _, c := range ctrs {
 		n := c.GetMetadata().GetName()
@@ -1192,11 +1268,9 @@ func (m *Manager) gc(ctx context.Context, ctrs []*runtimeapi.Container) {
 			continue
 		}
 		if newest[n].GetMetadata().GetAttempt() > c.GetMetadata().GetAttempt()+1 {
-			cctx, cancel := call(ctx)
-			if err := m.cfg.Runtime.RemoveContainer(cctx, c.Id); err != nil {
+			if err := m.removeContainer(ctx, parent, c.Id); err != nil {
 				m.log.Warn("remove old container", "container", c.Id, "err", err)
 			}
-			cancel()
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -33,6 +34,8 @@ type rig struct {
 	// hostDir is the one hostPath prefix allowed; sources holds the
 	// configMaps and secrets.
 	hostDir, sources string
+	// logs, when set, gets the manager's log lines as well as stderr.
+	logs io.Writer
 }
 
 func newRig(t *testing.T) *rig {
@@ -76,7 +79,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		BackoffInitial: 300 * time.Millisecond, BackoffMax: time.Second, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +91,13 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 	stop := func() { cancel(); <-done }
 	t.Cleanup(stop)
 	return m, stop
+}
+
+func (r *rig) logWriter() io.Writer {
+	if r.logs == nil {
+		return os.Stderr
+	}
+	return io.MultiWriter(os.Stderr, r.logs)
 }
 
 func (r *rig) pods(t *testing.T, yaml string) []*corev1.Pod {

@@ -26,6 +26,9 @@ type Runtime interface {
 	ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
 	EnsureImage(ctx context.Context, ref string, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
+	// DeleteTask deletes a stopped task the runtime's CRI lost track of;
+	// cri.ErrNotContainerd where the runtime has no such repair.
+	DeleteTask(ctx context.Context, containerID string) error
 }
 
 var _ Runtime = (*cri.Client)(nil)

@@ -223,13 +223,16 @@ func (c *Client) Close() error {
 }
 
 // opError wraps err from a CRI call with the operation and the object. gRPC
-// NotFound also wraps ErrNotFound; a deadline also wraps the context's
-// error, so errors.Is(err, context.DeadlineExceeded) holds.
+// NotFound also wraps ErrNotFound, FailedPrecondition ErrFailedPrecondition;
+// a deadline also wraps the context's error, so
+// errors.Is(err, context.DeadlineExceeded) holds.
 func opError(ctx context.Context, op, what string, err error) error {
 	st, ok := status.FromError(err)
 	switch {
 	case ok && st.Code() == codes.NotFound:
 		return fmt.Errorf("%s %s: %w: %w", op, what, ErrNotFound, err)
+	case ok && st.Code() == codes.FailedPrecondition:
+		return fmt.Errorf("%s %s: %w: %w", op, what, ErrFailedPrecondition, err)
 	case ok && st.Code() == codes.DeadlineExceeded:
 		// gRPC's own deadline timer can fire a moment before ctx.Err()
 		// is set: the code alone says the caller's deadline passed.

@@ -321,6 +321,12 @@ func TestOperationErrors(t *testing.T) {
 			t.Errorf("err = %v", err)
 		}
 	})
+	t.Run("DeleteTask is containerd's repair alone", func(t *testing.T) {
+		err := c.DeleteTask(t.Context(), "abc123")
+		if !errors.Is(err, ErrNotContainerd) || !strings.Contains(err.Error(), `"fake"`) {
+			t.Errorf("err = %v, want ErrNotContainerd naming the runtime", err)
+		}
+	})
 	t.Run("an unimplemented call says so", func(t *testing.T) {
 		_, err := c.ExecSync(t.Context(), "abc123", []string{"true"}, time.Second)
 		if st, _ := status.FromError(err); st.Code() != codes.Unimplemented || !strings.HasPrefix(err.Error(), `exec in container abc123 ["true"]: `) {

@@ -19,6 +19,11 @@ var (
 	// ErrNotFound is wrapped by operations on a sandbox, container or image
 	// that the runtime does not know (gRPC NotFound).
 	ErrNotFound = errors.New("not found")
+	// ErrFailedPrecondition is wrapped when the runtime refuses an
+	// operation in the object's present state (gRPC FailedPrecondition):
+	// containerd says so when it will not remove a container whose task
+	// still runs.
+	ErrFailedPrecondition = errors.New("refused in its present state")
 	// ErrImageNotPresent means an image is not in the runtime's store and
 	// the client may not pull it.
 	ErrImageNotPresent = errors.New("image not present")

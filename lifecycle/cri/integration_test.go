@@ -129,6 +129,11 @@ func TestRealRuntime(t *testing.T) {
 			t.Errorf("err = %v", err)
 		}
 	})
+	t.Run("DeleteTask of a container without a task is nothing to do", func(t *testing.T) {
+		if err := c.DeleteTask(ctx, "0123456789abcdef"); err != nil {
+			t.Errorf("DeleteTask: %v, want nil", err)
+		}
+	})
 	t.Run("a missing image is ErrImageNotPresent and nothing is pulled", func(t *testing.T) {
 		_, err := c.EnsureImage(ctx, "registry.local/nodeguard/absent:1", nil)
 		if !errors.Is(err, ErrImageNotPresent) || !strings.Contains(err.Error(), "registry.local/nodeguard/absent:1") {

@@ -426,10 +426,59 @@ func (m *Manager) Kill(parent string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("kill pod cgroup %s: %w", parent, err)
 	}
+	n, err := sigkillTree(mem.Path)
+	if err != nil {
+		return n, fmt.Errorf("kill pod cgroup %s: %w", parent, err)
+	}
+	return n, nil
+}
+
+// KillContainer kills what runs in one container's cgroup beneath the pod
+// cgroup parent, and returns how many processes it signalled (0 where
+// cgroup.kill did it, or where the container has no cgroup).
+//
+// It is for a task the runtime has lost track of: a StartContainer cut
+// short between the runtime creating the task and reading its pid leaves
+// "runc init" waiting in the container's cgroup while the runtime reports
+// the container created or exited and refuses to delete it ("cannot
+// delete running task", containerd#11037). The runtime names the
+// container's cgroup after its id: <parent>/<id> with cgroupfs paths,
+// cri-containerd-<id>.scope under systemd.
+func (m *Manager) KillContainer(parent, id string) (int, error) {
+	if id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\x00") {
+		return 0, fmt.Errorf("kill container cgroup: %w: container id %q", cgroups.ErrInvalidPath, id)
+	}
+	mem, err := m.layout.Memory.Resolve(parent)
+	if err != nil {
+		return 0, fmt.Errorf("kill container %s: %w", id, err)
+	}
+	for _, name := range []string{id, "cri-containerd-" + id + ".scope"} {
+		dir := filepath.Join(mem.Path, name)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		if m.layout.Memory.V2() {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err == nil {
+				return 0, nil
+			}
+		}
+		n, err := sigkillTree(dir)
+		if err != nil {
+			return n, fmt.Errorf("kill container %s: %w", id, err)
+		}
+		return n, nil
+	}
+	return 0, nil
+}
+
+// sigkillTree sends SIGKILL to every pid in cgroup.procs at and beneath
+// root, walking again while it finds pids it has not signalled yet (tasks
+// forked meanwhile), a bounded number of times.
+func sigkillTree(root string) (int, error) {
 	signalled := map[int]bool{}
 	for round := 0; round < 10; round++ {
 		fresh := 0
-		err := cgroups.Walk(mem.Path, func(p string) error {
+		err := cgroups.Walk(root, func(p string) error {
 			pids, err := procs(p)
 			if err != nil {
 				return nil // removed meanwhile
@@ -445,7 +494,7 @@ func (m *Manager) Kill(parent string) (int, error) {
 			return nil
 		})
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return len(signalled), fmt.Errorf("kill pod cgroup %s: %w", parent, err)
+			return len(signalled), err
 		}
 		if fresh == 0 {
 			break

@@ -211,3 +211,67 @@ func TestKillEndsEveryProcessOfThePod(t *testing.T) {
 		t.Fatalf("Remove after Kill: %v", err)
 	}
 }
+
+// KillContainer ends what runs in one container's cgroup and nothing else
+// of the pod: a stranded task is killed while its pod's other containers
+// keep running.
+func TestKillContainerEndsOnlyThatContainer(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	sb := cgtest.New(t)
+	m, err := podcgroups.New(sb.Layout(), cgroupnames.Cgroupfs, sb.Rel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := m.Ensure(pod("k2", nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := m.MemoryDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stranded, other = "0123abcd", "4567ef01"
+	starter := sb.Child(t, "starter")
+	cmds := map[string]*exec.Cmd{}
+	for _, id := range []string{stranded, other} {
+		dir := filepath.Join(mem.Path, id) // runc's cgroupfs path: <parent>/<id>
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sleep", "60")
+		if err := starter.Start(t, cmd); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprint(cmd.Process.Pid)), 0); err != nil {
+			t.Fatalf("move pid %d into %s: %v", cmd.Process.Pid, dir, err)
+		}
+		cmds[id] = cmd
+	}
+	t.Cleanup(func() {
+		_ = cmds[other].Process.Kill()
+		_ = cmds[other].Wait()
+		_, _ = m.Kill(parent)
+		_ = m.Remove(parent)
+	})
+	for _, bad := range []string{"", "..", "a/b"} {
+		if _, err := m.KillContainer(parent, bad); err == nil {
+			t.Errorf("KillContainer(%q) = nil, want an error naming the id", bad)
+		}
+	}
+	if n, err := m.KillContainer(parent, "notthere"); n != 0 || err != nil {
+		t.Errorf("KillContainer of a container without a cgroup = %d, %v; want 0, nil", n, err)
+	}
+	n, err := m.KillContainer(parent, stranded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("KillContainer signalled %d processes by pid (0 when cgroup.kill did it)", n)
+	err = cmds[stranded].Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("the stranded container's process ended with %v, want SIGKILL", err)
+	}
+	if err := cmds[other].Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the pod's other container was hit: %v", err)
+	}
+}
