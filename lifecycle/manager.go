@@ -1183,8 +1183,14 @@ func (m *Manager) restart(ctx context.Context, st *podState, c *corev1.Container
 	now := m.now()
 	b := st.backoff[c.Name]
 	if b == nil {
-		b = &backoff{}
-		st.backoff[c.Name] = b
+		// The first exit this agent sees is restarted at once, as the
+		// kubelet does (its back-off entry is made by that restart): the
+		// back-off is for a container that keeps failing. A nodeguard
+		// killed mid-start leaves a container that failed to start
+		// through no fault of its own, and its restart should not wait.
+		st.backoff[c.Name] = &backoff{}
+		m.log.Info("container restarting", "pod", key(st.pod), "container", c.Name, "exit_code", s.ExitCode, "reason", s.Reason)
+		return m.startContainer(ctx, st, c, cur.GetMetadata().GetAttempt()+1)
 	}
 	if b.until.IsZero() {
 		// A container that ran long enough starts over (the kubelet

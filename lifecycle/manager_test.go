@@ -36,6 +36,9 @@ type rig struct {
 	hostDir, sources string
 	// logs, when set, gets the manager's log lines as well as stderr.
 	logs io.Writer
+	// backoffInitial and backoffMax, when set, replace the tests' short
+	// restart back-off.
+	backoffInitial, backoffMax time.Duration
 }
 
 func newRig(t *testing.T) *rig {
@@ -74,9 +77,13 @@ func (r *rig) network() *lifecycle.Network {
 
 func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 	t.Helper()
+	bi, bm := 300*time.Millisecond, time.Second
+	if r.backoffInitial > 0 {
+		bi, bm = r.backoffInitial, r.backoffMax
+	}
 	m, err := lifecycle.New(lifecycle.Config{
 		Runtime: r.client, Cgroups: r.cg, RootDir: r.root, MemoryCapacity: 8 << 30,
-		BackoffInitial: 300 * time.Millisecond, BackoffMax: time.Second, Resync: 200 * time.Millisecond,
+		BackoffInitial: bi, BackoffMax: bm, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -238,6 +245,49 @@ func TestPodLifecycleAgainstARealContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, m2, "web")
+}
+
+// The first exit of a container is restarted at once and the next one
+// after backoffInitial, as the kubelet does: the back-off is for a
+// container that keeps failing, not for one that failed once (or whose
+// start was cut short by a nodeguard killed mid-call).
+func TestTheFirstRestartIsAtOnceTheNextBacksOff(t *testing.T) {
+	r := newRig(t)
+	r.backoffInitial, r.backoffMax = 6*time.Second, 12*time.Second
+	m, _ := r.manager(t)
+	ctx := context.Background()
+	pods := r.pods(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: crasher}
+spec:
+  containers:
+  - {name: c, image: BUSYBOX, command: [sh, -c, "exit 3"]}
+`)
+	start := time.Now()
+	if _, err := m.Apply(ctx, pods, lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	restarted := func(n int32) func(*corev1.Pod) bool {
+		return func(p *corev1.Pod) bool {
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= n
+		}
+	}
+	waitPod(t, m, "crasher", "restarted", restarted(1))
+	first := time.Since(start)
+	waitPod(t, m, "crasher", "restarted twice", restarted(2))
+	second := time.Since(start) - first
+	t.Logf("apply -> first restart %v; first restart -> second %v (backoffInitial %v)", first.Round(time.Millisecond), second.Round(time.Millisecond), r.backoffInitial)
+	if first >= r.backoffInitial {
+		t.Errorf("the first restart came %v after the apply: it waited for the back-off (%v)", first, r.backoffInitial)
+	}
+	if second < r.backoffInitial-2*time.Second {
+		t.Errorf("the second restart came %v after the first: it did not wait for the back-off (%v)", second, r.backoffInitial)
+	}
+	if err := m.Delete(ctx, "default", "crasher"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, m, "crasher")
 }
 
 func TestPodsRestartAndReportOOMKills(t *testing.T) {
