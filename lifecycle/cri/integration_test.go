@@ -67,6 +67,9 @@ spec:
     - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
     - {name: POD_UID, valueFrom: {fieldRef: {fieldPath: metadata.uid}}}
     - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+    - {name: APP, valueFrom: {fieldRef: {fieldPath: "metadata.labels['app']"}}}
+    - {name: NOTE, valueFrom: {fieldRef: {fieldPath: "metadata.annotations['note']"}}}
+    - {name: POD_IPS, valueFrom: {fieldRef: {fieldPath: status.podIPs}}}
     - {name: GREETING, value: "hi from $(POD_NAME)"}
     resources:
       limits: {cpu: 500m, memory: 128Mi}
@@ -197,7 +200,8 @@ func TestRealRuntime(t *testing.T) {
 	}
 	t.Run("env has the pod's fields and expanded values", func(t *testing.T) {
 		env := strings.Split(exec(t, "env"), "\n")
-		for _, want := range []string{"POD_NAME=web", "POD_NAMESPACE=cri-test", "POD_UID=" + string(p.pod.UID), "POD_IP=" + p.ip, "GREETING=hi from web"} {
+		for _, want := range []string{"POD_NAME=web", "POD_NAMESPACE=cri-test", "POD_UID=" + string(p.pod.UID), "POD_IP=" + p.ip, "GREETING=hi from web",
+			"APP=web", "NOTE=hello", "POD_IPS=" + p.ip} {
 			if !slices.Contains(env, want) {
 				t.Errorf("env lacks %q: %q", want, env)
 			}

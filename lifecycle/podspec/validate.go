@@ -49,10 +49,14 @@ var (
 	supportedPropagations    = []string{string(corev1.MountPropagationBidirectional), string(corev1.MountPropagationHostToContainer), string(corev1.MountPropagationNone)}
 	supportedHostPathTypes   = []string{"", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"}
 	supportedMedia           = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
-	// The downward API fields nodeguard can fill in for env.
-	supportedEnvFieldPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "status.podIP"}
-	// The downward API fields of volumes (validVolumeDownwardAPIFieldPathExpressions).
+	// The downward API fields nodeguard can fill in for env; a label or an
+	// annotation by key too (metadata.labels['<key>']).
+	supportedEnvFieldPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "status.podIP", "status.podIPs"}
+	// The downward API fields of volumes (validVolumeDownwardAPIFieldPathExpressions),
+	// and a label or an annotation by key.
 	supportedVolumeFieldPaths = []string{"metadata.annotations", "metadata.labels", "metadata.name", "metadata.namespace", "metadata.uid"}
+	// The fields a fieldPath may subscript with ['<key>'].
+	subscriptedFieldPaths = []string{"metadata.annotations", "metadata.labels"}
 	// Linux capabilities up to CAP_CHECKPOINT_RESTORE (Linux 5.9), and ALL.
 	capabilities = []string{
 		"ALL", "AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF", "CHECKPOINT_RESTORE",
@@ -338,7 +342,9 @@ func validateEnv(env []corev1.EnvVar, ep *field.Path) field.ErrorList {
 }
 
 // validateFieldRef is validateObjectFieldSelector: apiVersion v1 and one of
-// the supported paths; label and annotation subscripts are not supported.
+// the supported paths, or a label or annotation by key
+// (metadata.labels['<key>']), whose key must be a qualified name (an
+// annotation's in lower case, as the API server checks it).
 func validateFieldRef(fs *corev1.ObjectFieldSelector, supported []string, fp *field.Path) field.ErrorList {
 	switch {
 	case fs.APIVersion == "":
@@ -347,10 +353,50 @@ func validateFieldRef(fs *corev1.ObjectFieldSelector, supported []string, fp *fi
 		return field.ErrorList{field.NotSupported(fp.Child("apiVersion"), fs.APIVersion, []string{"v1"})}
 	case fs.FieldPath == "":
 		return field.ErrorList{field.Required(fp.Child("fieldPath"), "")}
-	case !slices.Contains(supported, fs.FieldPath):
-		return field.ErrorList{field.NotSupported(fp.Child("fieldPath"), fs.FieldPath, supported)}
 	}
-	return nil
+	path, key, subscripted := splitSubscript(fs.FieldPath)
+	if !subscripted {
+		if !slices.Contains(supported, fs.FieldPath) {
+			return field.ErrorList{field.NotSupported(fp.Child("fieldPath"), fs.FieldPath, supportedWithSubscripts(supported))}
+		}
+		return nil
+	}
+	if !slices.Contains(subscriptedFieldPaths, path) {
+		return field.ErrorList{field.Invalid(fp.Child("fieldPath"), fs.FieldPath, "does not support subscript")}
+	}
+	if path == "metadata.annotations" {
+		key = strings.ToLower(key)
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsQualifiedName(key) {
+		errs = append(errs, field.Invalid(fp.Child("fieldPath"), fs.FieldPath, msg))
+	}
+	return errs
+}
+
+// splitSubscript splits "metadata.labels['k']" into "metadata.labels" and
+// "k", as the API server's fieldpath.SplitMaybeSubscriptedPath does.
+func splitSubscript(fieldPath string) (path, key string, ok bool) {
+	if !strings.HasSuffix(fieldPath, "']") {
+		return fieldPath, "", false
+	}
+	s := strings.TrimSuffix(fieldPath, "']")
+	i := strings.Index(s, "['")
+	if i < 0 {
+		return fieldPath, "", false
+	}
+	return s[:i], s[i+2:], true
+}
+
+// supportedWithSubscripts lists the supported paths and the subscripted
+// forms, for an error message.
+func supportedWithSubscripts(supported []string) []string {
+	out := slices.Clone(supported)
+	for _, p := range subscriptedFieldPaths {
+		out = append(out, p+"['<key>']")
+	}
+	slices.Sort(out)
+	return out
 }
 
 // validateResources is ValidateContainerResourceRequirements reduced to the
