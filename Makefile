@@ -88,16 +88,7 @@ fuzz:
 			case " $(strip $(FUZZ_TARGETS)) " in *" $$t "*) ;; *) echo "$$t";; esac; done); \
 	if [ -n "$$missing" ] && [ "$(origin FUZZ_TARGETS)" = file ]; then \
 		echo "fuzz: targets not in FUZZ_TARGETS (add them to the Makefile):" $$missing >&2; exit 1; fi
-	@set -e; n=0; total=$(words $(FUZZ_TARGETS)); start=$$(date +%s); log=$$(mktemp); \
-	for t in $(FUZZ_TARGETS); do \
-		n=$$((n+1)); pkg=$${t%%:*}; name=$${t#*:}; \
-		echo "fuzz [$$n/$$total] $$pkg $$name for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg > $$log 2>&1 || { \
-			cat $$log; rm -f $$log; \
-			echo "fuzz: $$pkg $$name failed; its input is in $$pkg/testdata/fuzz/$$name" >&2; exit 1; }; \
-		tail -n 3 $$log | grep -E '^fuzz: elapsed' | tail -n 1 || true; \
-	done; rm -f $$log; \
-	echo "fuzz: $$total targets passed in $$(( $$(date +%s) - start ))s"
+	./scripts/fuzz.sh '$(GO)' $(FUZZTIME) $(FUZZ_TARGETS)
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 100000x ./loader/...

@@ -280,6 +280,7 @@ func (m *Manager) evaluate(ctx context.Context) {
 	detected := m.now()
 	wakeAt, why, wakes := m.takeWake()
 	snap, err := m.cfg.Snapshot(ctx)
+	snapshotted := m.now()
 	if err != nil || snap == nil {
 		if err == nil {
 			err = errors.New("no snapshot")
@@ -315,7 +316,7 @@ func (m *Manager) evaluate(ctx context.Context) {
 		crossed = wakeAt
 	}
 	for _, d := range res.Decisions {
-		tm := Timing{Crossed: crossed, Detected: detected, Decided: decided}
+		tm := Timing{Crossed: crossed, Detected: detected, Decided: decided, Snapshotted: snapshotted, SnapshotRead: snap.Took}
 		m.act(ctx, d, tm, why, wakes)
 	}
 }
@@ -487,7 +488,8 @@ func (m *Manager) logDecision(d Decision, tm Timing, why string, wakes int) {
 		"resource", string(d.Resource), "usage", d.Victim.MemoryUsage,
 		"wake", why, "wakes", wakes,
 		"staleness", since(d.ObservedAt, d.Time),
-		"detect_latency", tm.Detect(), "decide_latency", tm.Decide(), "kill_latency", tm.Kill(),
+		"detect_latency", tm.Detect(), "decide_latency", tm.Decide(),
+		"snapshot_latency", since(tm.Detected, tm.Snapshotted), "snapshot_read", tm.SnapshotRead, "kill_latency", tm.Kill(),
 		"total_latency", tm.Total(),
 	}
 	if tm.Err != nil {

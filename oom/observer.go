@@ -16,6 +16,12 @@ type Timing struct {
 	Detected time.Time
 	// Decided is when the policy returned the decision.
 	Decided time.Time
+	// Snapshotted is when the fresh snapshot the decision was made on was
+	// in hand (Detected..Snapshotted is the wait for a snapshot in
+	// progress, the read and its observers); SnapshotRead is how long the
+	// read itself took. The rest of Decide is joining pods and policy.
+	Snapshotted  time.Time
+	SnapshotRead time.Duration
 	// KillSent is when Actor.Evict returned (the kill sent for a hard
 	// eviction, the stop requested for a soft one); zero in dry run.
 	KillSent time.Time

@@ -22,8 +22,12 @@ type Sensor struct {
 	// snapMu serialises snapshots: the tick's and Fresh's share the
 	// Snapshotter's open files.
 	snapMu sync.Mutex
-	// OnSnapshot, when set, sees every snapshot (metrics); it must not
-	// block.
+	// published holds the newest snapshot OnSnapshot has not seen yet.
+	published chan *Snapshot
+	// OnSnapshot, when set, sees the snapshots while Run runs, in order,
+	// on Run's own goroutine: never on the caller of Fresh, which may be
+	// deciding an eviction. An observer slower than the snapshots sees
+	// the newest one only.
 	OnSnapshot func(*Snapshot)
 }
 
@@ -35,7 +39,7 @@ func NewSensor(s *Snapshotter, tick time.Duration, now func() time.Time) *Sensor
 	if now == nil {
 		now = time.Now
 	}
-	return &Sensor{snap: s, tick: tick, now: now, wake: make(chan struct{}, 1)}
+	return &Sensor{snap: s, tick: tick, now: now, wake: make(chan struct{}, 1), published: make(chan *Snapshot, 1)}
 }
 
 // Latest is the newest snapshot, nil before the first.
@@ -54,8 +58,23 @@ func (s *Sensor) Wake() {
 func (s *Sensor) Add(rel string)    { s.snap.Add(rel) }
 func (s *Sensor) Remove(rel string) { s.snap.Remove(rel) }
 
-// Run takes snapshots until ctx is done.
+// Run takes snapshots, and hands them to OnSnapshot, until ctx is done.
 func (s *Sensor) Run(ctx context.Context) {
+	done := make(chan struct{})
+	defer func() { <-done }()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case snap := <-s.published:
+				if s.OnSnapshot != nil {
+					s.OnSnapshot(snap)
+				}
+			}
+		}
+	}()
 	t := time.NewTicker(s.tick)
 	defer t.Stop()
 	s.once(ctx)
@@ -76,16 +95,32 @@ func (s *Sensor) once(ctx context.Context) {
 
 // Fresh takes a snapshot now, makes it the newest and returns it: what
 // the eviction manager confirms every wake-up on. It waits for a snapshot
-// in progress to finish first.
+// in progress to finish first, never for OnSnapshot: re-arming the v1
+// tripwire there costs two RCU grace periods (5-6 ms here), which the
+// eviction decision used to wait for.
 func (s *Sensor) Fresh(ctx context.Context) *Snapshot {
 	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
 	snap := s.snap.Snapshot(ctx, s.now())
 	s.latest.Store(snap)
-	s.snapMu.Unlock()
-	if s.OnSnapshot != nil {
-		s.OnSnapshot(snap)
-	}
+	s.publish(snap) // under snapMu: published in the order taken
 	return snap
+}
+
+// publish hands snap to Run's observer goroutine, replacing a snapshot it
+// has not taken yet; it never blocks.
+func (s *Sensor) publish(snap *Snapshot) {
+	for {
+		select {
+		case s.published <- snap:
+			return
+		default:
+		}
+		select {
+		case <-s.published:
+		default:
+		}
+	}
 }
 
 // FullStats are the full statistics of every cgroup of one snapshot (cpu

@@ -134,9 +134,18 @@ func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if !strings.Contains(logb.String(), `msg="evict pod"`) {
-		t.Errorf("no eviction log line")
+	line := ""
+	for _, l := range strings.Split(logb.String(), "\n") {
+		if strings.Contains(l, `msg="evict pod"`) {
+			line = l
+		}
 	}
+	if line == "" {
+		t.Errorf("no eviction log line")
+	} else if !strings.Contains(line, "snapshot_latency=") || !strings.Contains(line, "snapshot_read=") {
+		t.Errorf("the eviction log line does not break the decide stage down: %s", line)
+	}
+	t.Logf("%s", line)
 	for _, l := range strings.Split(body, "\n") {
 		if strings.HasPrefix(l, "nodeguard_eviction_latency_seconds_sum") {
 			t.Log(l)
