@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle"
@@ -40,6 +41,23 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// onlySandbox is the one sandbox of pod uid and the pod cgroup it was made
+// in.
+func onlySandbox(t *testing.T, r *rig, uid types.UID) (*runtimeapi.PodSandbox, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sbs, err := r.client.ListPodSandbox(ctx, map[string]string{cri.PodUIDLabel: string(uid)})
+	if err != nil || len(sbs) != 1 {
+		t.Fatalf("sandboxes of the pod: %d, %v", len(sbs), err)
+	}
+	parent := sbs[0].GetAnnotations()[lifecycle.AnnotationCgroupParent]
+	if parent == "" {
+		t.Fatalf("sandbox has no %s annotation", lifecycle.AnnotationCgroupParent)
+	}
+	return sbs[0], parent
 }
 
 // strandTask makes, in sandbox sb, the state a nodeguard SIGKILLed in the
@@ -128,17 +146,8 @@ func TestAStrandedTaskDoesNotKeepItsPodFromGoing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPod(t, m, "strand", "ran", running)
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	sbs, err := r.client.ListPodSandbox(lctx, map[string]string{cri.PodUIDLabel: string(pods[0].UID)})
-	cancel()
-	if err != nil || len(sbs) != 1 {
-		t.Fatalf("sandboxes of the pod: %d, %v", len(sbs), err)
-	}
-	parent := sbs[0].GetAnnotations()[lifecycle.AnnotationCgroupParent]
-	if parent == "" {
-		t.Fatalf("sandbox has no %s annotation", lifecycle.AnnotationCgroupParent)
-	}
-	id, pids := strandTask(t, r, sbs[0], parent, "stranded", 0)
+	sb, parent := onlySandbox(t, r, pods[0].UID)
+	id, pids := strandTask(t, r, sb, parent, "stranded", 0)
 
 	if err := m.Delete(ctx, "default", "strand"); err != nil {
 		t.Fatal(err)
@@ -158,8 +167,8 @@ func TestAStrandedTaskDoesNotKeepItsPodFromGoing(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if !strings.Contains(out, "killed it, deleted the task and retried") || !strings.Contains(out, "sandbox="+sbs[0].Id) {
-		t.Errorf("the manager did not report killing the stranded task of sandbox %s; log:\n%s", sbs[0].Id, out)
+	if !strings.Contains(out, "killed it, deleted the task and retried") || !strings.Contains(out, "sandbox="+sb.Id) {
+		t.Errorf("the manager did not report killing the stranded task of sandbox %s; log:\n%s", sb.Id, out)
 	}
 	if strings.Contains(out, "killed what still ran in its pod cgroup") {
 		t.Errorf("the pod-cgroup last resort was needed: killing the container's cgroup did not do")
@@ -187,16 +196,12 @@ func TestAStrandedContainerIsReplacedOnAdoption(t *testing.T) {
 	}
 	before := waitPod(t, m, "adopt", "ran", running)
 	stop()
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	sbs, err := r.client.ListPodSandbox(lctx, map[string]string{cri.PodUIDLabel: string(pods[0].UID)})
-	if err != nil || len(sbs) != 1 {
-		t.Fatalf("sandboxes of the pod: %d, %v", len(sbs), err)
-	}
-	parent := sbs[0].GetAnnotations()[lifecycle.AnnotationCgroupParent]
+	sb, parent := onlySandbox(t, r, pods[0].UID)
 	// The newest attempt of main, as a killed nodeguard's restart of it
 	// would be.
-	id, pids := strandTask(t, r, sbs[0], parent, "main", 5)
+	id, pids := strandTask(t, r, sb, parent, "main", 5)
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 
 	m2, _ := r.manager(t)
 	after := waitPod(t, m2, "adopt", "ran on", func(p *corev1.Pod) bool {
@@ -206,7 +211,7 @@ func TestAStrandedContainerIsReplacedOnAdoption(t *testing.T) {
 	if got, want := after.Status.ContainerStatuses[0].ContainerID, before.Status.ContainerStatuses[0].ContainerID; got != want {
 		t.Errorf("main is %s after adoption, want the attempt that ran all along, %s", got, want)
 	}
-	ctrs, err := r.client.ListContainers(lctx, sbs[0].Id, nil)
+	ctrs, err := r.client.ListContainers(lctx, sb.Id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
