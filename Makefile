@@ -7,12 +7,23 @@ BPF2GO_CFLAGS ?= -O2 -g -Wall -Werror
 BIN           ?= bin/nodeguard
 export BPF2GO_CC BPF2GO_STRIP BPF2GO_CFLAGS
 
-.PHONY: all build generate vmlinux deps test test-vm fuzz bench lint check-generate demo clean
+.PHONY: all build install generate vmlinux deps test test-vm fuzz bench lint check-generate demo clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/nodeguard
+
+# Install as a system daemon: the binary where the unit's ExecStart looks
+# (/usr/local/bin), the unit, and the example configuration unless one is
+# there already. DESTDIR stages it elsewhere (packaging). The service is
+# neither enabled nor started: see README.md.
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)/usr/local/bin/nodeguard
+	install -D -m 0644 deploy/systemd/nodeguard.service $(DESTDIR)/etc/systemd/system/nodeguard.service
+	@if [ -e $(DESTDIR)/etc/nodeguard/config.yaml ]; then \
+		echo "kept $(DESTDIR)/etc/nodeguard/config.yaml (deploy/config.example.yaml has every key)"; \
+	else install -D -m 0600 deploy/config.example.yaml $(DESTDIR)/etc/nodeguard/config.yaml; fi
 
 deps:
 	./scripts/deps.sh

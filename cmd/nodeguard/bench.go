@@ -27,7 +27,7 @@ import (
 func newBenchCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Benchmarks that print their figures (events, churn)",
+		Short: "Benchmarks that print their figures (events, churn, net, eviction, overhead)",
 	}
 	cmd.AddCommand(newBenchEventsCmd(g), newBenchChurnCmd(g), newBenchNetCmd(g), newBenchEvictionCmd(g), newBenchOverheadCmd(g))
 	return cmd
