@@ -33,6 +33,9 @@ import (
 // Errors callers tell apart.
 var (
 	ErrNotFound = errors.New("pod not found")
+	// ErrContainerNotFound is wrapped for a container the pod does not
+	// have; it is ErrNotFound too.
+	ErrContainerNotFound error = containerNotFound{}
 	ErrInvalid  = errors.New("invalid pod")
 	// ErrRejected: admission refused the pod (node pressure).
 	ErrRejected = errors.New("pod rejected")
@@ -1049,6 +1052,11 @@ func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error
 	return nil
 }
 
+type containerNotFound struct{}
+
+func (containerNotFound) Error() string        { return "container not found" }
+func (containerNotFound) Is(target error) bool { return target == ErrNotFound }
+
 // latest returns, per container name, the newest attempt.
 func latest(ctrs []*runtimeapi.Container) map[string]*runtimeapi.Container {
 	out := map[string]*runtimeapi.Container{}
@@ -1441,7 +1449,7 @@ func (m *Manager) containerID(ctx context.Context, namespace, name, container st
 	}
 	c, ok := latest(ctrs)[container]
 	if !ok {
-		return "", fmt.Errorf("%w: container %q of %s/%s", ErrNotFound, container, namespace, name)
+		return "", fmt.Errorf("%w: %q in pod %s/%s", ErrContainerNotFound, container, namespace, name)
 	}
 	return c.Id, nil
 }

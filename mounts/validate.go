@@ -174,7 +174,7 @@ func (m *Manager) validateHostPath(h *corev1.HostPathVolumeSource, hp *field.Pat
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrHostPathNotAllowed):
-		return field.ErrorList{field.Forbidden(pp, fmt.Sprintf("%s is not beneath an allowed prefix %v of this node", h.Path, m.allow))}
+		return field.ErrorList{field.Forbidden(pp, fmt.Sprintf("%s is not beneath an allowed prefix of this node (volumes.hostPathAllow: %v)", h.Path, m.allow))}
 	case errors.Is(err, ErrHostPathType):
 		return field.ErrorList{field.Invalid(hp.Child("type"), typ, err.Error())}
 	default:

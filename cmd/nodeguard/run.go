@@ -549,18 +549,27 @@ type podService struct {
 	*api.EventLog
 }
 
+// mapErr gives a lifecycle error the API's kind (which picks the status
+// code) and keeps its text as it is: "pod not found: default/x", not
+// "not found: pod not found: default/x".
 func mapErr(err error) error {
 	switch {
 	case errors.Is(err, lifecycle.ErrNotFound):
-		return fmt.Errorf("%w: %v", api.ErrNotFound, err)
+		return apiError{kind: api.ErrNotFound, err: err}
 	case errors.Is(err, lifecycle.ErrInvalid):
-		return fmt.Errorf("%w: %v", api.ErrInvalid, err)
+		return apiError{kind: api.ErrInvalid, err: err}
 	case errors.Is(err, lifecycle.ErrRejected):
 		// Admission under node pressure: transient, try again later.
-		return fmt.Errorf("%w: %v", api.ErrBusy, err)
+		return apiError{kind: api.ErrBusy, err: err}
 	}
 	return err
 }
+
+// apiError is err, of the API's kind.
+type apiError struct{ kind, err error }
+
+func (e apiError) Error() string   { return e.err.Error() }
+func (e apiError) Unwrap() []error { return []error{e.kind, e.err} }
 
 func (s podService) Apply(ctx context.Context, pods []*corev1.Pod, _ string) ([]*corev1.Pod, error) {
 	out, err := s.m.Apply(ctx, pods, lifecycle.SourceAPI)

@@ -42,8 +42,11 @@ func (c *Client) EnsureImage(ctx context.Context, ref string, sandboxCfg *runtim
 	if err == nil {
 		return img.GetId(), nil
 	}
-	if !c.opts.pull || !isNotPresent(err) {
+	if !isNotPresent(err) {
 		return "", err
+	}
+	if !c.opts.pull {
+		return "", fmt.Errorf("%w; nodeguard does not pull (imagePull: false): import it into the runtime (ctr -n k8s.io images import) or set imagePull: true", err)
 	}
 	return c.PullImage(ctx, ref, sandboxCfg)
 }
