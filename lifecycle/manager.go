@@ -36,7 +36,7 @@ var (
 	// ErrContainerNotFound is wrapped for a container the pod does not
 	// have; it is ErrNotFound too.
 	ErrContainerNotFound error = containerNotFound{}
-	ErrInvalid  = errors.New("invalid pod")
+	ErrInvalid                 = errors.New("invalid pod")
 	// ErrRejected: admission refused the pod (node pressure).
 	ErrRejected = errors.New("pod rejected")
 )
