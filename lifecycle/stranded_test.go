@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +22,9 @@ import (
 
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+
+	"github.com/nodeguard/nodeguard/internal/syncbuf"
 )
-
-// lockedBuffer collects log lines written from the manager's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // onlySandbox is the one sandbox of pod uid and the pod cgroup it was made
 // in.
@@ -137,7 +120,7 @@ func strandTask(t *testing.T, r *rig, sb *runtimeapi.PodSandbox, parent, name st
 // nothing. The SIGKILL fault test hit this at random; here it is made.
 func TestAStrandedTaskDoesNotKeepItsPodFromGoing(t *testing.T) {
 	r := newRig(t)
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	r.logs = logs
 	m, _ := r.manager(t)
 	ctx := context.Background()
@@ -186,7 +169,7 @@ func TestAStrandedTaskDoesNotKeepItsPodFromGoing(t *testing.T) {
 // attempt that still runs is the newest again and the pod runs on.
 func TestAStrandedContainerIsReplacedOnAdoption(t *testing.T) {
 	r := newRig(t)
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	r.logs = logs
 	m, stop := r.manager(t)
 	ctx := context.Background()

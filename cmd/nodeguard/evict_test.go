@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,8 @@ import (
 	"github.com/nodeguard/nodeguard/internal/cgtest"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
+
+	"github.com/nodeguard/nodeguard/internal/syncbuf"
 )
 
 // freePort returns a loopback address nothing listens on.
@@ -159,7 +159,7 @@ func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 // At cleanup it deletes every pod through the agent (so that their
 // volumes go too), interrupts it and waits, bounded; on failure the
 // agent's log is printed.
-func startPrivateAgent(t *testing.T, ctx context.Context, config string) (*api.Client, string, *syncBuffer) {
+func startPrivateAgent(t *testing.T, ctx context.Context, config string) (*api.Client, string, *syncbuf.Buffer) {
 	t.Helper()
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -168,7 +168,7 @@ func startPrivateAgent(t *testing.T, ctx context.Context, config string) (*api.C
 		t.Fatal(err)
 	}
 	sock, addr := filepath.Join(dir, "api.sock"), freePort(t)
-	logb := &syncBuffer{}
+	logb := &syncbuf.Buffer{}
 	cmd := exec.Command(bin, "run", "--private-runtime", "--config", path, "--root-dir", filepath.Join(dir, "root"),
 		"--api-socket", sock, "--metrics-addr", addr, "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = logb, logb
@@ -213,25 +213,6 @@ func startPrivateAgent(t *testing.T, ctx context.Context, config string) (*api.C
 		}
 	}
 	return client, addr, logb
-}
-
-// syncBuffer is a bytes.Buffer the child's output goroutine and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func scrape(t *testing.T, addr string) string {

@@ -23,6 +23,8 @@ import (
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+
+	"github.com/nodeguard/nodeguard/internal/syncbuf"
 )
 
 // agent is one `nodeguard run` child against a private containerd, for
@@ -36,7 +38,7 @@ type agent struct {
 	sock   string
 	config string
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	client *api.Client
 }
 
@@ -66,7 +68,7 @@ func newAgent(t *testing.T, env *crienv.Env, stateDir string) *agent {
 
 func (a *agent) start() {
 	a.t.Helper()
-	a.log = &syncBuffer{}
+	a.log = &syncbuf.Buffer{}
 	a.cmd = exec.Command(a.bin, "run", "--config", a.config, "--runtime-endpoint", a.env.Endpoint(), "--cgroup-root", a.root,
 		"--root-dir", a.dir, "--api-socket", a.sock, "--metrics-addr", "", "--log-level", "warn")
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log

@@ -19,6 +19,8 @@ import (
 
 	"github.com/nodeguard/nodeguard/internal/cgtest"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
+
+	"github.com/nodeguard/nodeguard/internal/syncbuf"
 )
 
 const unitFile = "../../deploy/systemd/nodeguard.service"
@@ -175,7 +177,7 @@ func TestWatchdogPingsOnlyWhileTheLoopsRun(t *testing.T) {
 		}
 	}()
 	defer close(stop)
-	var logb syncBuffer
+	var logb syncbuf.Buffer
 	n := &notifier{addr: &net.UnixAddr{Name: path, Net: "unixgram"}, watchdog: 400 * time.Millisecond,
 		log: slog.New(slog.NewTextHandler(&logb, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -252,7 +254,7 @@ func TestNotifierTakesSystemdsVariablesFromTheEnvironment(t *testing.T) {
 // testDaemon is `nodeguard run --private-runtime` started by a test.
 type testDaemon struct {
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *syncbuf.Buffer
 	client *api.Client
 	sock   string
 }
@@ -263,7 +265,7 @@ type testDaemon struct {
 func startDaemon(t *testing.T, dir, config string, env []string, args ...string) *testDaemon {
 	t.Helper()
 	bin := buildBinary(t)
-	d := &testDaemon{log: &syncBuffer{}, sock: filepath.Join(dir, "api.sock")}
+	d := &testDaemon{log: &syncbuf.Buffer{}, sock: filepath.Join(dir, "api.sock")}
 	d.cmd = exec.Command(bin, append([]string{"run", "--private-runtime", "--config", config, "--root-dir", filepath.Join(dir, "root"),
 		"--api-socket", d.sock, "--metrics-addr", ""}, args...)...)
 	d.cmd.Env = append(os.Environ(), env...)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nodeguard/nodeguard/internal/syncbuf"
 )
 
 // blockingWriter blocks every Write until released.
@@ -30,24 +32,6 @@ func (w *blockingWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestABlockedWriterNeverBlocksTheLogger(t *testing.T) {
@@ -90,7 +74,7 @@ func TestABlockedWriterNeverBlocksTheLogger(t *testing.T) {
 }
 
 func TestRecordsAreWrittenInOrderOneLineEach(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	l := New(&out, Options{Level: slog.LevelDebug, Format: FormatJSON})
 	log := l.Slog().With("component", "test").WithGroup("g")
 	for i := range 100 {
@@ -122,7 +106,7 @@ func TestRecordsAreWrittenInOrderOneLineEach(t *testing.T) {
 }
 
 func TestLevelAndFormatChangeAtRunTime(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	l := New(&out, Options{Level: slog.LevelInfo})
 	log := l.Slog().With("k", "v")
 	log.Debug("hidden")
@@ -147,7 +131,7 @@ func TestLevelAndFormatChangeAtRunTime(t *testing.T) {
 }
 
 func TestJournalLinesCarryAPriorityAndNoTime(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	l := New(&out, Options{Level: slog.LevelDebug, Journal: true})
 	log := l.Slog()
 	log.Error("e")
@@ -162,7 +146,7 @@ func TestJournalLinesCarryAPriorityAndNoTime(t *testing.T) {
 }
 
 func TestRecordsAfterCloseAreDroppedAndCounted(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	l := New(&out, Options{})
 	l.Close(time.Second)
 	l.Slog().Info("late")
