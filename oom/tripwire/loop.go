@@ -154,6 +154,20 @@ func (l *loop) Stats() Stats {
 	}
 }
 
+// shutdown marks a mechanism closed (under its mu, which guards closed
+// against Arm) and stops the reader; false when it was closed already.
+func (l *loop) shutdown(mu *sync.Mutex, closed *bool, started bool) bool {
+	mu.Lock()
+	if *closed {
+		mu.Unlock()
+		return false
+	}
+	*closed = true
+	mu.Unlock()
+	l.stop(started)
+	return true
+}
+
 // stop kicks the reader and waits for it. started says whether run was
 // started at all.
 func (l *loop) stop(started bool) {

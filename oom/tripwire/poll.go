@@ -119,14 +119,9 @@ func (t *poller) handle(_ int32, _ uint32, at time.Time) error {
 
 // Close implements Tripwire.
 func (t *poller) Close() error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.shutdown(&t.mu, &t.closed, t.started) {
 		return nil
 	}
-	t.closed = true
-	t.mu.Unlock()
-	t.stop(t.started)
 	return t.closeAll()
 }
 

@@ -150,14 +150,9 @@ func classifyV1(crossings, usage uint64, usageOK bool, threshold uint64) bool {
 
 // Close implements Tripwire.
 func (t *v1) Close() error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.shutdown(&t.mu, &t.closed, t.started) {
 		return nil
 	}
-	t.closed = true
-	t.mu.Unlock()
-	t.stop(t.started)
 	return t.closeAll()
 }
 

@@ -212,14 +212,9 @@ func (t *v2) drainInotify() (removed bool) {
 
 // Close stops the reader and restores memory.high.
 func (t *v2) Close() error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.shutdown(&t.mu, &t.closed, t.started) {
 		return nil
 	}
-	t.closed = true
-	t.mu.Unlock()
-	t.stop(t.started)
 	rerr := t.restore()
 	return errors.Join(rerr, t.closeAll())
 }
