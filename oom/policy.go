@@ -493,6 +493,21 @@ func (p *Policy) pick(obs Observations, sig nodestats.Signal, hard bool, chosen 
 	return nil, -1
 }
 
+// held marks a met rule that may not act in this pass: the resource was
+// decided by an earlier rule, or it is cooling down. It reports whether
+// it did.
+func held(st *ThresholdStatus, decided, cooling bool) bool {
+	switch {
+	case decided:
+		st.State = StateDecided
+	case cooling:
+		st.State = StateCoolDown
+	default:
+		return false
+	}
+	return true
+}
+
 // decide makes at most one decision for resource r: hard thresholds
 // first, then soft ones whose grace period passed, then node PSI rules,
 // then pod PSI rules.
@@ -507,12 +522,8 @@ func (p *Policy) decide(r Resource, obs Observations, ths []thresholdEval, nodeP
 				continue
 			}
 			st := &res.Met[e.status]
-			switch {
-			case decided:
-				st.State = StateDecided
-				continue
-			case cooling && !(hard && !p.pendingFor(r)): // a hard threshold with nothing pending overrides the cool-down
-				st.State = StateCoolDown
+			// A hard threshold with nothing pending overrides the cool-down.
+			if held(st, decided, cooling && !(hard && !p.pendingFor(r))) {
 				continue
 			}
 			victim, rank := p.pick(obs, e.t.Signal, hard, chosen)
@@ -533,14 +544,10 @@ func (p *Policy) decide(r Resource, obs Observations, ths []thresholdEval, nodeP
 			continue
 		}
 		st := &res.Met[e.status]
-		switch {
-		case decided:
-			st.State = StateDecided
+		if held(st, decided, cooling) {
 			continue
-		case cooling:
-			st.State = StateCoolDown
-			continue
-		case p.pendingFor(r):
+		}
+		if p.pendingFor(r) {
 			// Pressure averages lag the release of memory by up to
 			// their window: wait for the victim before another.
 			st.State = StatePendingRelease
@@ -566,14 +573,10 @@ func (p *Policy) decide(r Resource, obs Observations, ths []thresholdEval, nodeP
 			continue
 		}
 		st := &res.Met[c.status]
-		switch {
-		case decided:
-			st.State = StateDecided
+		if held(st, decided, cooling) {
 			continue
-		case cooling:
-			st.State = StateCoolDown
-			continue
-		case !p.candidate(c.pod, false, obs, chosen):
+		}
+		if !p.candidate(c.pod, false, obs, chosen) {
 			st.State = StateNoVictim
 			if _, ok := p.pending[c.pod.UID]; ok {
 				st.State = StatePendingRelease
