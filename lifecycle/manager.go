@@ -813,25 +813,11 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 	remove := func(ctx context.Context) error { return m.cfg.Runtime.RemovePodSandbox(ctx, id) }
 	err = remove(cctx)
 	if errors.Is(err, cri.ErrFailedPrecondition) && parent != "" {
-		cctx, cancel := call(ctx)
-		ctrs, lerr := m.cfg.Runtime.ListContainers(cctx, id, nil)
-		cancel()
-		if lerr == nil {
-			ids := make([]string, 0, len(ctrs))
-			for _, c := range ctrs {
-				ids = append(ids, c.Id)
-			}
-			err = m.removeStranded(ctx, "sandbox", id, parent, ids, remove)
+		ids := make([]string, 0, len(ctrs))
+		for _, c := range ctrs {
+			ids = append(ids, c.Id)
 		}
-	}
-	if err != nil && podGone && parent != "" {
-		// Last resort for a pod that is going away: whatever still runs
-		// in its cgroup, the runtime's or not.
-		if n, kerr := m.cfg.Cgroups.Kill(parent); kerr == nil {
-			time.Sleep(100 * time.Millisecond)
-			err = remove(cctx)
-			m.log.Info("remove sandbox: killed what still ran in its pod cgroup and retried", "sandbox", id, "killed", n, "err", err)
-		}
+		err = m.removeStranded(ctx, "sandbox", id, parent, ids, remove)
 	}
 	if err != nil {
 		m.log.Warn("remove sandbox", "sandbox", id, "err", err)

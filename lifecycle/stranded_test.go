@@ -153,8 +153,8 @@ func TestAStrandedTaskDoesNotKeepItsPodFromGoing(t *testing.T) {
 	if !strings.Contains(out, "killed it, deleted the task and retried") || !strings.Contains(out, "sandbox="+sb.Id) {
 		t.Errorf("the manager did not report killing the stranded task of sandbox %s; log:\n%s", sb.Id, out)
 	}
-	if strings.Contains(out, "killed what still ran in its pod cgroup") {
-		t.Errorf("the pod-cgroup last resort was needed: killing the container's cgroup did not do")
+	if !strings.Contains(out, "deleted the task and retried\" sandbox="+sb.Id) || strings.Contains(out, "msg=\"remove sandbox\"") {
+		t.Errorf("the sandbox was not removed on the stranded-task path at the first go")
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, "killed it, deleted the task and retried") {
