@@ -807,8 +807,8 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 	wg.Wait()
 	cctx, cancel = call(ctx)
 	defer cancel()
-	if err := m.cfg.Runtime.StopPodSandbox(cctx, id); err != nil {
-		m.log.Warn("stop sandbox", "sandbox", id, "err", err)
+	if err := m.cfg.Runtime.StopPodSandbox(cctx, id); err != nil && !errors.Is(err, cri.ErrNotFound) {
+		m.log.Warn("stop sandbox", "sandbox", id, "err", err) // a sandbox already gone is no news
 	}
 	remove := func(ctx context.Context) error { return m.cfg.Runtime.RemovePodSandbox(ctx, id) }
 	err = remove(cctx)
