@@ -71,6 +71,12 @@ type ManagerConfig struct {
 	Logger   *slog.Logger
 	Now      func() time.Time
 	Observer Observer
+	// Watch, when set, asks the snapshot's source to read a pod cgroup
+	// it does not know yet (its birth event lost to a full ring, or not
+	// read yet). A pod without stats ranks first, as the kubelet ranks
+	// it, so before deciding on a snapshot that lacks a pod's cgroup the
+	// manager watches it and takes the snapshot again, once per cgroup.
+	Watch func(cgroupRel string)
 }
 
 // Manager runs the Policy: it wakes on Wake, kernel events and a safety
@@ -87,6 +93,8 @@ type Manager struct {
 	wakeAt  time.Time // earliest pending evidence
 	wakeWhy string
 	wakeN   int
+
+	watched map[string]bool // cgroups handed to Watch (loop only)
 
 	mu       sync.Mutex
 	inflight map[types.UID]bool
@@ -296,6 +304,11 @@ func (m *Manager) evaluate(ctx context.Context) {
 	// evictions): Evaluations() > n then means "evaluated and done".
 	defer m.evaluations.Add(1)
 	refs := m.cfg.Actor.Pods()
+	if m.watchUnseen(snap, refs) {
+		if again, err := m.cfg.Snapshot(ctx); err == nil && again != nil {
+			snap = again
+		}
+	}
 	obs, v := m.observe(snap, refs)
 	m.view.Store(v)
 	now := m.now()
@@ -319,6 +332,43 @@ func (m *Manager) evaluate(ctx context.Context) {
 		tm := Timing{Crossed: crossed, Detected: detected, Decided: decided, Snapshotted: snapshotted, SnapshotRead: snap.Took}
 		m.act(ctx, d, tm, why, wakes)
 	}
+}
+
+// watchUnseen hands Watch the cgroups of pods that snap lacks and that it
+// was not handed before, and reports whether there were any: the caller
+// then takes the snapshot again. A cgroup seen in a snapshot, or of a pod
+// gone, is forgotten, so that it may be watched again.
+func (m *Manager) watchUnseen(snap *pressure.Snapshot, refs []PodRef) bool {
+	if m.cfg.Watch == nil {
+		return false
+	}
+	if m.watched == nil {
+		m.watched = map[string]bool{}
+	}
+	seen := make(map[string]bool, len(snap.Cgroups))
+	for i := range snap.Cgroups {
+		seen[snap.Cgroups[i].Rel] = true
+	}
+	wanted := make(map[string]bool, len(refs))
+	fresh := false
+	for _, ref := range refs {
+		rel := ref.CgroupRel
+		if rel == "" {
+			continue
+		}
+		wanted[rel] = true
+		if !seen[rel] && !m.watched[rel] {
+			m.watched[rel] = true
+			m.cfg.Watch(rel)
+			fresh = true
+		}
+	}
+	for rel := range m.watched {
+		if seen[rel] || !wanted[rel] {
+			delete(m.watched, rel)
+		}
+	}
+	return fresh
 }
 
 // observe joins the actor's pods to the snapshot's cgroups.

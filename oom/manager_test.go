@@ -579,3 +579,57 @@ func TestManagerKeepsAnUnlistedVictimPending(t *testing.T) {
 		t.Errorf("victim %s, want b", got.d.Victim.UID)
 	}
 }
+
+// A pod whose cgroup the snapshot does not know yet (its birth event lost
+// to a full ring) would rank first for having no stats, and an idle pod
+// would go instead of the hog: the manager watches its cgroup, takes the
+// snapshot again, and decides on both pods' usage. A pod's cgroup is
+// watched once, not at every evaluation.
+func TestManagerWatchesAPodCgroupTheSnapshotLacks(t *testing.T) {
+	var watched []string
+	var mu sync.Mutex
+	var h *harness
+	h = startManager(t, hard100, func(c *ManagerConfig) {
+		c.Watch = func(rel string) {
+			mu.Lock()
+			watched = append(watched, rel)
+			mu.Unlock()
+			// The source reads it from now on.
+			h.snap.mu.Lock()
+			h.snap.cgs = append(h.snap.cgs, cgroup(rel, 21, 0))
+			h.snap.mu.Unlock()
+		}
+	})
+	hog, idle := pod("hog", 0, 0), pod("idle", 0, 0)
+	h.actor.setPods(ref(hog, "/kubepods/pod-hog"), ref(idle, "/kubepods/pod-idle"))
+	h.snap.set(80*Mi, cgroup("/kubepods/pod-hog", 11, 1*Gi)) // pod-idle unknown
+	before := h.snap.calls.Load()
+	h.m.Wake("tripwire", time.Now())
+	d := receive(t, h.rec.decisions, "decision").d
+	if d.Victim.UID != "hog" {
+		t.Errorf("victim %s, want the hog: the idle pod without stats went first", d.Victim.UID)
+	}
+	mu.Lock()
+	got := slices.Clone(watched)
+	mu.Unlock()
+	if !slices.Equal(got, []string{"/kubepods/pod-idle"}) {
+		t.Errorf("watched %q, want the idle pod's cgroup alone", got)
+	}
+	if n := h.snap.calls.Load() - before; n != 2 {
+		t.Errorf("%d snapshots for the evaluation, want 2 (the second after watching)", n)
+	}
+	// Known now: later evaluations take one snapshot each and watch nothing.
+	eventually(t, "the tripwire's evaluation counted", func() bool { return h.m.Evaluations() >= 2 })
+	before = h.snap.calls.Load()
+	n := h.m.Evaluations()
+	h.m.Wake("tick", time.Time{})
+	eventually(t, "the next evaluation", func() bool { return h.m.Evaluations() > n })
+	if n := h.snap.calls.Load() - before; n != 1 {
+		t.Errorf("%d snapshots for an evaluation with every cgroup known, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(watched) != 1 {
+		t.Errorf("watched %q, want one cgroup once", watched)
+	}
+}

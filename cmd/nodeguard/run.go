@@ -342,6 +342,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		em, err := oom.NewManager(oom.ManagerConfig{
 			Policy: policy, Actor: mgr.EvictionActor(cfg.Eviction.Exempt),
 			Snapshot: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
+			Watch:    s.sensor.Add,
 			Tick:     cfg.Eviction.Tick.Duration, DryRun: cfg.Eviction.DryRun, Logger: log, Observer: obs,
 		})
 		if err != nil {
