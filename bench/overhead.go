@@ -261,6 +261,10 @@ type OverheadConfig struct {
 	MemoryLimit string        // each pod's memory limit; default 16Mi
 	ProcDir     string        // default /proc
 	Progress    io.Writer     // progress lines; nil is silent
+	// Profile, when set, runs beside every window (idle and churn) for
+	// its length, e.g. to take the agent's CPU profile of it; the window
+	// waits for it, and its error ends the benchmark.
+	Profile func(ctx context.Context, pods int, phase string, window time.Duration) error
 }
 
 func (c OverheadConfig) withDefaults() OverheadConfig {
@@ -349,20 +353,38 @@ func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 		}
 		running = n
 		progressf(cfg.Progress, "overhead: %d pods running after %s; idle window of %s", n, time.Since(t0).Round(time.Second), cfg.Window)
+		wait := cfg.profile(ctx, n, "idle")
 		idle, err := Sample(ctx, cfg.ProcDir, groups, cfg.Window, cfg.Interval)
-		if err != nil {
+		if err = errors.Join(err, wait()); err != nil {
 			return rows, err
 		}
 		rows = append(rows, overheadRows(n, "idle", 0, idle)...)
 		progressf(cfg.Progress, "overhead: %d pods: churn window of %s", n, cfg.Window)
+		wait = cfg.profile(ctx, n, "churn")
 		series, churned, err := sampleChurn(ctx, c, groups, cfg)
-		if err != nil {
+		if err = errors.Join(err, wait()); err != nil {
 			return rows, err
 		}
 		rows = append(rows, overheadRows(n, "churn", churned, series)...)
 		progressf(cfg.Progress, "overhead: %d pods: %d pods applied and deleted during the churn window", n, churned)
 	}
 	return rows, nil
+}
+
+// profile starts cfg.Profile for one window, if set; the returned wait
+// gives its error.
+func (c OverheadConfig) profile(ctx context.Context, pods int, phase string) (wait func() error) {
+	if c.Profile == nil {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Profile(ctx, pods, phase, c.Window) }()
+	return func() error {
+		if err := <-done; err != nil {
+			return fmt.Errorf("bench overhead: profile of %d pods %s: %w", pods, phase, err)
+		}
+		return nil
+	}
 }
 
 func overheadRows(pods int, phase string, churned int, series []GroupSeries) []OverheadRow {

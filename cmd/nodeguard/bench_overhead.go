@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +29,7 @@ const overheadAgentName = "nodeguard"
 
 func newBenchOverheadCmd(g *globalFlags) *cobra.Command {
 	cfg := bench.OverheadConfig{Window: 60 * time.Second, Parallel: 4}
-	var out string
+	var out, profileDir string
 	pods := []int{110}
 	cmd := &cobra.Command{
 		Use:   "overhead",
@@ -45,8 +47,11 @@ over. With several --pods counts (ascending) it fills up to each in turn.
 Prints mean cores and max RSS per process and phase, with the agent's
 target (<= 0.05 core idle and <= 80 MiB RSS at 110 pods; the kubelet's
 budget is 0.35 core / 300 MiB). --out DIR writes overhead.csv,
-overhead-samples.csv and overhead.png. Every pod is deleted and the
-environment removed at the end.`,
+overhead-samples.csv and overhead.png. --cpu-profile DIR also serves the
+agent's /debug/pprof/ on a loopback port and writes its CPU profile of each
+window to DIR (nodeguard-<pods>-<phase>.cpu.pprof, for "go tool pprof");
+the profiler's own cost is then in the figures. Every pod is deleted and
+the environment removed at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (retErr error) {
 			log, err := g.logger()
@@ -73,7 +78,24 @@ environment removed at the end.`,
 				return err
 			}
 			defer os.RemoveAll(dir)
-			agent, client, err := startOverheadAgent(ctx, env, dir, progress)
+			metricsAddr := ""
+			if profileDir != "" {
+				if err := os.MkdirAll(profileDir, 0o755); err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				if metricsAddr, err = freeLoopbackAddr(); err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				cfg.Profile = func(ctx context.Context, pods int, phase string, window time.Duration) error {
+					path := filepath.Join(profileDir, fmt.Sprintf("%s-%d-%s.cpu.pprof", overheadAgentName, pods, phase))
+					if err := fetchCPUProfile(ctx, metricsAddr, window, path); err != nil {
+						return err
+					}
+					fmt.Fprintf(progress, "overhead: wrote %s (go tool pprof -top %s)\n", path, path)
+					return nil
+				}
+			}
+			agent, client, err := startOverheadAgent(ctx, env, dir, metricsAddr, progress)
 			if err != nil {
 				return err
 			}
@@ -118,6 +140,7 @@ environment removed at the end.`,
 	cmd.Flags().DurationVar(&cfg.Window, "window", cfg.Window, "length of each phase (idle, churn)")
 	cmd.Flags().IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "applies in flight while filling, and churn workers")
 	cmd.Flags().StringVar(&out, "out", "", "directory for overhead.csv, overhead-samples.csv and overhead.png")
+	cmd.Flags().StringVar(&profileDir, "cpu-profile", "", "directory for the agent's CPU profile of each window (serves its /debug/pprof/ on loopback)")
 	return cmd
 }
 
@@ -142,11 +165,51 @@ func (a *overheadAgent) stop() error {
 	}
 }
 
+// freeLoopbackAddr is a loopback TCP address free a moment ago.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// fetchCPUProfile takes the CPU profile of the agent serving /debug/pprof/
+// at addr over window (whole seconds, at least one) and writes it to path.
+func fetchCPUProfile(ctx context.Context, addr string, window time.Duration, path string) error {
+	secs := max(int(window/time.Second), 1)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("CPU profile: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	return f.Close()
+}
+
 // startOverheadAgent writes a run configuration for env's network (the
 // agent checks that network and never writes into /etc/cni/net.d), starts
 // "nodeguard run" from this binary with its state under dir, and waits
-// until its API answers.
-func startOverheadAgent(ctx context.Context, env *crienv.Env, dir string, progress io.Writer) (_ *overheadAgent, _ *api.Client, retErr error) {
+// until its API answers. A metricsAddr also serves its profiler there.
+func startOverheadAgent(ctx context.Context, env *crienv.Env, dir, metricsAddr string, progress io.Writer) (_ *overheadAgent, _ *api.Client, retErr error) {
 	nc := env.NetworkConfig()
 	conf, err := yaml.Marshal(map[string]any{"network": map[string]any{
 		"manage": false, "name": nc.Name, "bridge": nc.Bridge, "subnet": nc.Subnet.String(),
@@ -169,9 +232,13 @@ func startOverheadAgent(ctx context.Context, env *crienv.Env, dir string, progre
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(self, "run", "--config", confPath, "--runtime-endpoint", env.Endpoint(),
-		"--cgroup-root", env.CgroupParent()+"/ng", "--root-dir", filepath.Join(dir, "state"),
-		"--api-socket", sock, "--metrics-addr", "", "--log-level", "warn")
+	args := []string{"run", "--config", confPath, "--runtime-endpoint", env.Endpoint(),
+		"--cgroup-root", env.CgroupParent() + "/ng", "--root-dir", filepath.Join(dir, "state"),
+		"--api-socket", sock, "--metrics-addr", metricsAddr, "--log-level", "warn"}
+	if metricsAddr != "" {
+		args = append(args, "--enable-profiling")
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The agent must not outlive the benchmark if it dies. The death
 	// signal fires when the parent THREAD exits, and the Go runtime ends a

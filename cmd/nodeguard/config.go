@@ -38,6 +38,9 @@ type runConfig struct {
 	PodManifestPath string `json:"podManifestPath"`
 	APISocket       string `json:"apiSocket"`
 	MetricsAddr     string `json:"metricsAddr"`
+	// EnableProfiling serves Go's /debug/pprof/ beside /metrics (the
+	// kubelet's enableProfilingHandler); off by default.
+	EnableProfiling bool `json:"enableProfiling"`
 	// PriorityClasses maps priorityClassName to priority.
 	PriorityClasses map[string]int32 `json:"priorityClasses"`
 	AllowPrivileged bool             `json:"allowPrivileged"`
@@ -208,6 +211,8 @@ func (c runConfig) Validate() error {
 		return errors.New("cgroupRoot: required")
 	case c.APISocket == "" || !filepath.IsAbs(c.APISocket):
 		return fmt.Errorf("apiSocket: %q: want an absolute path", c.APISocket)
+	case c.EnableProfiling && c.MetricsAddr == "":
+		return errors.New("enableProfiling: true needs metricsAddr: profiles are served beside /metrics")
 	case c.PodManifestPath != "" && !filepath.IsAbs(c.PodManifestPath):
 		return fmt.Errorf("podManifestPath: %q: want an absolute path", c.PodManifestPath)
 	case c.BackoffInitial.Duration < 0 || c.BackoffMax.Duration < 0:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"time"
@@ -32,13 +33,15 @@ const DefaultMetricsAddr = "127.0.0.1:9847"
 
 type senseFlags struct {
 	metricsAddr string
-	roots       []string
-	podsRoot    string
-	rootDir     string
-	imageFS     string
-	tick        time.Duration
-	fullEvery   time.Duration
-	noBPF       bool
+	// profiling serves net/http/pprof beside /metrics.
+	profiling bool
+	roots     []string
+	podsRoot  string
+	rootDir   string
+	imageFS   string
+	tick      time.Duration
+	fullEvery time.Duration
+	noBPF     bool
 	// ringSize and queueSize: the loader's (0: its defaults).
 	ringSize, queueSize int
 	// resolver labels cgroup series with pods (nodeguard run).
@@ -62,6 +65,7 @@ func (f *senseFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.tick, "tick", time.Second, "snapshot interval (the safety tick; PSI triggers and OOM events wake it earlier)")
 	cmd.Flags().DurationVar(&f.fullEvery, "full-stats-every", 15*time.Second, "interval of full cgroup statistics (cpu, io, pids) for metrics")
 	cmd.Flags().BoolVar(&f.noBPF, "no-bpf", false, "sense without the eBPF pipeline (PSI and cgroup statistics only)")
+	cmd.Flags().BoolVar(&f.profiling, "enable-profiling", false, "serve Go's /debug/pprof/ on the metrics address")
 }
 
 func newMetricsCmd(g *globalFlags) *cobra.Command {
@@ -231,6 +235,13 @@ func (s *sensing) Serve(ctx context.Context) error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if s.flags.profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -238,7 +249,7 @@ func (s *sensing) Serve(ctx context.Context) error {
 		defer c()
 		_ = srv.Shutdown(shut)
 	}()
-	s.log.Info("serving metrics", "addr", s.ln.Addr().String(), "cgroup_roots", s.flags.roots, "cgroups", s.snapper.Len())
+	s.log.Info("serving metrics", "addr", s.ln.Addr().String(), "profiling", s.flags.profiling, "cgroup_roots", s.flags.roots, "cgroups", s.snapper.Len())
 	if err := srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve metrics: %w", err)
 	}

@@ -94,6 +94,9 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				override("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
 				override("api-socket", &cfg.APISocket, flags.APISocket)
 				override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+				if fs.Changed("enable-profiling") {
+					cfg.EnableProfiling = flags.EnableProfiling
+				}
 				override("log-level", &cfg.Logging.Level, g.logLevel)
 				override("log-format", &cfg.Logging.Format, g.logFormat)
 				if env != nil {
@@ -169,6 +172,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&flags.PodManifestPath, "pod-manifest-path", "", "directory of static pod manifests, watched")
 	cmd.Flags().StringVar(&flags.APISocket, "api-socket", DefaultAPISocket, "local API socket (root only)")
 	cmd.Flags().StringVar(&flags.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on (empty: off)")
+	cmd.Flags().BoolVar(&flags.EnableProfiling, "enable-profiling", false, "serve Go's /debug/pprof/ on the metrics address")
 	cmd.Flags().BoolVar(&privateRuntime, "private-runtime", false, "start a private containerd in its own network namespace (demo, tests)")
 	return cmd
 }
@@ -304,7 +308,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	fwd := &eventForwarder{ch: make(chan event.Event, 1024)}
 	var evictMgr atomic.Pointer[oom.Manager]
 	var wire *podRootTripwire
-	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, roots: []string{kube}, rootDir: cfg.RootDir,
+	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{kube}, rootDir: cfg.RootDir,
 		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
 		onEvent: fwd.send,
