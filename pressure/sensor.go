@@ -10,15 +10,20 @@ import (
 	"github.com/nodeguard/nodeguard/pressure/cgstat"
 )
 
-// Sensor runs a Snapshotter: one snapshot per tick and one more whenever
-// Wake is signalled (a PSI trigger, a kernel event), and keeps the newest.
+// Sensor runs a Snapshotter: one snapshot per tick, except while Fresh
+// is called at least every tick and a half (the eviction manager's own
+// safety tick is then enough), one more whenever Wake is signalled (a PSI
+// trigger, a kernel event), and keeps the newest.
 type Sensor struct {
 	snap   *Snapshotter
 	tick   time.Duration
 	now    func() time.Time
 	latest atomic.Pointer[Snapshot]
-	full   atomic.Pointer[FullStats]
-	wake   chan struct{}
+	// freshAt: when Fresh was last called from outside Run, on the
+	// monotonic clock (now may be a test's clock).
+	freshAt atomic.Pointer[time.Time]
+	full    atomic.Pointer[FullStats]
+	wake    chan struct{}
 	// snapMu serialises snapshots: the tick's and Fresh's share the
 	// Snapshotter's open files.
 	snapMu sync.Mutex
@@ -75,22 +80,29 @@ func (s *Sensor) Run(ctx context.Context) {
 			}
 		}
 	}()
-	t := time.NewTicker(s.tick)
+	t := time.NewTimer(s.tick)
 	defer t.Stop()
-	s.once(ctx)
+	s.take(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			// Someone else's snapshots (Fresh) stand for the tick's
+			// while they keep coming: two readers of the same cgroups
+			// each second would double the agent's idle cost. A tick
+			// and a half, not one: at equal periods the two would race.
+			if at := s.freshAt.Load(); at != nil {
+				if age, yield := time.Since(*at), s.tick+s.tick/2; age < yield {
+					t.Reset(yield - age)
+					continue
+				}
+			}
 		case <-s.wake:
 		}
-		s.once(ctx)
+		s.take(ctx)
+		t.Reset(s.tick)
 	}
-}
-
-func (s *Sensor) once(ctx context.Context) {
-	s.Fresh(ctx)
 }
 
 // Fresh takes a snapshot now, makes it the newest and returns it: what
@@ -99,6 +111,13 @@ func (s *Sensor) once(ctx context.Context) {
 // tripwire there costs two RCU grace periods (5-6 ms here), which the
 // eviction decision used to wait for.
 func (s *Sensor) Fresh(ctx context.Context) *Snapshot {
+	snap := s.take(ctx)
+	at := time.Now()
+	s.freshAt.Store(&at)
+	return snap
+}
+
+func (s *Sensor) take(ctx context.Context) *Snapshot {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
 	snap := s.snap.Snapshot(ctx, s.now())

@@ -2,6 +2,7 @@ package pressure_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,4 +63,53 @@ func TestFreshDoesNotWaitForItsObserver(t *testing.T) {
 	t.Logf("the observer saw %d of the snapshots taken, the newest last", len(got))
 	cancel()
 	<-ran
+}
+
+// Run ticks on its own until Fresh is called; while the eviction manager
+// calls Fresh more often than every tick and a half, Run takes no snapshot
+// of its own (before, both read every cgroup each second); once Fresh
+// stops, Run's tick takes over again.
+func TestTheTickYieldsToFresh(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	parent := cgtest.New(t)
+	snapper, err := pressure.New(pressure.Config{Layout: parent.Layout(), Roots: []string{parent.Rel()}, PodsRoot: parent.Rel(), Allocatable: 1 << 30, NodeFSPath: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapper.Close()
+	var taken atomic.Int64 // every snapshot asks the clock once
+	const tick = 500 * time.Millisecond
+	sensor := pressure.NewSensor(snapper, tick, func() time.Time { taken.Add(1); return time.Now() })
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { sensor.Run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }()
+	for sensor.Latest() == nil { // Run's first snapshot
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(3*tick + tick/2)
+	if n := taken.Load(); n < 3 { // 4 due; one may be late
+		t.Errorf("without Fresh, Run took %d snapshots in 3.5 ticks", n)
+	}
+	ticked := taken.Load()
+
+	fresh := 0
+	for end := time.Now().Add(4 * tick); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		sensor.Fresh(ctx)
+		fresh++
+	}
+	own := taken.Load() - int64(fresh) - ticked
+	t.Logf("%d Fresh calls over %v with a %v tick; Run took %d of its own", fresh, 4*tick, tick, own)
+	// Without the yield Run takes 4 here; 1 allows a Fresh call late by
+	// more than a tick on a loaded machine.
+	if own > 1 {
+		t.Errorf("Run took %d snapshots of its own while Fresh ran every 20 ms", own)
+	}
+
+	before := taken.Load()
+	for deadline := time.Now().Add(10 * tick); taken.Load() == before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Run took no snapshot within %v of the last Fresh", 10*tick)
+		}
+	}
 }
