@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodeguard/nodeguard/lifecycle/api"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -184,6 +186,16 @@ func (f *fakePods) Delete(_ context.Context, namespace, name string) error {
 	}
 	delete(f.pods, namespace+"/"+name)
 	return nil
+}
+
+func (f *fakePods) Get(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pods[namespace+"/"+name]
+	if !ok {
+		return nil, fmt.Errorf("%s/%s: %w", namespace, name, api.ErrNotFound)
+	}
+	return &p, nil
 }
 
 func (f *fakePods) List(context.Context) (*corev1.PodList, error) {
