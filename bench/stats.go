@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -20,15 +21,13 @@ func Summarize(samples []time.Duration) Summary {
 	}
 	s := slices.Clone(samples)
 	slices.Sort(s)
+	// Nearest rank: the smallest sample with at least p of them at or
+	// below it. With few samples p99 is the maximum (it was the median
+	// for 3: a round-then-clamp-then-decrement took one step too many).
+	// The epsilon keeps 0.99*100 from ceiling to 100.
 	q := func(p float64) time.Duration {
-		i := int(p*float64(len(s)) + 0.5)
-		if i >= len(s) {
-			i = len(s) - 1
-		}
-		if i > 0 {
-			i--
-		}
-		return s[i]
+		rank := int(math.Ceil(p*float64(len(s)) - 1e-9))
+		return s[min(max(rank, 1), len(s))-1]
 	}
 	var sum time.Duration
 	for _, v := range s {

@@ -23,6 +23,21 @@ func TestSummarize(t *testing.T) {
 	if s[0] != 100*time.Microsecond {
 		t.Error("Summarize reordered its input")
 	}
+	// Few samples, as the OOM race has per rate and strategy: p99 is the
+	// worst, p50 the median.
+	for _, c := range []struct {
+		in       []time.Duration
+		p50, p99 time.Duration
+	}{
+		{[]time.Duration{1}, 1, 1},
+		{[]time.Duration{3, 1}, 1, 3},
+		{[]time.Duration{-1592, 6653, -1382}, -1382, 6653},
+		{[]time.Duration{4, 1, 3, 2}, 2, 4},
+	} {
+		if got := Summarize(c.in); got.P50 != c.p50 || got.P99 != c.p99 {
+			t.Errorf("Summarize(%v): p50 %v p99 %v, want %v and %v", c.in, got.P50, got.P99, c.p50, c.p99)
+		}
+	}
 	if (Summarize(nil) != Summary{}) {
 		t.Error("an empty sample set must give a zero summary")
 	}
