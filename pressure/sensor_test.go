@@ -14,13 +14,7 @@ import (
 // decide), and OnSnapshot still sees the snapshots in the order taken,
 // the newest last, on Run's goroutine.
 func TestFreshDoesNotWaitForItsObserver(t *testing.T) {
-	cgtest.RequirePrivileged(t)
-	parent := cgtest.New(t)
-	snapper, err := pressure.New(pressure.Config{Layout: parent.Layout(), Roots: []string{parent.Rel()}, PodsRoot: parent.Rel(), Allocatable: 1 << 30, NodeFSPath: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snapper.Close()
+	snapper := sandboxSnapshotter(t)
 	sensor := pressure.NewSensor(snapper, time.Hour, nil)
 	const observerTakes = 200 * time.Millisecond
 	seen := make(chan *pressure.Snapshot, 64)
@@ -70,13 +64,7 @@ func TestFreshDoesNotWaitForItsObserver(t *testing.T) {
 // of its own (before, both read every cgroup each second); once Fresh
 // stops, Run's tick takes over again.
 func TestTheTickYieldsToFresh(t *testing.T) {
-	cgtest.RequirePrivileged(t)
-	parent := cgtest.New(t)
-	snapper, err := pressure.New(pressure.Config{Layout: parent.Layout(), Roots: []string{parent.Rel()}, PodsRoot: parent.Rel(), Allocatable: 1 << 30, NodeFSPath: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snapper.Close()
+	snapper := sandboxSnapshotter(t)
 	var taken atomic.Int64 // every snapshot asks the clock once
 	const tick = 500 * time.Millisecond
 	sensor := pressure.NewSensor(snapper, tick, func() time.Time { taken.Add(1); return time.Now() })
@@ -112,4 +100,18 @@ func TestTheTickYieldsToFresh(t *testing.T) {
 			t.Fatalf("Run took no snapshot within %v of the last Fresh", 10*tick)
 		}
 	}
+}
+
+// sandboxSnapshotter snapshots an empty cgroup sandbox of the test's own
+// (privileged); it is closed at cleanup.
+func sandboxSnapshotter(t *testing.T) *pressure.Snapshotter {
+	t.Helper()
+	cgtest.RequirePrivileged(t)
+	parent := cgtest.New(t)
+	snapper, err := pressure.New(pressure.Config{Layout: parent.Layout(), Roots: []string{parent.Rel()}, PodsRoot: parent.Rel(), Allocatable: 1 << 30, NodeFSPath: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { snapper.Close() })
+	return snapper
 }
