@@ -165,7 +165,7 @@ func RunEvents(ctx context.Context, src EventSource, cfg EventsConfig) (EventsRe
 			}
 		}
 	})
-	res.DecodeNS = float64(br.NsPerOp())
+	res.DecodeNS = float64(br.T.Nanoseconds()) / float64(max(br.N, 1)) // NsPerOp truncates to whole ns
 	res.Allocs = br.AllocsPerOp()
 	return res, nil
 }

@@ -264,12 +264,16 @@ func WriteEvictionTable(w io.Writer, rows []EvictionRow) {
 	}
 }
 
-// DetectionRatio returns, per rate where both strategies detected, the
-// ratio of a's detection p50 to b's (e.g. kubelet / nodeguard).
+// DetectionRatio returns, per rate where both strategies detected every
+// trial in time, the ratio of a's detection p50 to b's (e.g. kubelet /
+// nodeguard). A strategy that missed trials has no p50 to compare: the
+// p50 of the trials it caught is the luck of its phase (a 10 s poller
+// that catches a 100 ms window does so within those 100 ms), and b's
+// p50 must be positive for a ratio to mean anything.
 func DetectionRatio(rows []EvictionRow, a, b string) map[uint64]float64 {
 	pa, pb := map[uint64]time.Duration{}, map[uint64]time.Duration{}
 	for _, r := range rows {
-		if r.Detection.N == 0 {
+		if r.Detection.N == 0 || r.Missed > 0 || r.Detected < r.Trials {
 			continue
 		}
 		switch r.Strategy {

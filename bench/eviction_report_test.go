@@ -97,9 +97,15 @@ func TestSummarizeEviction(t *testing.T) {
 	if kb1g.Rate != 1<<30 || kb1g.Collateral != 1 || kb1g.Missed != 1 || kb1g.Detected != 0 {
 		t.Errorf("kubelet 1Gi/s row %+v", kb1g)
 	}
-	ratio := DetectionRatio(rows, "kubelet", "nodeguard")
-	if len(ratio) != 1 || ratio[200<<20] != 200 {
-		t.Errorf("ratio %v, want 200x at 200Mi/s only", ratio)
+	// The kubelet missed one of its two trials at 200Mi/s: its p50 is of
+	// the one it caught, no ratio.
+	if ratio := DetectionRatio(rows, "kubelet", "nodeguard"); len(ratio) != 0 {
+		t.Errorf("ratio %v, want none: the kubelet missed a trial at each rate", ratio)
+	}
+	ms := time.Millisecond
+	all := append(sampleTrials()[:3], trialAt("kubelet", 200<<20, 400*ms, 401*ms, 430*ms, -1, "ns/hog"))
+	if ratio := DetectionRatio(SummarizeEviction(all), "kubelet", "nodeguard"); len(ratio) != 1 || ratio[200<<20] != 200 {
+		t.Errorf("ratio %v, want 200x at 200Mi/s, where both caught every trial", ratio)
 	}
 }
 

@@ -40,32 +40,56 @@ const (
 	KubeletRSSBytes = 300 << 20
 )
 
-// ProcUsage is one reading of a process: its CPU time so far (user +
-// system) and its resident set.
+// ProcUsage is one reading of a process: its CPU time so far, its
+// resident set and when it started.
 type ProcUsage struct {
-	CPU time.Duration
-	RSS uint64 // bytes
+	// CPU: user + system time of the process and of the children it has
+	// waited for (runc under a shim, CNI plugins under containerd): they
+	// ran for it, and the kubelet's budget counts its cgroup, children
+	// included.
+	CPU   time.Duration
+	RSS   uint64        // bytes
+	Start time.Duration // after boot
 }
 
-// ParseStatCPU returns utime + stime from the content of /proc/<pid>/stat.
-// The command name (field 2) may hold spaces and parentheses, so the
-// fields are counted after its LAST ')'.
-func ParseStatCPU(b []byte) (time.Duration, error) {
+// ParseStat returns utime + stime + cutime + cstime and starttime from the
+// content of /proc/<pid>/stat. The command name (field 2) may hold spaces
+// and parentheses, so the fields are counted after its LAST ')'.
+func ParseStat(b []byte) (cpu, start time.Duration, err error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, errors.New("parse stat: no ')' after the command name")
+		return 0, 0, errors.New("parse stat: no ')' after the command name")
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// After the name: state is field 3, utime field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("parse stat: %d fields after the command name, want at least 13", len(f))
+	// After the name: state is field 3 (f[0]), utime, stime, cutime and
+	// cstime fields 14-17, starttime field 22.
+	if len(f) < 20 {
+		return 0, 0, fmt.Errorf("parse stat: %d fields after the command name, want at least 20", len(f))
 	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("parse stat: utime/stime: %w", err)
+	var ticks [5]uint64
+	for j, k := range []int{11, 12, 13, 14, 19} {
+		v, err := strconv.ParseUint(f[k], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("parse stat: field %d: %w", k+3, err)
+		}
+		ticks[j] = v
 	}
-	return time.Duration(ut+st) * (time.Second / clockTicks), nil
+	const tick = time.Second / clockTicks
+	return time.Duration(ticks[0]+ticks[1]+ticks[2]+ticks[3]) * tick, time.Duration(ticks[4]) * tick, nil
+}
+
+// ParseUptime returns the first figure of /proc/uptime: the time since
+// boot, on the clock of a process's starttime.
+func ParseUptime(b []byte) (time.Duration, error) {
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, errors.New("parse uptime: empty")
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("parse uptime: %q: want seconds since boot", f[0])
+	}
+	return time.Duration(v * float64(time.Second)), nil
 }
 
 // ParseStatusRSS returns VmRSS in bytes from the content of
@@ -98,7 +122,7 @@ func ReadProcUsage(procDir string, pid int) (ProcUsage, error) {
 	if err != nil {
 		return ProcUsage{}, err
 	}
-	cpu, err := ParseStatCPU(stat)
+	cpu, start, err := ParseStat(stat)
 	if err != nil {
 		return ProcUsage{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
@@ -110,7 +134,7 @@ func ReadProcUsage(procDir string, pid int) (ProcUsage, error) {
 	if err != nil {
 		return ProcUsage{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	return ProcUsage{CPU: cpu, RSS: rss}, nil
+	return ProcUsage{CPU: cpu, RSS: rss, Start: start}, nil
 }
 
 // FindProcs returns the pids in procDir whose argv (cmdline split on NUL)
@@ -174,16 +198,28 @@ func (s GroupSeries) MaxRSS() uint64 {
 }
 
 // Sample reads every group each interval for window and returns one
-// series per group. The CPU of an interval is the sum, over the processes
-// present at both of its ends, of their CPU time difference: a process that
-// exits within an interval loses its last partial interval, one that
-// starts within it its first (both small against a 1 s interval). Clock
-// time is measured, not assumed, so a late tick does not inflate the rate.
+// series per group. The CPU of an interval is the sum, over the group's
+// processes, of their CPU time difference; a process that started within
+// the interval (its starttime after the last reading, by /proc/uptime)
+// counts whole. A process that exits within an interval loses its last
+// partial interval (small against a 1 s interval for the agent and
+// containerd; the shims of churned pods, which live a few seconds, lose
+// their teardown). Clock time is measured, not assumed, so a late tick
+// does not inflate the rate.
 func Sample(ctx context.Context, procDir string, groups []ProcGroup, window, interval time.Duration) ([]GroupSeries, error) {
 	out := make([]GroupSeries, len(groups))
 	prev := make([]map[int]time.Duration, len(groups))
+	// prevUp: uptime at the previous reading; 0 when unknown (then a new
+	// process counts from its first reading only).
+	var prevUp time.Duration
 	read := func() (time.Time, error) {
 		now := time.Now()
+		var up time.Duration
+		if b, err := os.ReadFile(filepath.Join(procDir, "uptime")); err == nil {
+			if up, err = ParseUptime(b); err != nil {
+				return now, err
+			}
+		}
 		for i, g := range groups {
 			pids, err := g.PIDs()
 			if err != nil {
@@ -191,6 +227,7 @@ func Sample(ctx context.Context, procDir string, groups []ProcGroup, window, int
 			}
 			cur := make(map[int]time.Duration, len(pids))
 			var rss uint64
+			var born time.Duration // CPU of processes started since the last reading
 			for _, pid := range pids {
 				u, err := ReadProcUsage(procDir, pid)
 				if errors.Is(err, os.ErrNotExist) {
@@ -201,12 +238,15 @@ func Sample(ctx context.Context, procDir string, groups []ProcGroup, window, int
 				}
 				cur[pid] = u.CPU
 				rss += u.RSS
+				if _, seen := prev[i][pid]; !seen && prevUp > 0 && u.Start >= prevUp {
+					born += u.CPU
+				}
 			}
 			out[i].Name = g.Name
 			out[i].RSS = append(out[i].RSS, rss)
 			out[i].Procs = append(out[i].Procs, len(cur))
 			if prev[i] != nil {
-				var used time.Duration
+				used := born
 				for pid, c := range cur {
 					if p, ok := prev[i][pid]; ok && c >= p {
 						used += c - p
@@ -216,6 +256,7 @@ func Sample(ctx context.Context, procDir string, groups []ProcGroup, window, int
 			}
 			prev[i] = cur
 		}
+		prevUp = up
 		return now, nil
 	}
 	last, err := read()

@@ -17,34 +17,50 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 )
 
-func TestParseStatCPU(t *testing.T) {
+func TestParseStat(t *testing.T) {
 	tests := []struct {
-		name    string
-		stat    string
-		want    time.Duration
-		wantErr bool
+		name       string
+		stat       string
+		cpu, start time.Duration
+		wantErr    bool
 	}{
 		{
 			name: "utime and stime are summed in 10 ms ticks",
 			stat: "1234 (nodeguard) S 1 1234 1234 0 -1 4194560 5000 0 0 0 150 25 0 0 20 0 12 0 100 1000000 5000 18446744073709551615",
-			want: 1750 * time.Millisecond,
+			cpu:  1750 * time.Millisecond, start: time.Second,
+		},
+		{
+			name: "the CPU of reaped children (cutime, cstime) is the parent's",
+			stat: "99 (containerd-shim) S 1 99 99 0 -1 0 0 0 0 0 10 5 7 3 20 0 12 0 4200 1 1 1",
+			cpu:  250 * time.Millisecond, start: 42 * time.Second,
 		},
 		{
 			name: "a command name with spaces and parentheses does not shift the fields",
 			stat: "7 (a) b (c) R 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 1 1 1 1",
-			want: 70 * time.Millisecond,
+			cpu:  70 * time.Millisecond, start: 10 * time.Millisecond,
 		},
 		{name: "a line without the command's closing parenthesis is refused", stat: "7 (abc S 1", wantErr: true},
-		{name: "a line cut before stime is refused", stat: "7 (a) S 1 7 7 0 -1 0 0 0 0 0 3", wantErr: true},
-		{name: "a non-numeric utime is refused", stat: "7 (a) S 1 7 7 0 -1 0 0 0 0 0 x 4 0", wantErr: true},
+		{name: "a line cut before starttime is refused", stat: "7 (a) S 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1", wantErr: true},
+		{name: "a non-numeric utime is refused", stat: "7 (a) S 1 7 7 0 -1 0 0 0 0 0 x 4 0 0 20 0 1 0 1 1 1 1", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseStatCPU([]byte(tt.stat))
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Fatalf("ParseStatCPU = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
+			cpu, start, err := ParseStat([]byte(tt.stat))
+			if (err != nil) != tt.wantErr || cpu != tt.cpu || start != tt.start {
+				t.Fatalf("ParseStat = %v, %v, %v; want %v, %v, error %v", cpu, start, err, tt.cpu, tt.start, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestParseUptime(t *testing.T) {
+	if up, err := ParseUptime([]byte("12345.67 23456.78\n")); err != nil || up != 12345670*time.Millisecond {
+		t.Errorf("ParseUptime = %v, %v; want 12345.67s", up, err)
+	}
+	for _, bad := range []string{"", "x 1", "-1 2"} {
+		if _, err := ParseUptime([]byte(bad)); err == nil {
+			t.Errorf("ParseUptime(%q) took it", bad)
+		}
 	}
 }
 
@@ -102,8 +118,9 @@ func TestFindProcsFindsThisProcess(t *testing.T) {
 // fakeProc writes a /proc-like tree with one process whose CPU time the test
 // advances.
 type fakeProc struct {
-	dir string
-	pid int
+	dir   string
+	pid   int
+	start int // starttime, ticks after boot
 }
 
 func (f fakeProc) set(t *testing.T, ticks int, rssKB int) {
@@ -112,7 +129,7 @@ func (f fakeProc) set(t *testing.T, ticks int, rssKB int) {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	stat := fmt.Sprintf("%d (fake) S 1 1 1 0 -1 0 0 0 0 0 %d 0 0 0 20 0 1 0 1 1 1\n", f.pid, ticks)
+	stat := fmt.Sprintf("%d (fake) S 1 1 1 0 -1 0 0 0 0 0 %d 0 0 0 20 0 1 0 %d 1 1 1\n", f.pid, ticks, f.start)
 	if err := os.WriteFile(filepath.Join(d, "stat"), []byte(stat), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +169,57 @@ func TestSampleTurnsCPUTimeDeltasIntoCores(t *testing.T) {
 	}
 	if s.Procs[0] != 1 {
 		t.Errorf("procs %v: the missing pid was counted", s.Procs)
+	}
+}
+
+// A process that starts between two readings (a shim of a churned pod)
+// counts whole in that interval: its start-up CPU is not lost. One that
+// was already running when it first shows up counts from then on only.
+func TestSampleCountsAProcessBornWithinAnInterval(t *testing.T) {
+	dir := t.TempDir()
+	setUptime := func(ticks int) {
+		if err := os.WriteFile(filepath.Join(dir, "uptime"), fmt.Appendf(nil, "%d.%02d 0.00\n", ticks/100, ticks%100), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := fakeProc{dir: dir, pid: 10, start: 100}
+	born := fakeProc{dir: dir, pid: 11} // started at the second reading
+	late := fakeProc{dir: dir, pid: 12, start: 50}
+	var mu sync.Mutex
+	reads := 0
+	group := ProcGroup{Name: "fake", PIDs: func() ([]int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		setUptime(1000 + 10*(reads+1)) // what the next reading sees: 100 ms on
+		old.set(t, 0, 1024)
+		pids := []int{old.pid}
+		if reads >= 1 {
+			born.start = 1000 + 5 // after the first reading
+			born.set(t, 30, 1024) // 300 ms of CPU (its own and its children's) at once
+			late.set(t, 500, 1024)
+			pids = append(pids, born.pid, late.pid)
+		}
+		reads++
+		return pids, nil
+	}}
+	setUptime(1000) // Sample reads the uptime before the pids
+	series, err := Sample(t.Context(), dir, []ProcGroup{group}, 300*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := series[0]
+	if len(s.Cores) < 2 {
+		t.Fatalf("%d intervals", len(s.Cores))
+	}
+	// 300 ms in an interval of about 100 ms is about 3 cores; the late
+	// process's 5 s would make it about 50, and losing the born one 0.
+	if c := s.Cores[0]; c < 1.5 || c > 6 {
+		t.Errorf("the first interval: %.2f cores, want about 3 (the born process's 300 ms whole, none of the late one's 5 s)", c)
+	}
+	for i, c := range s.Cores[1:] {
+		if c != 0 {
+			t.Errorf("interval %d: %.2f cores, want 0 (nothing ran)", i+1, c)
+		}
 	}
 }
 
