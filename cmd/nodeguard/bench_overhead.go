@@ -39,9 +39,10 @@ images), then the real agent as a child process ("nodeguard run" from this
 binary, pointed at that containerd and its network, with its own state
 directory, API socket and cgroup root, metrics off), and applies
 busybox "sleep 3600" pods through the agent's API until --pods of them run.
-It then samples, every second for --window, the CPU (utime+stime deltas of
-/proc/<pid>/stat) and RSS (VmRSS) of the agent, of containerd, and of the
-containerd shims together: first idle, then while --parallel workers apply a
+It then samples, every second for --window, the CPU (deltas of utime, stime
+and the reaped children's cutime and cstime in /proc/<pid>/stat; a process
+born between two samples counts whole) and RSS (VmRSS) of the agent, of
+containerd, and of the containerd shims together: first idle, then while --parallel workers apply a
 fresh pod, wait for it to run, delete it and wait until it is gone, over and
 over. With several --pods counts (ascending) it fills up to each in turn.
 Prints mean cores and max RSS per process and phase, with the agent's
