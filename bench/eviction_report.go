@@ -92,6 +92,15 @@ func (t *EvictionTrial) finish(points []ProgressPoint) {
 		t.Missed = true
 		t.KernelOOMFirst = !t.KernelOOM.IsZero()
 	}
+	if !t.Detected.IsZero() && t.Crossed.IsZero() && !t.Missed {
+		// No ground truth to time it against: the hog's log shows no
+		// allocation, or too little for a rate (evicted long before it
+		// could near the line, or its log lost). It does not count as a
+		// detection, and is counted as missed rather than as neither.
+		t.Note = "no ground truth: detected, but the hog's log never neared the line"
+		t.Missed = true
+		t.KernelOOMFirst = !t.KernelOOM.IsZero()
+	}
 }
 
 func since(a, b time.Time) (time.Duration, bool) {

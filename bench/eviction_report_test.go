@@ -62,6 +62,17 @@ func TestFinishVerdicts(t *testing.T) {
 			t.Errorf("missed %v, OOM first %v, note %q", tr.Missed, tr.KernelOOMFirst, tr.Note)
 		}
 	})
+	t.Run("a detection with no allocation in the hog's log has no ground truth: missed, not neither", func(t *testing.T) {
+		tr := EvictionTrial{Budget: 100 << 20, Threshold: 10 << 20, Detected: time.Unix(999, 5e8), KillSent: time.Unix(999, 6e8),
+			Victims: []string{"ns/hog"}, Hog: "ns/hog"}
+		tr.finish([]ProgressPoint{{At: time.Unix(999, 4e8)}}) // started, nothing allocated yet
+		if !tr.Missed || tr.KernelOOMFirst || !strings.Contains(tr.Note, "no ground truth") {
+			t.Errorf("missed %v, OOM first %v, note %q", tr.Missed, tr.KernelOOMFirst, tr.Note)
+		}
+		if row := SummarizeEviction([]EvictionTrial{tr})[0]; row.Detected+row.Missed != row.Trials {
+			t.Errorf("detected %d + missed %d != trials %d", row.Detected, row.Missed, row.Trials)
+		}
+	})
 	t.Run("a baseline read after allocation began is noted", func(t *testing.T) {
 		tr := EvictionTrial{Budget: 100 << 20, Threshold: 10 << 20, BaselineAt: time.Unix(1000, 5e8)}
 		tr.finish(ramp(time.Unix(999, 0), 10))
