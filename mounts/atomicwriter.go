@@ -26,7 +26,9 @@ const (
 // writeAtomic makes the directory dir hold exactly pl, so that a reader of
 // any payload path sees either the previous complete payload or the new
 // complete one, never a mix and never a missing file, as the kubelet's
-// AtomicWriter does:
+// AtomicWriter means to (it removes the previous generation at once, so a
+// reader whose path walk had just passed "..data" can get ENOENT; here
+// that generation stays until the next write):
 //
 //  1. the payload is written into a new hidden generation directory
 //     "..<timestamp>";
@@ -35,11 +37,13 @@ const (
 //  3. each top-level payload path gets a symlink "<name> -> ..data/<name>"
 //     (made once: it points at whatever "..data" points at), and those of
 //     paths no longer in the payload are removed;
-//  4. the previous generation (and any left by an interrupted write) is
-//     removed.
+//  4. the generations before the previous one (and any left by an
+//     interrupted write) are removed; the previous one is kept for readers
+//     that resolved "..data" just before the switch, until the next write.
 //
 // When "..data" already holds exactly pl (contents and modes), nothing is
-// rewritten: only missing top-level links are restored. It reports whether
+// rewritten and no generation removed: only missing top-level links are
+// restored. It reports whether
 // a new generation was written. All work is done through an os.Root on dir,
 // so nothing in the directory can redirect it outside.
 func writeAtomic(dir string, pl payload, now time.Time) (changed bool, err error) {
@@ -64,7 +68,7 @@ func writeAtomic(dir string, pl payload, now time.Time) (changed bool, err error
 			return false, err
 		}
 		if same {
-			return false, finishGeneration(root, old, pl)
+			return false, finishGeneration(root, old, pl, nil)
 		}
 	}
 
@@ -84,7 +88,7 @@ func writeAtomic(dir string, pl payload, now time.Time) (changed bool, err error
 	if err := root.Rename(dataTmpName, dataDirName); err != nil {
 		return false, errors.Join(err, root.Remove(dataTmpName), root.RemoveAll(gen))
 	}
-	return true, finishGeneration(root, gen, pl)
+	return true, finishGeneration(root, gen, pl, map[string]bool{gen: true, old: true})
 }
 
 // isGeneration reports whether name is a generation directory's name.
@@ -192,9 +196,10 @@ func generationHolds(root *os.Root, gen string, pl payload) (bool, error) {
 
 var errDiffers = errors.New("generation differs")
 
-// finishGeneration makes the top-level links of pl, removes the links of
-// top-level paths that are not in pl and removes every generation but gen.
-func finishGeneration(root *os.Root, gen string, pl payload) error {
+// finishGeneration makes the top-level links of pl and removes the links
+// of top-level paths that are not in pl; with keep set, it also removes
+// every generation not in keep.
+func finishGeneration(root *os.Root, gen string, pl payload, keep map[string]bool) error {
 	tops := make(map[string]bool, len(pl))
 	for p := range pl {
 		top, _, _ := strings.Cut(p, "/")
@@ -218,7 +223,11 @@ func finishGeneration(root *os.Root, gen string, pl payload) error {
 	for _, name := range names {
 		switch {
 		case name == gen || name == dataDirName || tops[name]:
-		case isGeneration(name) || strings.HasPrefix(name, linkTmpPrefix) || name == dataTmpName:
+		case isGeneration(name):
+			if keep != nil && !keep[name] {
+				errs = append(errs, root.RemoveAll(name))
+			}
+		case strings.HasPrefix(name, linkTmpPrefix) || name == dataTmpName:
 			errs = append(errs, root.RemoveAll(name))
 		default:
 			// A stale top-level link: remove it only if it is one of ours.

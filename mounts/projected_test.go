@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,7 +100,9 @@ func TestConfigMapSecretProjectedDownward(t *testing.T) {
 	if after, _ := os.Readlink(filepath.Join(vd(PluginConfigMap, "cfg"), dataDirName)); after != before {
 		t.Errorf("unchanged content was rewritten: %s -> %s", before, after)
 	}
-	// A removed key disappears, a changed one changes, the old generation goes.
+	// A removed key disappears, a changed one changes; the previous
+	// generation stays for readers that resolved "..data" just before the
+	// switch, until the next update removes it.
 	os.Remove(filepath.Join(env.source, sourceConfigMaps, "default", "cfg", "extra"))
 	mustWrite(t, filepath.Join(env.source, sourceConfigMaps, "default", "cfg", "app.conf"), "port=81")
 	if _, err := env.m.Setup(ctx, pod); err != nil {
@@ -109,13 +112,30 @@ func TestConfigMapSecretProjectedDownward(t *testing.T) {
 	if got := mustRead(t, filepath.Join(dir, "app.conf")); got != "port=81" {
 		t.Errorf("app.conf = %q after the update", got)
 	}
-	entries, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
+	entries := func() []string {
+		es, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		return names
 	}
-	if len(names) != 3 || names[0] == before { // ..<ts>, ..data, app.conf
-		t.Errorf("volume entries after the update = %v", names)
+	second, _ := os.Readlink(filepath.Join(dir, dataDirName))
+	if names := entries(); len(names) != 4 || !slices.Contains(names, before) || !slices.Contains(names, second) { // 2 x ..<ts>, ..data, app.conf
+		t.Errorf("volume entries after the update = %v, want the previous generation %s kept beside %s", names, before, second)
+	}
+	if _, err := env.m.Setup(ctx, pod); err != nil { // unchanged: nothing removed
+		t.Fatal(err)
+	}
+	if names := entries(); len(names) != 4 {
+		t.Errorf("volume entries after an unchanged resync = %v", names)
+	}
+	mustWrite(t, filepath.Join(env.source, sourceConfigMaps, "default", "cfg", "app.conf"), "port=82")
+	if _, err := env.m.Setup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if names := entries(); len(names) != 4 || slices.Contains(names, before) || !slices.Contains(names, second) {
+		t.Errorf("volume entries after a second update = %v, want %s gone and %s kept", names, before, second)
 	}
 	for _, p := range []string{filepath.Join(dir, "extra"), filepath.Join(vd(PluginProjected, "all"), "extra")} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
@@ -285,6 +305,46 @@ func TestDanglingDataLinkIsRepaired(t *testing.T) {
 		t.Errorf("k = %q after repair", got)
 	}
 	if err := env.m.Teardown(ctx, "dangle"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reader whose path walk resolved "..data" just before an update (the
+// walk is preempted between the link and the file) still opens the file:
+// the previous generation outlives the switch until the next update. The
+// kubelet removes it at once; there such a reader gets ENOENT.
+func TestAReaderOfThePreviousGenerationStillOpensIt(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := testCtx(t)
+	env.writeSource(t, sourceConfigMaps, "default", "cfg", map[string]string{"key": "v1"})
+	pod := newPod("walk", []corev1.Volume{configMapVol("cfg", "cfg")})
+	if _, err := env.m.Setup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	dir := env.m.VolumeDir("walk", PluginConfigMap, "cfg")
+	update := func(v string) {
+		t.Helper()
+		env.writeSource(t, sourceConfigMaps, "default", "cfg", map[string]string{"key": v})
+		if _, err := env.m.Setup(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolved, err := os.Readlink(filepath.Join(dir, dataDirName)) // the walk passes "..data"
+	if err != nil {
+		t.Fatal(err)
+	}
+	update("v2") // the switch, in the middle of the walk
+	if b, err := os.ReadFile(filepath.Join(dir, resolved, "key")); err != nil || string(b) != "v1" {
+		t.Errorf("the walk's file after one update: %q, %v; want v1", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "key")); err != nil || string(b) != "v2" {
+		t.Errorf("a new read after the update: %q, %v; want v2", b, err)
+	}
+	update("v3") // two updates: that generation is gone
+	if _, err := os.Stat(filepath.Join(dir, resolved)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the generation before the previous one is still there: %v", err)
+	}
+	if err := env.m.Teardown(ctx, "walk"); err != nil {
 		t.Fatal(err)
 	}
 }
