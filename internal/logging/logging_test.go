@@ -1,37 +1,27 @@
 package logging
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodeguard/nodeguard/internal/syncbuf"
 )
 
-// blockingWriter blocks every Write until released.
+// blockingWriter blocks every Write until released; what it was given is
+// read with String.
 type blockingWriter struct {
 	release chan struct{}
-	mu      sync.Mutex
-	b       bytes.Buffer
+	syncbuf.Buffer
 }
 
 func (w *blockingWriter) Write(p []byte) (int, error) {
 	<-w.release
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *blockingWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
+	return w.Buffer.Write(p)
 }
 
 func TestABlockedWriterNeverBlocksTheLogger(t *testing.T) {
