@@ -1,6 +1,7 @@
 package mounts
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -217,12 +218,8 @@ func TestAtomicUpdateUnderConcurrentReads(t *testing.T) {
 		}
 		return nil
 	}
-	env.writeSource(t, sourceConfigMaps, "default", "cfg", map[string]string{"key": value(0)})
-	pod := newPod("atomic", []corev1.Volume{configMapVol("cfg", "cfg")})
-	if _, err := env.m.Setup(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(env.m.VolumeDir("atomic", PluginConfigMap, "cfg"), "key")
+	pod, dir := env.setupConfigMapPod(t, ctx, "atomic", map[string]string{"key": value(0)})
+	key := filepath.Join(dir, "key")
 
 	var stop atomic.Bool
 	var reads, vanished atomic.Int64
@@ -285,12 +282,7 @@ func TestAtomicUpdateUnderConcurrentReads(t *testing.T) {
 func TestDanglingDataLinkIsRepaired(t *testing.T) {
 	env := newTestEnv(t)
 	ctx := testCtx(t)
-	env.writeSource(t, sourceConfigMaps, "default", "cfg", map[string]string{"k": "v"})
-	pod := newPod("dangle", []corev1.Volume{configMapVol("cfg", "cfg")})
-	if _, err := env.m.Setup(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	dir := env.m.VolumeDir("dangle", PluginConfigMap, "cfg")
+	pod, dir := env.setupConfigMapPod(t, ctx, "dangle", map[string]string{"k": "v"})
 	gen, err := os.Readlink(filepath.Join(dir, dataDirName))
 	if err != nil {
 		t.Fatal(err)
@@ -316,12 +308,7 @@ func TestDanglingDataLinkIsRepaired(t *testing.T) {
 func TestAReaderOfThePreviousGenerationStillOpensIt(t *testing.T) {
 	env := newTestEnv(t)
 	ctx := testCtx(t)
-	env.writeSource(t, sourceConfigMaps, "default", "cfg", map[string]string{"key": "v1"})
-	pod := newPod("walk", []corev1.Volume{configMapVol("cfg", "cfg")})
-	if _, err := env.m.Setup(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	dir := env.m.VolumeDir("walk", PluginConfigMap, "cfg")
+	pod, dir := env.setupConfigMapPod(t, ctx, "walk", map[string]string{"key": "v1"})
 	update := func(v string) {
 		t.Helper()
 		env.writeSource(t, sourceConfigMaps, "default", "cfg", map[string]string{"key": v})
@@ -347,4 +334,17 @@ func TestAReaderOfThePreviousGenerationStillOpensIt(t *testing.T) {
 	if err := env.m.Teardown(ctx, "walk"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// setupConfigMapPod writes configMap default/cfg with data and sets up a
+// pod (uid = name) with it as volume "cfg"; it returns the pod and the
+// volume's directory.
+func (e *testEnv) setupConfigMapPod(t *testing.T, ctx context.Context, name string, data map[string]string) (*corev1.Pod, string) {
+	t.Helper()
+	e.writeSource(t, sourceConfigMaps, "default", "cfg", data)
+	pod := newPod(name, []corev1.Volume{configMapVol("cfg", "cfg")})
+	if _, err := e.m.Setup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod, e.m.VolumeDir(pod.UID, PluginConfigMap, "cfg")
 }
