@@ -3,11 +3,9 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -220,24 +218,5 @@ func TestProjectCrossing(t *testing.T) {
 	}
 	if _, ok := ProjectCrossing(nil, 0, 1, 0, 1); ok {
 		t.Fatal("no points, yet a projection")
-	}
-}
-
-// A cgroup file read while the cgroup is removed answers ENOENT, or ENODEV
-// while kernfs tears it down: both mean gone, and the OOM counter keeps
-// that cgroup's last count instead of failing the trial.
-func TestCgroupGone(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		gone bool
-	}{
-		{&fs.PathError{Op: "open", Path: "memory.oom_control", Err: syscall.ENOENT}, true},
-		{&fs.PathError{Op: "read", Path: "memory.oom_control", Err: syscall.ENODEV}, true},
-		{&fs.PathError{Op: "open", Path: "memory.oom_control", Err: syscall.EACCES}, false},
-		{nil, false},
-	} {
-		if got := cgroupGone(c.err); got != c.gone {
-			t.Errorf("cgroupGone(%v) = %v, want %v", c.err, got, c.gone)
-		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -442,7 +441,7 @@ func (r *evictionRun) candidates() ([]EvictionCandidate, error) {
 			return nil, err
 		}
 		m, err := readCgroupMemory(d)
-		if cgroupGone(err) {
+		if cgroups.Gone(err) {
 			continue // removed since List
 		}
 		if err != nil {
@@ -945,14 +944,6 @@ func (o *oomCounter) init(root cgroups.Dir) error {
 	return nil
 }
 
-// cgroupGone reports whether err is what reading a file of a removed
-// cgroup gives: ENOENT, or ENODEV while the removal is under way (kernfs).
-// CI failed once on the second, reading the oom_control of a container
-// cgroup that the runtime was removing.
-func cgroupGone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
-}
-
 func (o *oomCounter) sum() (uint64, error) {
 	file := "memory.oom_control"
 	if o.v2 {
@@ -961,7 +952,7 @@ func (o *oomCounter) sum() (uint64, error) {
 	var total uint64
 	for _, d := range o.dirs {
 		b, err := os.ReadFile(filepath.Join(d, file))
-		if cgroupGone(err) {
+		if cgroups.Gone(err) {
 			total += o.last[d]
 			continue
 		}

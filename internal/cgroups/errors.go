@@ -3,6 +3,8 @@ package cgroups
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 )
 
 var (
@@ -38,3 +40,11 @@ func (e *ParseError) Error() string {
 
 // Unwrap returns ErrMalformed so that errors.Is(err, ErrMalformed) holds.
 func (e *ParseError) Unwrap() error { return ErrMalformed }
+
+// Gone reports whether err, from opening or reading a cgroup file, means
+// that the cgroup was removed: ENOENT, or ENODEV, which kernfs answers on
+// a file of a cgroup whose removal is under way (or on a descriptor kept
+// open across it).
+func Gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
+}

@@ -33,12 +33,6 @@ func openAt(dirfd int, dir, name string, flags int) (int, error) {
 	return fd, nil
 }
 
-// gone reports whether err from a cgroup file means that the cgroup was
-// removed under an open descriptor.
-func gone(err error) bool {
-	return errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT)
-}
-
 // pread reads the whole (small) cgroup file fd into buf from offset 0.
 func pread(fd int, buf []byte) ([]byte, error) {
 	n := 0

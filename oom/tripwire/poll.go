@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
 )
 
 // tokTimer is the poll loop's timerfd token.
@@ -102,7 +104,7 @@ func (t *poller) handle(_ int32, _ uint32, at time.Time) error {
 	}
 	t.mu.Unlock()
 	switch {
-	case err != nil && gone(err):
+	case err != nil && cgroups.Gone(err):
 		return fmt.Errorf("watch %s/%s: %w: %w", t.dir, t.file, ErrGone, err)
 	case err != nil:
 		t.readErrs.Add(1) // a poll has no kernel signal to deliver

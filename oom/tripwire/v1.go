@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
 )
 
 // Files of the v1 mechanism.
@@ -124,7 +126,7 @@ func (t *v1) handle(tok int32, _ uint32, at time.Time) error {
 	if rerr == nil {
 		usage, rerr = ParseUint(raw, t.dir+"/"+fileUsage)
 	}
-	if rerr != nil && gone(rerr) {
+	if rerr != nil && cgroups.Gone(rerr) {
 		return fmt.Errorf("watch %s/%s: %w: %w", t.dir, fileUsage, ErrGone, rerr)
 	}
 	if rerr != nil {

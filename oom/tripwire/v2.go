@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/internal/cgroups"
 )
 
 // Files of the v2 mechanism.
@@ -173,7 +175,7 @@ func (t *v2) handle(_ int32, _ uint32, at time.Time) error {
 	}
 	t.mu.Unlock()
 	switch {
-	case err != nil && gone(err):
+	case err != nil && cgroups.Gone(err):
 		return fmt.Errorf("watch %s/%s: %w: %w", t.dir, t.events, ErrGone, err)
 	case err != nil:
 		// The file changed and cannot be read: deliver, as v1 does.
@@ -229,7 +231,7 @@ func (t *v2) restore() error {
 	}
 	now, err := t.readFile(fileHigh)
 	if err != nil {
-		if gone(err) {
+		if cgroups.Gone(err) {
 			return nil
 		}
 		return fmt.Errorf("restore %s/%s to %q: %w", t.dir, fileHigh, t.orig, err)
@@ -240,7 +242,7 @@ func (t *v2) restore() error {
 		return nil
 	}
 	if err := writeValue(t.dirfd, t.dir, fileHigh, t.orig); err != nil {
-		if gone(err) {
+		if cgroups.Gone(err) {
 			return nil
 		}
 		return fmt.Errorf("restore memory.high: %w", err)
