@@ -56,7 +56,7 @@ test: deps lint check-generate build
 # then one summary line per kernel. Static test binaries, so no -race (it
 # needs cgo). Kernels are cached in /var/cache/nodeguard-vm.
 VM_KERNELS ?= 6.1 6.12
-VM_PKGS    ?= ./loader ./internal/cgtest ./internal/host ./internal/cgroups ./pressure ./pressure/cgstat ./lifecycle/podcgroups ./oom/tripwire
+VM_PKGS    ?= ./loader ./cgroups/cgtest ./internal/host ./cgroups ./pressure ./cgroups/cgstat ./cgroups/kubepods ./oom/tripwire
 VMRUN      ?= bin/vmrun
 
 test-vm:
@@ -73,21 +73,21 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS ?= \
 	./lifecycle/podspec:FuzzParse \
 	./lifecycle/podspec:FuzzValidate \
-	./lifecycle/cgroupnames:FuzzPodParent \
+	./cgroups/kubepods:FuzzPodParent \
 	./lifecycle/qos:FuzzOOMScoreAdj \
 	./pressure/psi:FuzzParse \
-	./pressure/cgstat:FuzzParseMemoryStat \
-	./pressure/cgstat:FuzzParseMemoryEvents \
-	./pressure/cgstat:FuzzParseOOMControl \
-	./pressure/cgstat:FuzzParseSingle \
+	./cgroups/cgstat:FuzzParseMemoryStat \
+	./cgroups/cgstat:FuzzParseMemoryEvents \
+	./cgroups/cgstat:FuzzParseOOMControl \
+	./cgroups/cgstat:FuzzParseSingle \
 	./pressure/nodestats:FuzzParseMeminfo \
 	./pressure/nodestats:FuzzParseVmstat \
 	./pressure/nodestats:FuzzScanMemoryStat \
 	./pressure/nodestats:FuzzParseLoadavgTasks \
 	./loader/event:FuzzDecode \
-	./internal/cgroups:FuzzParseMountinfo \
-	./internal/cgroups:FuzzParseSelfCgroup \
-	./internal/cgroups:FuzzDiscoverFS \
+	./cgroups:FuzzParseMountinfo \
+	./cgroups:FuzzParseSelfCgroup \
+	./cgroups:FuzzDiscoverFS \
 	./mounts:FuzzValidatePath \
 	./oom:FuzzParseThresholdList \
 	./oom:FuzzParsePSIRule \

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -35,7 +35,7 @@ type EvictionStrategy interface {
 // TrialEnv is what a strategy sees of one trial.
 type TrialEnv struct {
 	// PodRoot is the pod cgroup root (kubepods) relative to this process's
-	// own cgroups, as internal/cgroups resolves it; Dirs are its
+	// own cgroups, as cgroups resolves it; Dirs are its
 	// directories, one per mounted hierarchy.
 	PodRoot string
 	Dirs    []cgroups.Dir

@@ -13,13 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeguard/nodeguard/bench"
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/images"
 	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 )
 
 // TestEvictionTrialAgainstARealContainerd runs one trial of the OOM race
@@ -48,7 +47,7 @@ func TestEvictionTrialAgainstARealContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := podcgroups.New(layout, cgroupnames.Cgroupfs, env.CgroupParent())
+	cg, err := kubepods.New(layout, kubepods.Cgroupfs, env.CgroupParent())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +135,7 @@ func TestEvictionTrialAgainstARealContainerd(t *testing.T) {
 			}
 			t.Errorf("pods left: %v", names)
 		}
-		kube, err := cgroupnames.Kubepods(cgroupnames.Cgroupfs, env.CgroupParent())
+		kube, err := kubepods.Name(kubepods.Cgroupfs, env.CgroupParent())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,10 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )
@@ -40,11 +39,11 @@ type EvictionPods interface {
 }
 
 // EvictionRuntime is what the benchmark acts on: the pod manager, the pod
-// cgroups beneath CgroupRoot (the podcgroups root; the pod root is its
+// cgroups beneath CgroupRoot (the kubepods Manager's root; the pod root is its
 // kubepods), and the manager's container log directory (RootDir/logs).
 type EvictionRuntime struct {
 	Pods       EvictionPods
-	Cgroups    *podcgroups.Manager
+	Cgroups    *kubepods.Manager
 	CgroupRoot string
 	LogDir     string
 }
@@ -236,7 +235,7 @@ func RunEviction(ctx context.Context, rt EvictionRuntime, reg *EvictionStrategie
 	if cfg.Background == nil {
 		cfg.Background = DefaultEvictionBackground(cfg.BusyboxImage, cfg.HogImage)
 	}
-	podRoot, err := cgroupnames.Kubepods(cgroupnames.Cgroupfs, rt.CgroupRoot)
+	podRoot, err := kubepods.Name(kubepods.Cgroupfs, rt.CgroupRoot)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@
 // local API) and reconciles them against what the runtime has, identified
 // by nodeguard's label on sandboxes and containers:
 //
-//   - a desired pod without a sandbox gets its cgroups (podcgroups), a
+//   - a desired pod without a sandbox gets its cgroups (cgroups/kubepods), a
 //     sandbox, its init containers one by one to completion, then its
 //     containers, each with the kubelet's oom_score_adj;
 //   - an exited container is restarted per restartPolicy with the

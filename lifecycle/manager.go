@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/mounts"
@@ -69,7 +69,7 @@ const (
 // Config wires a Manager.
 type Config struct {
 	Runtime Runtime
-	Cgroups *podcgroups.Manager
+	Cgroups *kubepods.Manager
 	// RootDir holds per-pod state: logs under RootDir/logs.
 	RootDir string
 	// MemoryCapacity of the node in bytes, for Burstable oom_score_adj.
@@ -895,7 +895,7 @@ func (m *Manager) removeContainer(ctx context.Context, parent, id string) error 
 // them are SIGKILLed first: only for a pod nobody wants any more.
 func (m *Manager) removePodCgroup(parent string, kill bool) {
 	err := m.cfg.Cgroups.Remove(parent)
-	if kill && errors.Is(err, podcgroups.ErrPopulated) {
+	if kill && errors.Is(err, kubepods.ErrPopulated) {
 		n, kerr := m.cfg.Cgroups.Kill(parent)
 		m.log.Warn("processes the runtime does not know of were left in a removed pod's cgroup; killed", "cgroup", parent, "killed", n, "err", kerr)
 		err = m.cfg.Cgroups.Remove(parent)

@@ -15,12 +15,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/mounts"
 )
@@ -28,7 +27,7 @@ import (
 type rig struct {
 	env    *crienv.Env
 	client *cri.Client
-	cg     *podcgroups.Manager
+	cg     *kubepods.Manager
 	layout *cgroups.Layout
 	root   string
 	// hostDir is the one hostPath prefix allowed; sources holds the
@@ -55,7 +54,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := podcgroups.New(layout, cgroupnames.Cgroupfs, env.CgroupParent())
+	cg, err := kubepods.New(layout, kubepods.Cgroupfs, env.CgroupParent())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +374,7 @@ func TestAPodDeletedWhileStartingLeavesNothing(t *testing.T) {
 }
 
 func TestVolumesAreRefusedWithoutAVolumeManager(t *testing.T) {
-	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &podcgroups.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
+	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &kubepods.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +400,7 @@ spec:
 }
 
 func TestBadBandwidthAnnotationIsRefusedAtApply(t *testing.T) {
-	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &podcgroups.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
+	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &kubepods.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

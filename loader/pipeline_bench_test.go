@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/nodeguard/nodeguard/bench"
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/loader"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf/btf"
 
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 func TestSignatureCheck(t *testing.T) {

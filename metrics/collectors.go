@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/pressure"
-	"github.com/nodeguard/nodeguard/pressure/cgstat"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 

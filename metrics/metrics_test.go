@@ -11,11 +11,11 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/pressure"
-	"github.com/nodeguard/nodeguard/pressure/cgstat"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )

@@ -13,9 +13,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/pressure"
-	"github.com/nodeguard/nodeguard/pressure/cgstat"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 

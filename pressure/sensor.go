@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nodeguard/nodeguard/pressure/cgstat"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // Sensor runs a Snapshotter: one snapshot per tick, except while Fresh

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
-	"github.com/nodeguard/nodeguard/pressure/cgstat"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )

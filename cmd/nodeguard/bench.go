@@ -13,13 +13,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeguard/nodeguard/bench"
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/images"
 	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -219,7 +218,7 @@ test containerd (its own network namespace, local images) and removes it after.`
 // directory and the node's memory.
 type benchHost struct {
 	layout *cgroups.Layout
-	cg     *podcgroups.Manager
+	cg     *kubepods.Manager
 	root   string
 	mi     nodestats.Meminfo
 }
@@ -230,7 +229,7 @@ func newBenchHost(cgroupRoot, prefix string) (_ *benchHost, cleanup func(), err 
 	if h.layout, err = cgroups.Discover(); err != nil {
 		return nil, nil, err
 	}
-	if h.cg, err = podcgroups.New(h.layout, cgroupnames.Cgroupfs, cgroupRoot); err != nil {
+	if h.cg, err = kubepods.New(h.layout, kubepods.Cgroupfs, cgroupRoot); err != nil {
 		return nil, nil, err
 	}
 	if h.mi, err = nodestats.ReadMeminfo(nodestats.MeminfoPath); err != nil {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 var (

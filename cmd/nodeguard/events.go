@@ -13,8 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodeguard/nodeguard/internal/cgname"
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/loader/event"
@@ -125,7 +124,7 @@ func runEvents(ctx context.Context, f *eventsFlags, log loggerT, stdout, stderr 
 	for _, h := range layout.Hierarchies {
 		mounts[h.ID] = h.Mount
 	}
-	names := cgname.New(mounts)
+	names := cgroups.NewPathResolver(mounts)
 	for _, d := range dirs {
 		if _, err := p.MonitorTree(d.Hierarchy.ID, d.Path, d.Rel); err != nil {
 			return err
@@ -193,7 +192,7 @@ func runEvents(ctx context.Context, f *eventsFlags, log loggerT, stdout, stderr 
 // eventPath names the cgroup an event is about: for cgroup events the
 // directory itself, otherwise the task's memory cgroup (or its cgroup2
 // cgroup when it has none).
-func eventPath(ev event.Event, names *cgname.Resolver, layout *cgroups.Layout, memHier uint32) string {
+func eventPath(ev event.Event, names *cgroups.PathResolver, layout *cgroups.Layout, memHier uint32) string {
 	if c, ok := ev.(*event.Cgroup); ok {
 		h, ok := layout.ByID(c.HierarchyID)
 		if !ok {

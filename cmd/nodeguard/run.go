@@ -23,14 +23,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/loader/event"
@@ -205,7 +204,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return fmt.Errorf("discover cgroups: %w", err)
 	}
-	cgm, err := podcgroups.New(layout, cgroupnames.Cgroupfs, cfg.CgroupRoot)
+	cgm, err := kubepods.New(layout, kubepods.Cgroupfs, cfg.CgroupRoot)
 	if err != nil {
 		return err
 	}
@@ -301,7 +300,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 
 	// Sensing always runs (the eviction manager confirms every wake-up on
 	// a fresh snapshot); /metrics only with an address.
-	kube, _ := cgroupnames.Kubepods(cgroupnames.Cgroupfs, cfg.CgroupRoot)
+	kube, _ := kubepods.Name(kubepods.Cgroupfs, cfg.CgroupRoot)
 	storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
 	wg.Add(1)
 	go func() { defer wg.Done(); storage.Run(ctx) }()
@@ -596,7 +595,7 @@ func (s podService) Exec(ctx context.Context, ns, name, c string, cmd []string, 
 // podResolver labels cgroup series with their pod.
 type podResolver struct {
 	mgr    *lifecycle.Manager
-	cgm    *podcgroups.Manager
+	cgm    *kubepods.Manager
 	layout *cgroups.Layout
 
 	mu    sync.Mutex
@@ -604,7 +603,7 @@ type podResolver struct {
 	byKey map[pressure.CgroupKey]metrics.PodLabels
 }
 
-func newPodResolver(mgr *lifecycle.Manager, cgm *podcgroups.Manager, layout *cgroups.Layout) *podResolver {
+func newPodResolver(mgr *lifecycle.Manager, cgm *kubepods.Manager, layout *cgroups.Layout) *podResolver {
 	return &podResolver{mgr: mgr, cgm: cgm, layout: layout}
 }
 

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
 )
 
 // mountsUnder returns the mount points in mountinfo data (the format of

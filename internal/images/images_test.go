@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 // buildTimeout bounds a build: go build of the pause program takes ~0.5 s

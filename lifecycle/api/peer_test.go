@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/api/apitest"
 )

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 )
 
 // The kubelet's default masked and read-only /proc and /sys paths for
@@ -149,20 +149,20 @@ func ContainerResources(c *corev1.Container, cgroupV2, enforceCPULimits bool) *r
 func linuxResources(cpuRequest, cpuLimit, memoryLimit *resource.Quantity, enforceCPULimits, cgroupV2 bool) *runtimeapi.LinuxContainerResources {
 	r := &runtimeapi.LinuxContainerResources{}
 	if cpuRequest == nil && !cpuLimit.IsZero() {
-		r.CpuShares = int64(cgroupnames.MilliCPUToShares(cpuLimit.MilliValue()))
+		r.CpuShares = int64(kubepods.MilliCPUToShares(cpuLimit.MilliValue()))
 	} else {
 		var milli int64
 		if cpuRequest != nil {
 			milli = cpuRequest.MilliValue()
 		}
-		r.CpuShares = int64(cgroupnames.MilliCPUToShares(milli))
+		r.CpuShares = int64(kubepods.MilliCPUToShares(milli))
 	}
 	if m := memoryLimit.Value(); m != 0 {
 		r.MemoryLimitInBytes = m
 	}
 	if enforceCPULimits {
-		r.CpuPeriod = cgroupnames.QuotaPeriod
-		r.CpuQuota = cgroupnames.MilliCPUToQuota(cpuLimit.MilliValue(), cgroupnames.QuotaPeriod)
+		r.CpuPeriod = kubepods.QuotaPeriod
+		r.CpuQuota = kubepods.MilliCPUToQuota(cpuLimit.MilliValue(), kubepods.QuotaPeriod)
 	}
 	if cgroupV2 {
 		r.Unified = map[string]string{"memory.oom.group": "1"}

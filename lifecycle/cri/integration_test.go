@@ -18,8 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 )
@@ -316,7 +316,7 @@ func runPod(ctx context.Context, t *testing.T, e *crienv.Env, c *Client) *runnin
 		t.Fatalf("the test pod is invalid: %v", errs.ToAggregate())
 	}
 	class := qos.Class(pod)
-	parent, err := cgroupnames.PodParent(cgroupnames.Cgroupfs, e.CgroupParent(), class, pod.UID)
+	parent, err := kubepods.PodParent(kubepods.Cgroupfs, e.CgroupParent(), class, pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func removePod(ctx context.Context, t *testing.T, e *crienv.Env, c *Client, p *r
 
 	// CRI removed the containers' cgroups; the pod's and the QoS parents
 	// (kubepods/burstable) are this test's.
-	kubepods, err := cgroupnames.Kubepods(cgroupnames.Cgroupfs, e.CgroupParent())
+	kubeCg, err := kubepods.Name(kubepods.Cgroupfs, e.CgroupParent())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,10 +419,10 @@ func removePod(ctx context.Context, t *testing.T, e *crienv.Env, c *Client, p *r
 			}
 		}
 	}
-	if err := e.RemoveCgroup(kubepods); err != nil {
+	if err := e.RemoveCgroup(kubeCg); err != nil {
 		t.Fatal(err)
 	}
-	dirs, err := e.CgroupDirs(kubepods)
+	dirs, err := e.CgroupDirs(kubeCg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func bestEffortRemove(e *crienv.Env, c *Client, p *runningPod) {
 	}
 	c.StopPodSandbox(ctx, p.sandboxID)
 	c.RemovePodSandbox(ctx, p.sandboxID)
-	if k, err := cgroupnames.Kubepods(cgroupnames.Cgroupfs, e.CgroupParent()); err == nil {
+	if k, err := kubepods.Name(kubepods.Cgroupfs, e.CgroupParent()); err == nil {
 		e.RemoveCgroup(k)
 	}
 }
@@ -541,12 +541,12 @@ func TestLatencies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	kubepods, err := cgroupnames.Kubepods(cgroupnames.Cgroupfs, e.CgroupParent())
+	kubeCg, err := kubepods.Name(kubepods.Cgroupfs, e.CgroupParent())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := e.RemoveCgroup(kubepods); err != nil {
+		if err := e.RemoveCgroup(kubeCg); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -564,7 +564,7 @@ spec:
 			t.Fatal(err)
 		}
 		pod := pods[0]
-		parent, err := cgroupnames.PodParent(cgroupnames.Cgroupfs, e.CgroupParent(), qos.Class(pod), pod.UID)
+		parent, err := kubepods.PodParent(kubepods.Cgroupfs, e.CgroupParent(), qos.Class(pod), pod.UID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,7 @@ func noResolverDNS() *runtimeapi.DNSConfig {
 
 // SandboxOptions are what SandboxConfig needs beyond the pod.
 type SandboxOptions struct {
-	// CgroupParent is the pod's cgroup (cgroupnames.PodParent). On the
+	// CgroupParent is the pod's cgroup (kubepods.PodParent). On the
 	// development machines it is RELATIVE, resolved by runc against its own
 	// cgroup in each hierarchy; RunPodSandbox refuses an empty one.
 	CgroupParent string

@@ -102,7 +102,7 @@ func PodRequests(pod *corev1.Pod) corev1.ResourceList {
 
 // PodLimits is PodRequests for limits (component-helpers PodLimits). A
 // resource is present only if some container limits it; whether every
-// container does is the caller's question (see cgroupnames.PodResources).
+// container does is the caller's question (see kubepods.PodResources).
 func PodLimits(pod *corev1.Pod) corev1.ResourceList {
 	return aggregate(pod, func(c *corev1.Container) corev1.ResourceList { return c.Resources.Limits })
 }

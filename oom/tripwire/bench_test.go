@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 // BenchmarkTripwireLatency measures, per iteration, the time from the

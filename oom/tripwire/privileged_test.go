@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 // Bounds of the privileged tests.

@@ -1,4 +1,4 @@
-package cgroupnames
+package kubepods
 
 import (
 	"errors"
@@ -61,7 +61,7 @@ func ParseDriver(s string) (Driver, error) {
 
 // Kubepods returns the name of the node-allocatable cgroup that holds every
 // pod: <root>/kubepods or /kubepods.slice (NodeAllocatableRoot).
-func Kubepods(d Driver, root string) (string, error) {
+func Name(d Driver, root string) (string, error) {
 	parts, err := rootComponents(d, root)
 	if err != nil {
 		return "", err

@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	v2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 

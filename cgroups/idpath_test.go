@@ -1,11 +1,12 @@
-package cgname
+package cgroups_test
 
 import (
 	"os"
 	"syscall"
 	"testing"
 
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 func TestResolverAsksTheKernelForUnknownIDs(t *testing.T) {
@@ -17,7 +18,7 @@ func TestResolverAsksTheKernelForUnknownIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := fi.Sys().(*syscall.Stat_t).Ino
-		r := New(map[uint32]string{d.Hierarchy.ID: d.Hierarchy.Mount})
+		r := cgroups.NewPathResolver(map[uint32]string{d.Hierarchy.ID: d.Hierarchy.Mount})
 		got, err := r.Path(d.Hierarchy.ID, id)
 		if err != nil {
 			t.Fatalf("resolve %s: %v", d.Path, err)
@@ -29,14 +30,14 @@ func TestResolverAsksTheKernelForUnknownIDs(t *testing.T) {
 }
 
 func TestResolverReportsUnknownHierarchies(t *testing.T) {
-	r := New(map[uint32]string{})
+	r := cgroups.NewPathResolver(map[uint32]string{})
 	if p, err := r.Path(7, 42); err == nil {
 		t.Fatalf("resolved an id in an unmounted hierarchy to %q", p)
 	}
 }
 
 func TestResolverPrefersLearnedPaths(t *testing.T) {
-	r := New(map[uint32]string{})
+	r := cgroups.NewPathResolver(map[uint32]string{})
 	r.Learn(3, 9, "/x/y")
 	if p, err := r.Path(3, 9); err != nil || p != "/x/y" {
 		t.Fatalf("got %q, %v; want the learned path", p, err)

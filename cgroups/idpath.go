@@ -1,7 +1,7 @@
-// Package cgname turns cgroup ids back into paths.
+// PathResolver turns cgroup ids back into paths.
 //
 // Events carry cgroup ids (kernfs node ids, unique within one hierarchy);
-// people and metrics want paths. A Resolver learns paths from the walks and
+// people and metrics want paths. A PathResolver learns paths from the walks and
 // mkdir events it is shown and, for ids it has never seen, asks the kernel:
 // kernfs supports file handles whose payload is the node id, so
 // open_by_handle_at on the hierarchy's mount yields the directory, and
@@ -9,7 +9,8 @@
 //
 // Invariants: the cache is bounded (ids of removed cgroups are forgotten);
 // a failed lookup is reported as an error, never as an empty path.
-package cgname
+
+package cgroups
 
 import (
 	"encoding/binary"
@@ -25,50 +26,50 @@ import (
 // whose 8-byte payload is the node id.
 const fileidKernfs = 0xfe
 
-// maxCached bounds the cache; dense nodes have a few thousand cgroups.
-const maxCached = 16384
+// maxCachedPaths bounds the cache; dense nodes have a few thousand cgroups.
+const maxCachedPaths = 16384
 
-type key struct {
+type pathKey struct {
 	hier uint32
 	id   uint64
 }
 
-// Resolver maps (hierarchy id, cgroup id) to a filesystem path.
-type Resolver struct {
+// PathResolver maps (hierarchy id, cgroup id) to a filesystem path.
+type PathResolver struct {
 	mounts map[uint32]string // hierarchy id -> mount point
 
 	mu    sync.Mutex
-	cache map[key]string
+	cache map[pathKey]string
 }
 
-// New returns a Resolver for hierarchies mounted at the given points
+// NewPathResolver returns a PathResolver for hierarchies mounted at the given points
 // (hierarchy id 0 is cgroup2).
-func New(mounts map[uint32]string) *Resolver {
-	return &Resolver{mounts: mounts, cache: map[key]string{}}
+func NewPathResolver(mounts map[uint32]string) *PathResolver {
+	return &PathResolver{mounts: mounts, cache: map[pathKey]string{}}
 }
 
 // Learn records a path seen elsewhere (a walk, a mkdir event).
-func (r *Resolver) Learn(hier uint32, id uint64, path string) {
+func (r *PathResolver) Learn(hier uint32, id uint64, path string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.cache) >= maxCached {
+	if len(r.cache) >= maxCachedPaths {
 		clear(r.cache)
 	}
-	r.cache[key{hier, id}] = path
+	r.cache[pathKey{hier, id}] = path
 }
 
 // Forget drops a removed cgroup.
-func (r *Resolver) Forget(hier uint32, id uint64) {
+func (r *PathResolver) Forget(hier uint32, id uint64) {
 	r.mu.Lock()
-	delete(r.cache, key{hier, id})
+	delete(r.cache, pathKey{hier, id})
 	r.mu.Unlock()
 }
 
 // Path returns the filesystem path of the cgroup, asking the kernel when
 // the id has not been seen.
-func (r *Resolver) Path(hier uint32, id uint64) (string, error) {
+func (r *PathResolver) Path(hier uint32, id uint64) (string, error) {
 	r.mu.Lock()
-	p, ok := r.cache[key{hier, id}]
+	p, ok := r.cache[pathKey{hier, id}]
 	r.mu.Unlock()
 	if ok {
 		return p, nil
@@ -77,7 +78,7 @@ func (r *Resolver) Path(hier uint32, id uint64) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("resolve cgroup %d: hierarchy %d not mounted", id, hier)
 	}
-	p, err := ByHandle(mnt, id)
+	p, err := PathByHandle(mnt, id)
 	if err != nil {
 		return "", err
 	}
@@ -85,9 +86,9 @@ func (r *Resolver) Path(hier uint32, id uint64) (string, error) {
 	return p, nil
 }
 
-// ByHandle opens the cgroup with the given id beneath the hierarchy mounted
+// PathByHandle opens the cgroup with the given id beneath the hierarchy mounted
 // at mnt and returns its path. It needs CAP_DAC_READ_SEARCH.
-func ByHandle(mnt string, id uint64) (string, error) {
+func PathByHandle(mnt string, id uint64) (string, error) {
 	mfd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("resolve cgroup %d: open %s: %w", id, mnt, err)

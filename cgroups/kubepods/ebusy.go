@@ -1,4 +1,4 @@
-package podcgroups
+package kubepods
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,9 @@
-// Package cgroupnames names the pod cgroup hierarchy and computes the
-// resource settings of its cgroups, with the kubelet's semantics. It is pure:
-// it builds strings and numbers and never touches a cgroup filesystem.
+// Package kubepods is the kubelet's pod cgroup hierarchy: how its cgroups
+// are named for each cgroup driver and what resource settings they get
+// (pure functions: strings and numbers, no filesystem), and the Manager
+// that makes, limits, kills and removes them on the node.
+//
+// # Names and resources
 //
 // The hierarchy, for a root R (the kubelet's --cgroup-root, in cgroupfs form):
 //
@@ -44,4 +47,27 @@
 // inputs this package refuses); pod UIDs may contain only ASCII letters,
 // digits and '-'. Errors wrap ErrUnknownDriver, ErrUnknownClass or
 // ErrBadComponent so that callers can tell unsupported from malformed input.
-package cgroupnames
+//
+// # The Manager
+//
+// The Manager makes and removes the pod cgroup hierarchy on disk:
+// kubepods -> burstable|besteffort -> pod<uid> (Guaranteed pods directly
+// under kubepods), in every mounted hierarchy, with the pod-level limits
+// and CPU weights the kubelet sets, and node allocatable on kubepods.
+//
+// Invariants:
+//   - The cgroup root is resolved per hierarchy by cgroups: a
+//     RELATIVE root lands beneath nodeguard's own cgroup in each hierarchy,
+//     exactly where runc resolves the same relative cgroup_parent (runc is
+//     started by a containerd that shares our cgroups), so the pod cgroup we
+//     make and limit is the one the containers are put beneath.
+//   - Only directories beneath the resolved root are ever made, written or
+//     removed; nothing above it is touched, except that on cgroup2 each
+//     level delegates its controllers to the next (cgroup.subtree_control).
+//   - Remove takes away the pod's directory in every hierarchy (CRI removes
+//     only the container leaves), deepest first, and reports what it could
+//     not remove; a directory already gone is not an error.
+//   - Only the cgroupfs layout is made on disk. The systemd driver's names
+//     are computed by cgroups/kubepods, but making slices needs
+//     systemd's D-Bus API, so Ensure refuses the systemd driver.
+package kubepods

@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 // hogEnv makes the test binary a memory hog instead of running tests: it

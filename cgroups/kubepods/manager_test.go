@@ -1,4 +1,4 @@
-package podcgroups_test
+package kubepods_test
 
 import (
 	"errors"
@@ -15,9 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeguard/nodeguard/internal/cgtest"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
-	"github.com/nodeguard/nodeguard/lifecycle/podcgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 )
 
 func pod(uid string, req, lim corev1.ResourceList) *corev1.Pod {
@@ -41,7 +40,7 @@ func TestEnsureMakesThePodHierarchyWithLimits(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	sb := cgtest.New(t)
 	layout := sb.Layout()
-	m, err := podcgroups.New(layout, cgroupnames.Cgroupfs, sb.Rel())
+	m, err := kubepods.New(layout, kubepods.Cgroupfs, sb.Rel())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +104,7 @@ func TestEnsureMakesThePodHierarchyWithLimits(t *testing.T) {
 func TestSystemdDriverIsRefusedClearly(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	sb := cgtest.New(t)
-	if _, err := podcgroups.New(sb.Layout(), cgroupnames.Systemd, "/"); err == nil || !strings.Contains(err.Error(), "systemd") {
+	if _, err := kubepods.New(sb.Layout(), kubepods.Systemd, "/"); err == nil || !strings.Contains(err.Error(), "systemd") {
 		t.Fatalf("got %v, want an error naming the systemd driver", err)
 	}
 }
@@ -113,7 +112,7 @@ func TestSystemdDriverIsRefusedClearly(t *testing.T) {
 func TestAllocatableIsEnforcedOnKubepods(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	sb := cgtest.New(t)
-	m, err := podcgroups.New(sb.Layout(), cgroupnames.Cgroupfs, sb.Rel())
+	m, err := kubepods.New(sb.Layout(), kubepods.Cgroupfs, sb.Rel())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +155,7 @@ func TestAllocatableIsEnforcedOnKubepods(t *testing.T) {
 func TestKillEndsEveryProcessOfThePod(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	sb := cgtest.New(t)
-	m, err := podcgroups.New(sb.Layout(), cgroupnames.Cgroupfs, sb.Rel())
+	m, err := kubepods.New(sb.Layout(), kubepods.Cgroupfs, sb.Rel())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +191,7 @@ func TestKillEndsEveryProcessOfThePod(t *testing.T) {
 	if err != nil || len(pids) != 3 {
 		t.Fatalf("pod procs %v, %v; want the 3 sleeps", pids, err)
 	}
-	if err := m.Remove(parent); !errors.Is(err, podcgroups.ErrPopulated) {
+	if err := m.Remove(parent); !errors.Is(err, kubepods.ErrPopulated) {
 		t.Fatalf("Remove of a populated pod cgroup: %v, want ErrPopulated at once", err)
 	}
 	n, err := m.Kill(parent)
@@ -218,7 +217,7 @@ func TestKillEndsEveryProcessOfThePod(t *testing.T) {
 func TestKillContainerEndsOnlyThatContainer(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	sb := cgtest.New(t)
-	m, err := podcgroups.New(sb.Layout(), cgroupnames.Cgroupfs, sb.Rel())
+	m, err := kubepods.New(sb.Layout(), kubepods.Cgroupfs, sb.Rel())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package cgstat
 import (
 	"errors"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups"
 )
 
 var (

@@ -1,24 +1,4 @@
-// Package podcgroups makes and removes the pod cgroup hierarchy on disk:
-// kubepods -> burstable|besteffort -> pod<uid> (Guaranteed pods directly
-// under kubepods), in every mounted hierarchy, with the pod-level limits
-// and CPU weights the kubelet sets, and node allocatable on kubepods.
-//
-// Invariants:
-//   - The cgroup root is resolved per hierarchy by internal/cgroups: a
-//     RELATIVE root lands beneath nodeguard's own cgroup in each hierarchy,
-//     exactly where runc resolves the same relative cgroup_parent (runc is
-//     started by a containerd that shares our cgroups), so the pod cgroup we
-//     make and limit is the one the containers are put beneath.
-//   - Only directories beneath the resolved root are ever made, written or
-//     removed; nothing above it is touched, except that on cgroup2 each
-//     level delegates its controllers to the next (cgroup.subtree_control).
-//   - Remove takes away the pod's directory in every hierarchy (CRI removes
-//     only the container leaves), deepest first, and reports what it could
-//     not remove; a directory already gone is not an error.
-//   - Only the cgroupfs layout is made on disk. The systemd driver's names
-//     are computed by lifecycle/cgroupnames, but making slices needs
-//     systemd's D-Bus API, so Ensure refuses the systemd driver.
-package podcgroups
+package kubepods
 
 import (
 	"errors"
@@ -34,8 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
-	"github.com/nodeguard/nodeguard/lifecycle/cgroupnames"
+	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 )
 
@@ -54,8 +33,8 @@ type Manager struct {
 // New returns a Manager for the cgroupfs driver beneath root (relative:
 // beneath nodeguard's own cgroup in each hierarchy; absolute: a path
 // within each hierarchy).
-func New(layout *cgroups.Layout, driver cgroupnames.Driver, root string) (*Manager, error) {
-	if driver != cgroupnames.Cgroupfs {
+func New(layout *cgroups.Layout, driver Driver, root string) (*Manager, error) {
+	if driver != Cgroupfs {
 		return nil, fmt.Errorf("pod cgroups with the %s driver: %w (use cgroupfs)", driver, ErrUnsupported)
 	}
 	if layout.Memory == nil {
@@ -67,7 +46,7 @@ func New(layout *cgroups.Layout, driver cgroupnames.Driver, root string) (*Manag
 // Parent is the pod's cgroup parent, as handed to CRI (relative when the
 // root is).
 func (m *Manager) Parent(pod *corev1.Pod) (string, error) {
-	return cgroupnames.PodParent(cgroupnames.Cgroupfs, m.root, qos.Class(pod), pod.UID)
+	return PodParent(Cgroupfs, m.root, qos.Class(pod), pod.UID)
 }
 
 func (m *Manager) v2Memory() bool { return m.layout.Memory.V2() }
@@ -88,7 +67,7 @@ func (m *Manager) Ensure(pod *corev1.Pod) (string, error) {
 			return "", fmt.Errorf("ensure pod cgroup %s: %w", parent, err)
 		}
 	}
-	rc := cgroupnames.PodResources(pod, m.v2Memory(), m.EnforceCPULimits)
+	rc := PodResources(pod, m.v2Memory(), m.EnforceCPULimits)
 	if err := writeResources(dirs, rc); err != nil {
 		return "", fmt.Errorf("set limits of pod cgroup %s: %w", parent, err)
 	}
@@ -194,7 +173,7 @@ func write(name, v string) error {
 }
 
 // writeResources writes rc into the hierarchy that holds each controller.
-func writeResources(dirs []cgroups.Dir, rc cgroupnames.ResourceConfig) error {
+func writeResources(dirs []cgroups.Dir, rc ResourceConfig) error {
 	for _, d := range dirs {
 		h := d.Hierarchy
 		v2 := h.V2()
@@ -264,7 +243,7 @@ func writeResources(dirs []cgroups.Dir, rc cgroupnames.ResourceConfig) error {
 // hierarchy, so that sensing can watch it before the first pod.
 func (m *Manager) EnsureRoot() error {
 	for _, class := range []corev1.PodQOSClass{corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-		p, err := cgroupnames.QOSParent(cgroupnames.Cgroupfs, m.root, class)
+		p, err := QOSParent(Cgroupfs, m.root, class)
 		if err != nil {
 			return err
 		}
@@ -285,19 +264,19 @@ func (m *Manager) EnsureRoot() error {
 // hierarchy: capacity minus system-reserved minus kube-reserved becomes
 // kubepods' memory limit and CPU shares (or weight), as the kubelet's
 // enforceNodeAllocatable=pods does. It returns the limits written.
-func (m *Manager) EnforceAllocatable(capacity, systemReserved, kubeReserved corev1.ResourceList) (cgroupnames.ResourceConfig, error) {
+func (m *Manager) EnforceAllocatable(capacity, systemReserved, kubeReserved corev1.ResourceList) (ResourceConfig, error) {
 	if err := m.EnsureRoot(); err != nil {
-		return cgroupnames.ResourceConfig{}, err
+		return ResourceConfig{}, err
 	}
-	kube, err := cgroupnames.Kubepods(cgroupnames.Cgroupfs, m.root)
+	kube, err := Name(Cgroupfs, m.root)
 	if err != nil {
-		return cgroupnames.ResourceConfig{}, err
+		return ResourceConfig{}, err
 	}
 	dirs, err := m.layout.Resolve(kube)
 	if err != nil {
-		return cgroupnames.ResourceConfig{}, fmt.Errorf("enforce allocatable on %s: %w", kube, err)
+		return ResourceConfig{}, fmt.Errorf("enforce allocatable on %s: %w", kube, err)
 	}
-	rc := cgroupnames.KubepodsResources(capacity, systemReserved, kubeReserved, m.v2Memory())
+	rc := KubepodsResources(capacity, systemReserved, kubeReserved, m.v2Memory())
 	if err := writeResources(dirs, rc); err != nil {
 		return rc, fmt.Errorf("enforce allocatable on %s: %w", kube, err)
 	}
@@ -539,7 +518,7 @@ func (m *Manager) Procs(parent string) ([]int, error) {
 func (m *Manager) PodParents() (map[types.UID]string, error) {
 	out := map[types.UID]string{}
 	for _, class := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-		qp, err := cgroupnames.QOSParent(cgroupnames.Cgroupfs, m.root, class)
+		qp, err := QOSParent(Cgroupfs, m.root, class)
 		if err != nil {
 			return nil, err
 		}
@@ -555,11 +534,11 @@ func (m *Manager) PodParents() (map[types.UID]string, error) {
 			return nil, fmt.Errorf("list pod cgroups: %w", err)
 		}
 		for _, e := range ents {
-			uid, ok := strings.CutPrefix(e.Name(), cgroupnames.PodPrefix)
+			uid, ok := strings.CutPrefix(e.Name(), PodPrefix)
 			if !ok || !e.IsDir() {
 				continue
 			}
-			if p, err := cgroupnames.PodParent(cgroupnames.Cgroupfs, m.root, class, types.UID(uid)); err == nil {
+			if p, err := PodParent(Cgroupfs, m.root, class, types.UID(uid)); err == nil {
 				out[types.UID(uid)] = p
 			}
 		}

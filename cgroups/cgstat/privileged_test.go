@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodeguard/nodeguard/internal/cgroups"
-	"github.com/nodeguard/nodeguard/internal/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 const mib = 1 << 20

@@ -1,4 +1,4 @@
-package cgroupnames
+package kubepods
 
 import (
 	"errors"
@@ -70,7 +70,7 @@ func TestQOSParentAndKubepods(t *testing.T) {
 	}
 	t.Run("kubepods is the Guaranteed parent for both drivers", func(t *testing.T) {
 		for _, d := range []Driver{Cgroupfs, Systemd} {
-			k, err := Kubepods(d, "/")
+			k, err := Name(d, "/")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package cgroupnames
+package kubepods
 
 import (
 	"math"
