@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/loader/event"
 )
 
@@ -308,7 +309,7 @@ func attachOne(spec *ebpf.CollectionSpec, prog string, path AttachPath, h hookSp
 		}
 	}
 	if path == PathTracepoint {
-		if err := ensureTracefs(); err != nil {
+		if _, err := host.EnsureTracefs(); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -24,6 +24,29 @@ func Tracefs() (string, error) {
 	return tracefsAt(TracefsPath, TracefsDebugfsPath)
 }
 
+// EnsureTracefs returns the mount point of tracefs, mounting a fresh
+// tracefs on TracefsPath first when neither place has one (minimal systems
+// and freshly booted machines leave it unmounted until something needs it;
+// the debugfs spelling automounts only where debugfs itself is mounted).
+// Classic tracepoint attach needs it: perf_event_open takes the tracepoint
+// id from events/<group>/<name>/id. A new tracefs mount is harmless, what
+// `mount -t tracefs tracefs /sys/kernel/tracing` does, and shares the one
+// kernel tracing instance. Mounting needs CAP_SYS_ADMIN; without it the
+// error says so and wraps the search's ErrUnsupported.
+func EnsureTracefs() (string, error) {
+	root, err := Tracefs()
+	if err == nil {
+		return root, nil
+	}
+	if _, serr := os.Stat(TracefsPath); serr != nil {
+		return "", fmt.Errorf("mount tracefs: %w (%w)", serr, err)
+	}
+	if merr := unix.Mount("tracefs", TracefsPath, "tracefs", 0, ""); merr != nil && !errors.Is(merr, unix.EBUSY) {
+		return "", fmt.Errorf("mount tracefs on %s: %w (%w)", TracefsPath, merr, err)
+	}
+	return tracefsAt(TracefsPath)
+}
+
 func tracefsAt(candidates ...string) (string, error) {
 	var why []string
 	for _, p := range candidates {
@@ -44,10 +67,10 @@ func tracefsAt(candidates ...string) (string, error) {
 
 // CheckTracepoint returns nil when tracepoint category/name (e.g.
 // "oom", "mark_victim") exists, and otherwise says why not: tracefs
-// missing, the event unknown to this kernel (ErrUnsupported), or tracefs
+// missing and not mountable (EnsureTracefs), the event unknown to this kernel (ErrUnsupported), or tracefs
 // not readable.
 func CheckTracepoint(category, name string) error {
-	root, err := Tracefs()
+	root, err := EnsureTracefs()
 	if err != nil {
 		return fmt.Errorf("check tracepoint %s/%s: %w", category, name, err)
 	}

@@ -67,8 +67,15 @@ func TestTracepointIn(t *testing.T) {
 
 func TestTracefsOnThisHost(t *testing.T) {
 	cgtest.RequirePrivileged(t)
-	root, err := Tracefs()
-	cgtest.Need(t, err == nil, "no tracefs: "+errString(err))
+	// What the agent does before its first classic attach: on a freshly
+	// booted machine nothing has mounted tracefs yet.
+	root, err := EnsureTracefs()
+	if err != nil {
+		t.Fatalf("EnsureTracefs: %v", err)
+	}
+	if again, err := Tracefs(); err != nil || again != root {
+		t.Fatalf("Tracefs() after EnsureTracefs = %q, %v; want %q", again, err, root)
+	}
 	t.Logf("tracefs at %s", root)
 	tests := []struct {
 		name         string
