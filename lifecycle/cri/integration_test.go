@@ -40,7 +40,10 @@ const (
 
 // podYAML is the test pod: main sleeps after writing to both streams, fail
 // exits 3, hog fills a 16Mi memory limit (busybox tail buffers /dev/zero,
-// which has no newline, without end).
+// which has no newline, without end). hog waits 200 ms first: containerd
+// 1.6's shim registers its v1 OOM eventfd (memory.oom_control) only after
+// the task started, and a hog that reached its limit 1 ms after start was
+// reported as Error, not OOMKilled (seen once on a freshly booted machine).
 const podYAML = `
 apiVersion: v1
 kind: Pod
@@ -81,7 +84,7 @@ spec:
     command: [sh, -c, "echo bye; exit 3"]
   - name: hog
     image: %[1]s
-    command: [tail, /dev/zero]
+    command: [sh, -c, "sleep 0.2; exec tail /dev/zero"]
     resources:
       limits: {memory: 16Mi}
 `
