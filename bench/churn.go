@@ -137,7 +137,7 @@ func RunChurnFloor(ctx context.Context, c *cri.Client, cg *kubepods.Manager, cfg
 	up, err := parallel(ctx, cfg.Pods, cfg.Parallel, func(ctx context.Context, i int) error {
 		p := churnPod(cfg.Image, fmt.Sprintf("floor-%d", i))
 		p.UID = types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012d", i))
-		parent, err := cg.Ensure(p)
+		parent, err := cg.Ensure(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -177,7 +177,7 @@ func RunChurnFloor(ctx context.Context, c *cri.Client, cg *kubepods.Manager, cfg
 		if err := c.RemovePodSandbox(ctx, m.sandbox); err != nil {
 			return err
 		}
-		return cg.Remove(m.parent)
+		return cg.Remove(ctx, m.parent)
 	})
 	if err != nil {
 		return row, err

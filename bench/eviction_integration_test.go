@@ -47,7 +47,7 @@ func TestEvictionTrialAgainstARealContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := kubepods.New(layout, kubepods.Cgroupfs, env.CgroupParent())
+	cg, err := kubepods.New(t.Context(), layout, kubepods.Cgroupfs, env.CgroupParent(), kubepods.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -241,7 +241,7 @@ func RunEviction(ctx context.Context, rt EvictionRuntime, reg *EvictionStrategie
 	}
 	// The budget is the pod root's hard limit: a runaway hog is OOM-killed
 	// by the kernel inside it, never anywhere else.
-	if _, err := rt.Cgroups.EnforceAllocatable(corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(int64(cfg.Budget), resource.BinarySI)}, nil, nil); err != nil {
+	if _, err := rt.Cgroups.EnforceAllocatable(ctx, corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(int64(cfg.Budget), resource.BinarySI)}, nil, nil); err != nil {
 		return nil, fmt.Errorf("eviction benchmark: set the budget: %w", err)
 	}
 	dirs, err := rt.Cgroups.Dirs(podRoot)

@@ -3,6 +3,8 @@ package cgroups
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -63,3 +65,25 @@ func parseSelfCgroup(data []byte, name string) ([]membership, error) {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func quote(s string) string { return strconv.Quote(s) }
+
+// ProcessCgroup returns the cgroup path of process pid in hierarchy h (its
+// line of /proc/<pid>/cgroup), for comparing another process's place with
+// this one's h.Own. The process's own cgroup namespace is not considered:
+// nodeguard compares processes of the host's namespace.
+func ProcessCgroup(pid int, h *Hierarchy) (string, error) {
+	name := "/proc/" + itoa(pid) + "/cgroup"
+	b, err := readHostFile(os.DirFS("/"), name)
+	if err != nil {
+		return "", err
+	}
+	ms, err := parseSelfCgroup(b, name)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range ms {
+		if m.id == h.ID {
+			return m.path, nil
+		}
+	}
+	return "", fmt.Errorf("read %s: %w: no line for hierarchy %d", name, ErrUnsupported, h.ID)
+}

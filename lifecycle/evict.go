@@ -177,7 +177,7 @@ func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, 
 		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace, true)
 	}
 	if parent, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
-		m.removePodCgroup(parent, true)
+		m.removePodCgroup(ctx, parent, true)
 	}
 	if err := m.teardownVolumes(ctx, uid); err != nil {
 		m.log.Warn("evicted pod: tear down volumes", "pod", key(st.pod), "err", err)

@@ -579,7 +579,7 @@ func (m *Manager) GC(ctx context.Context) {
 	if err := m.gcNetwork(ctx); err != nil {
 		m.log.Warn("gc", "err", err)
 	}
-	if err := m.gcCgroups(); err != nil {
+	if err := m.gcCgroups(ctx); err != nil {
 		m.log.Warn("gc", "err", err)
 	}
 }
@@ -588,7 +588,7 @@ func (m *Manager) GC(ctx context.Context) {
 // still runs in them): a nodeguard killed between a pod's sandbox removal
 // and its cgroup's leaves one that no sandbox names any more. As for
 // volumes, the cgroups are listed before the desired pods are read.
-func (m *Manager) gcCgroups() error {
+func (m *Manager) gcCgroups(ctx context.Context) error {
 	parents, err := m.cfg.Cgroups.PodParents()
 	if err != nil {
 		return fmt.Errorf("cgroup gc: %w", err)
@@ -602,7 +602,7 @@ func (m *Manager) gcCgroups() error {
 	}
 	m.mu.Unlock()
 	for _, parent := range orphans {
-		m.removePodCgroup(parent, true)
+		m.removePodCgroup(ctx, parent, true)
 		m.log.Info("cgroup gc: orphaned pod cgroup removed", "cgroup", parent)
 	}
 	return nil
@@ -637,7 +637,7 @@ func (m *Manager) removeOrphans(ctx context.Context) {
 			m.mu.Unlock()
 			if !desired {
 				if parent := sb.GetAnnotations()[AnnotationCgroupParent]; parent != "" {
-					m.removePodCgroup(parent, true)
+					m.removePodCgroup(ctx, parent, true)
 				}
 				if err := m.teardownVolumes(ctx, uid); err != nil {
 					m.log.Warn("remove volumes of an orphaned sandbox", "uid", uid, "err", err)
@@ -748,7 +748,7 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 		parent = p
 	}
 	if parent != "" {
-		m.removePodCgroup(parent, true)
+		m.removePodCgroup(ctx, parent, true)
 	}
 	// Volumes go after every process is gone (nothing holds their mounts
 	// any more); if they cannot, the pod stays, deleting, and the next
@@ -823,7 +823,7 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 		m.log.Warn("remove sandbox", "sandbox", id, "err", err)
 	}
 	if podGone && parent != "" {
-		m.removePodCgroup(parent, false)
+		m.removePodCgroup(ctx, parent, false)
 	}
 }
 
@@ -893,12 +893,12 @@ func (m *Manager) removeContainer(ctx context.Context, parent, id string) error 
 
 // removePodCgroup removes a pod's cgroups. With kill, processes still in
 // them are SIGKILLed first: only for a pod nobody wants any more.
-func (m *Manager) removePodCgroup(parent string, kill bool) {
-	err := m.cfg.Cgroups.Remove(parent)
+func (m *Manager) removePodCgroup(ctx context.Context, parent string, kill bool) {
+	err := m.cfg.Cgroups.Remove(ctx, parent)
 	if kill && errors.Is(err, kubepods.ErrPopulated) {
 		n, kerr := m.cfg.Cgroups.Kill(parent)
 		m.log.Warn("processes the runtime does not know of were left in a removed pod's cgroup; killed", "cgroup", parent, "killed", n, "err", kerr)
-		err = m.cfg.Cgroups.Remove(parent)
+		err = m.cfg.Cgroups.Remove(ctx, parent)
 	}
 	if err != nil {
 		m.log.Warn("remove pod cgroup", "cgroup", parent, "err", err)
@@ -995,13 +995,13 @@ func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error
 	if m.isEvicted(st) {
 		return nil
 	}
-	parent, err := m.cfg.Cgroups.Ensure(st.pod)
+	parent, err := m.cfg.Cgroups.Ensure(ctx, st.pod)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if retErr != nil {
-			_ = m.cfg.Cgroups.Remove(parent)
+			_ = m.cfg.Cgroups.Remove(ctx, parent)
 		}
 	}()
 	m.mu.Lock()
@@ -1017,7 +1017,13 @@ func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error
 	id, err := m.cfg.Runtime.RunPodSandbox(cctx, cfg)
 	m.createMu.RUnlock()
 	if err != nil {
-		return err
+		return m.cfg.Cgroups.ExplainRunError(err)
+	}
+	if err := m.cfg.Cgroups.CheckSandbox(parent, id); err != nil {
+		// The runtime put it elsewhere: the limits, statistics, tripwire
+		// and kill would all miss its processes. Never keep it so.
+		m.teardownSandbox(ctx, id, parent, orphanGrace, false)
+		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if m.cfg.Network != nil && !st.pod.Spec.HostNetwork {
 		s, err := m.cfg.Runtime.PodSandboxStatus(cctx, id)

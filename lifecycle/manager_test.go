@@ -54,7 +54,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := kubepods.New(layout, kubepods.Cgroupfs, env.CgroupParent())
+	cg, err := kubepods.New(t.Context(), layout, kubepods.Cgroupfs, env.CgroupParent(), kubepods.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,24 +50,45 @@
 //
 // # The Manager
 //
-// The Manager makes and removes the pod cgroup hierarchy on disk:
+// The Manager makes and removes the pod cgroup hierarchy on the node:
 // kubepods -> burstable|besteffort -> pod<uid> (Guaranteed pods directly
-// under kubepods), in every mounted hierarchy, with the pod-level limits
-// and CPU weights the kubelet sets, and node allocatable on kubepods.
+// under kubepods), with the pod-level limits and CPU weights the kubelet
+// sets, and node allocatable on kubepods. How the cgroups come to exist is
+// the driver's (the placer interface; each driver is one file):
+//
+//   - cgroupfs.go: the Manager makes the directories in every mounted
+//     hierarchy and writes the controller files itself; on cgroup2 each
+//     level enables its controllers for the next (cgroup.subtree_control).
+//   - systemd.go: the cgroups are transient slice units that systemd makes
+//     over D-Bus (StartTransientUnit with Wants= on the parent slice,
+//     accounting on, DefaultDependencies=false, the resources as unit
+//     properties: MemoryMax, CPUWeight, CPUQuotaPerSecUSec, TasksMax),
+//     updated with SetUnitProperties and removed with StopUnit, as the
+//     kubelet's systemd cgroup manager does through runc.
+//
+// Everything else is the same for both: a slice's cgroup is the directory
+// its expanded name spells in every hierarchy, so resolving, reading,
+// listing, killing (cgroup.kill, or SIGKILL over cgroup.procs on v1) and
+// the placement checks (placement.go) go through the files.
 //
 // Invariants:
-//   - The cgroup root is resolved per hierarchy by cgroups: a
-//     RELATIVE root lands beneath nodeguard's own cgroup in each hierarchy,
-//     exactly where runc resolves the same relative cgroup_parent (runc is
-//     started by a containerd that shares our cgroups), so the pod cgroup we
-//     make and limit is the one the containers are put beneath.
-//   - Only directories beneath the resolved root are ever made, written or
-//     removed; nothing above it is touched, except that on cgroup2 each
-//     level delegates its controllers to the next (cgroup.subtree_control).
-//   - Remove takes away the pod's directory in every hierarchy (CRI removes
-//     only the container leaves), deepest first, and reports what it could
-//     not remove; a directory already gone is not an error.
-//   - Only the cgroupfs layout is made on disk. The systemd driver's names
-//     are computed by cgroups/kubepods, but making slices needs
-//     systemd's D-Bus API, so Ensure refuses the systemd driver.
+//   - On a node the root is absolute ("/": /kubepods, /kubepods.slice) and
+//     the runtime is handed absolute parents, so that the containers land
+//     in the cgroups the Manager limits and watches whatever cgroup the
+//     runtime runs in. A relative root is resolved beneath this process's
+//     own cgroup; on pure v2 (one hierarchy) the runtime still gets it
+//     spelled absolute. Only on a host with v1 hierarchies, where this
+//     process's cgroup differs between hierarchies, is the runtime handed a
+//     relative parent, and then it must share this process's cgroup
+//     (CheckRuntimeCgroup), as the private test runtime does.
+//   - Every sandbox is checked once it runs (CheckSandbox): its cgroup must
+//     be beneath its pod cgroup, named as the driver names it; a runtime
+//     reporting the other driver (CRI RuntimeConfig) is refused at start.
+//   - Only the cgroups of the hierarchy are made, written or removed;
+//     nothing above the root is touched, except that with cgroupfs on
+//     cgroup2 each level above a pod delegates its controllers.
+//   - Remove refuses a cgroup with processes (ErrPopulated) and removes
+//     empty ones deepest first; a cgroup already gone is not an error.
+//   - The systemd driver needs systemd as PID 1: without it New fails with
+//     ErrUnsupported, saying to use cgroupfs.
 package kubepods

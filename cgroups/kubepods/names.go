@@ -207,3 +207,40 @@ func expandSlice(slice string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// PodUIDOf parses the name of a directory found in a QoS cgroup whose last
+// component is qosBase (e.g. "besteffort", or "kubepods-besteffort.slice"
+// with the systemd driver) back into the pod UID that PodParent put there.
+// It reports false for any other name: the QoS children of kubepods,
+// container cgroups, and names no PodParent makes.
+func PodUIDOf(d Driver, qosBase, name string) (types.UID, bool) {
+	var uid string
+	switch d {
+	case Cgroupfs:
+		u, ok := strings.CutPrefix(name, PodPrefix)
+		if !ok {
+			return "", false
+		}
+		uid = u
+	case Systemd:
+		unit, ok := strings.CutSuffix(qosBase, systemdSuffix)
+		if !ok {
+			return "", false
+		}
+		rest, ok := strings.CutPrefix(name, unit+"-"+PodPrefix)
+		if !ok {
+			return "", false
+		}
+		if rest, ok = strings.CutSuffix(rest, systemdSuffix); !ok {
+			return "", false
+		}
+		// PodParent escaped '-' to '_'; UIDs have no '_' of their own.
+		uid = strings.ReplaceAll(rest, "_", "-")
+	default:
+		return "", false
+	}
+	if checkUID(types.UID(uid)) != nil {
+		return "", false
+	}
+	return types.UID(uid), true
+}

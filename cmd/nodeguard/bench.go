@@ -150,7 +150,7 @@ test containerd (its own network namespace, local images) and removes it after.`
 				return err
 			}
 			defer client.Close()
-			host, cleanup, err := newBenchHost(cgroupRoot, "nodeguard-churn-")
+			host, cleanup, err := newBenchHost(ctx, cgroupRoot, "nodeguard-churn-")
 			if err != nil {
 				return err
 			}
@@ -224,12 +224,12 @@ type benchHost struct {
 }
 
 // newBenchHost prepares a benchHost; cleanup removes its state directory.
-func newBenchHost(cgroupRoot, prefix string) (_ *benchHost, cleanup func(), err error) {
+func newBenchHost(ctx context.Context, cgroupRoot, prefix string) (_ *benchHost, cleanup func(), err error) {
 	h := &benchHost{}
 	if h.layout, err = cgroups.Discover(); err != nil {
 		return nil, nil, err
 	}
-	if h.cg, err = kubepods.New(h.layout, kubepods.Cgroupfs, cgroupRoot); err != nil {
+	if h.cg, err = kubepods.New(ctx, h.layout, kubepods.Cgroupfs, cgroupRoot, kubepods.Options{}); err != nil {
 		return nil, nil, err
 	}
 	if h.mi, err = nodestats.ReadMeminfo(nodestats.MeminfoPath); err != nil {

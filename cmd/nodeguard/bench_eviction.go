@@ -131,7 +131,7 @@ exceed half of MemAvailable. --out DIR writes eviction.csv and eviction.png.`,
 						endpoint, cfg.HogImage, err)
 				}
 			}
-			host, cleanup, err := newBenchHost(cgroupRoot, "nodeguard-eviction-")
+			host, cleanup, err := newBenchHost(ctx, cgroupRoot, "nodeguard-eviction-")
 			if err != nil {
 				return err
 			}
@@ -156,7 +156,7 @@ exceed half of MemAvailable. --out DIR writes eviction.csv and eviction.png.`,
 			if cmd.Flags().Changed("runtime-endpoint") {
 				// Our cgroup root on someone else's runtime: remove it
 				// (the private runtime's Close removes its own).
-				if err := cg.RemoveRoot(); err != nil {
+				if err := cg.RemoveRoot(ctx); err != nil {
 					runErr = errors.Join(runErr, err)
 				}
 			}

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/logging"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/loader"
@@ -34,6 +35,14 @@ const DefaultConfigPath = "/etc/nodeguard/config.yaml"
 type runConfig struct {
 	RuntimeEndpoint string `json:"runtimeEndpoint"`
 	RootDir         string `json:"rootDir"`
+	// CgroupDriver is how pod cgroups are made and named, the kubelet's
+	// key and values: "cgroupfs" (directories nodeguard makes) or
+	// "systemd" (slices systemd makes over D-Bus). It must be the
+	// runtime's (containerd's SystemdCgroup).
+	CgroupDriver string `json:"cgroupDriver"`
+	// CgroupRoot is the kubelet's cgroupRoot: kubepods goes beneath it.
+	// Absolute on a node ("/"); relative (beneath nodeguard's own cgroup)
+	// only for the private test runtime.
 	CgroupRoot      string `json:"cgroupRoot"`
 	PodManifestPath string `json:"podManifestPath"`
 	APISocket       string `json:"apiSocket"`
@@ -129,10 +138,12 @@ func defaultRunConfig() runConfig {
 	nd := netplumb.DefaultConfig()
 	return runConfig{
 		RootDir: "/var/lib/nodeguard",
-		// Relative: beneath nodeguard's own cgroup in each hierarchy (its
-		// systemd unit with Delegate=yes in production; required on the
-		// development machines).
-		CgroupRoot:     "nodeguard",
+		// The kubelet's defaults: /kubepods with cgroupfs,
+		// /kubepods.slice with systemd. Absolute, so that the containers
+		// land where nodeguard limits and watches whatever cgroup the
+		// runtime runs in.
+		CgroupDriver:   string(kubepods.Cgroupfs),
+		CgroupRoot:     "/",
 		APISocket:      DefaultAPISocket,
 		MetricsAddr:    DefaultMetricsAddr,
 		BackoffInitial: metav1.Duration{Duration: lifecycle.DefaultBackoffInitial},
@@ -208,7 +219,7 @@ func (c runConfig) Validate() error {
 	case c.RootDir == "" || !filepath.IsAbs(c.RootDir):
 		return fmt.Errorf("rootDir: %q: want an absolute path", c.RootDir)
 	case c.CgroupRoot == "":
-		return errors.New("cgroupRoot: required")
+		return errors.New("cgroupRoot: required (/ on a node)")
 	case c.APISocket == "" || !filepath.IsAbs(c.APISocket):
 		return fmt.Errorf("apiSocket: %q: want an absolute path", c.APISocket)
 	case c.EnableProfiling && c.MetricsAddr == "":
@@ -219,6 +230,13 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("backoffInitial/backoffMax: negative durations %v/%v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
 	case c.BackoffMax.Duration > 0 && c.BackoffInitial.Duration > c.BackoffMax.Duration:
 		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
+	}
+	d, err := kubepods.ParseDriver(c.CgroupDriver)
+	if err != nil {
+		return fmt.Errorf("cgroupDriver: %q: want %q or %q", c.CgroupDriver, kubepods.Cgroupfs, kubepods.Systemd)
+	}
+	if _, err := kubepods.Name(d, c.CgroupRoot); err != nil {
+		return fmt.Errorf("cgroupRoot: %q: %w", c.CgroupRoot, err)
 	}
 	if _, err := c.Network.netplumb(c.RootDir); err != nil {
 		return err

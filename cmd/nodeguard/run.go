@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -89,6 +90,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				}
 				override("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
 				override("root-dir", &cfg.RootDir, flags.RootDir)
+				override("cgroup-driver", &cfg.CgroupDriver, flags.CgroupDriver)
 				override("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
 				override("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
 				override("api-socket", &cfg.APISocket, flags.APISocket)
@@ -167,7 +169,8 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&configFlag, "config", DefaultConfigPath, "configuration file (YAML; the default is read only if it exists); flags override it")
 	cmd.Flags().StringVar(&flags.RuntimeEndpoint, "runtime-endpoint", "", "the CRI socket, e.g. unix:///run/containerd/containerd.sock")
 	cmd.Flags().StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard", "state directory (pod logs, API pods, volumes)")
-	cmd.Flags().StringVar(&flags.CgroupRoot, "cgroup-root", "nodeguard", "cgroup root for kubepods (relative: beneath nodeguard's own cgroup)")
+	cmd.Flags().StringVar(&flags.CgroupDriver, "cgroup-driver", "cgroupfs", "cgroup driver: cgroupfs or systemd (the runtime's: containerd's SystemdCgroup)")
+	cmd.Flags().StringVar(&flags.CgroupRoot, "cgroup-root", "/", "cgroup root for kubepods: / on a node (relative: beneath nodeguard's own cgroup, for a runtime that shares it)")
 	cmd.Flags().StringVar(&flags.PodManifestPath, "pod-manifest-path", "", "directory of static pod manifests, watched")
 	cmd.Flags().StringVar(&flags.APISocket, "api-socket", DefaultAPISocket, "local API socket (root only)")
 	cmd.Flags().StringVar(&flags.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on (empty: off)")
@@ -185,9 +188,42 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	n := ctl.notify
 	go func() { <-ctx.Done(); n.stopping() }()
 	setOwnOOMScoreAdj(log)
+	layout, err := cgroups.Discover()
+	if err != nil {
+		return fmt.Errorf("discover cgroups: %w", err)
+	}
+	// (Not with the private runtime: it runs in this cgroup already, see
+	// kubepods.CheckRuntimeCgroup.)
+	if !path.IsAbs(cfg.CgroupRoot) && layout.Mode == cgroups.ModeV2 && !checkNetwork {
+		// A relative root hangs from nodeguard's own cgroup, which on
+		// cgroup v2 must hold no process before controllers can be
+		// enabled below it: under systemd (Delegate=yes) it holds
+		// nodeguard itself.
+		moved, err := cgroups.MoveSelfIntoLeaf(layout.Unified, cgroups.AgentLeaf)
+		if err != nil {
+			return err
+		}
+		if moved {
+			log.Info("moved into a leaf of its own cgroup, so that pod cgroups can have controllers below it",
+				"cgroup", path.Join(layout.Unified.Own, cgroups.AgentLeaf))
+		}
+	}
+	driver, err := kubepods.ParseDriver(cfg.CgroupDriver)
+	if err != nil {
+		return err
+	}
+	n.status("preparing pod cgroups (%s driver)", driver)
+	cgm, err := kubepods.New(ctx, layout, driver, cfg.CgroupRoot, kubepods.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	defer cgm.Close()
 	var dialOpts []cri.Option
 	if cfg.ImagePull {
 		dialOpts = append(dialOpts, cri.WithImagePull())
+	}
+	if cgm.AbsoluteParents() {
+		dialOpts = append(dialOpts, cri.WithAbsoluteCgroupParents())
 	}
 	n.status("connecting to the runtime at %s", cfg.RuntimeEndpoint)
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -198,16 +234,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	defer client.Close()
 	info := client.Runtime()
-	log.Info("runtime connected", "endpoint", cfg.RuntimeEndpoint, "runtime", info)
-
-	layout, err := cgroups.Discover()
-	if err != nil {
-		return fmt.Errorf("discover cgroups: %w", err)
-	}
-	cgm, err := kubepods.New(layout, kubepods.Cgroupfs, cfg.CgroupRoot)
-	if err != nil {
+	log.Info("runtime connected", "endpoint", cfg.RuntimeEndpoint, "runtime", info, "pid", client.RuntimePID())
+	if err := checkPlacement(ctx, client, cgm, log); err != nil {
 		return err
 	}
+
 	mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
 	if err != nil {
 		return err
@@ -226,7 +257,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		corev1.ResourceMemory: *resource.NewQuantity(int64(mi.MemTotal), resource.BinarySI),
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(runtime.NumCPU())*1000, resource.DecimalSI),
 	}
-	rc, err := cgm.EnforceAllocatable(capacity, cfg.SystemReserved, cfg.KubeReserved)
+	rc, err := cgm.EnforceAllocatable(ctx, capacity, cfg.SystemReserved, cfg.KubeReserved)
 	if err != nil {
 		return err
 	}
@@ -300,7 +331,10 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 
 	// Sensing always runs (the eviction manager confirms every wake-up on
 	// a fresh snapshot); /metrics only with an address.
-	kube, _ := kubepods.Name(kubepods.Cgroupfs, cfg.CgroupRoot)
+	kube, err := cgm.Kubepods()
+	if err != nil {
+		return err
+	}
 	storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
 	wg.Add(1)
 	go func() { defer wg.Done(); storage.Run(ctx) }()
@@ -413,6 +447,30 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return err
 	}
 	return nil
+}
+
+// checkPlacement makes sure the runtime will put containers into the
+// cgroups nodeguard makes, before any pod runs: the runtime's cgroup
+// driver, where it says (CRI RuntimeConfig), must be nodeguard's; and a
+// runtime handed relative cgroup parents must share nodeguard's cgroup.
+// Every sandbox is checked again once it runs (kubepods.CheckSandbox).
+func checkPlacement(ctx context.Context, client *cri.Client, cgm *kubepods.Manager, log *slog.Logger) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, ok, err := client.CgroupDriver(cctx)
+	switch {
+	case err != nil:
+		log.Warn("the runtime's cgroup driver is unknown; every sandbox's placement is checked instead", "err", err)
+	case !ok:
+		log.Info("the runtime does not report its cgroup driver (CRI RuntimeConfig); every sandbox's placement is checked instead",
+			"cgroup_driver", cgm.Driver())
+	default:
+		if err := cgm.CheckRuntimeDriver(d); err != nil {
+			return err
+		}
+		log.Info("cgroup driver matches the runtime's", "cgroup_driver", d)
+	}
+	return cgm.CheckRuntimeCgroup(client.RuntimePID())
 }
 
 // setOwnOOMScoreAdj gives nodeguard the kubelet's own -999, so that the OOM

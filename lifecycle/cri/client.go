@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -48,6 +49,7 @@ type Client struct {
 	img      runtimeapi.ImageServiceClient
 	info     RuntimeInfo
 	opts     dialOptions
+	pid      int
 }
 
 // Option configures Dial.
@@ -88,7 +90,8 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration, options .
 	if err != nil {
 		return nil, err
 	}
-	if err := probeSocket(ctx, endpoint, path); err != nil {
+	pid, err := probeSocket(ctx, endpoint, path)
+	if err != nil {
 		return nil, err
 	}
 	conn, err := grpc.NewClient("unix://"+path,
@@ -108,6 +111,7 @@ func Dial(ctx context.Context, endpoint string, timeout time.Duration, options .
 		rt:       runtimeapi.NewRuntimeServiceClient(conn),
 		img:      runtimeapi.NewImageServiceClient(conn),
 		opts:     o,
+		pid:      pid,
 	}
 	v, err := c.rt.Version(ctx, &runtimeapi.VersionRequest{Version: criAPIVersion})
 	if err != nil {
@@ -139,29 +143,53 @@ func socketPath(endpoint string) (string, error) {
 // probeSocket checks that path is a unix socket that accepts connections,
 // so that the common failures get a clear error instead of gRPC's
 // reconnect loop running into the deadline.
-func probeSocket(ctx context.Context, endpoint, path string) error {
+//
+// It returns the pid of the process that serves the socket (SO_PEERCRED),
+// or 0 where the kernel does not say: the runtime's own cgroup tells where
+// it resolves a relative cgroup parent.
+func probeSocket(ctx context.Context, endpoint, path string) (int, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return &EndpointError{Endpoint: endpoint, Path: path, Err: err, Hint: endpointHint}
+		return 0, &EndpointError{Endpoint: endpoint, Path: path, Err: err, Hint: endpointHint}
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return &EndpointError{Endpoint: endpoint, Path: path,
+		return 0, &EndpointError{Endpoint: endpoint, Path: path,
 			Err: fmt.Errorf("%s: %w (mode %s)", path, ErrNotSocket, fi.Mode()), Hint: "check --runtime-endpoint"}
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("dial CRI %s: connect: %w", endpoint, ctx.Err())
+			return 0, fmt.Errorf("dial CRI %s: connect: %w", endpoint, ctx.Err())
 		}
 		hint := endpointHint
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			hint = "the socket exists but nothing listens on it: " + endpointHint
 		}
-		return &EndpointError{Endpoint: endpoint, Path: path, Err: err, Hint: hint}
+		return 0, &EndpointError{Endpoint: endpoint, Path: path, Err: err, Hint: hint}
 	}
-	conn.Close()
-	return nil
+	defer conn.Close()
+	return peerPID(conn), nil
+}
+
+// peerPID is the pid of the process at the other end of a unix socket
+// connection, from SO_PEERCRED; 0 when it cannot be read.
+func peerPID(conn net.Conn) int {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return 0
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	pid := 0
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
 }
 
 // handshakeError classifies a failed Version call.
@@ -213,6 +241,36 @@ func (c *Client) Runtime() RuntimeInfo { return c.info }
 
 // Endpoint returns the endpoint as given to Dial.
 func (c *Client) Endpoint() string { return c.endpoint }
+
+// RuntimePID is the pid of the process serving the endpoint when it was
+// dialed (SO_PEERCRED), 0 when unknown. Its cgroup is where runc resolves
+// a relative cgroup parent: the runtime's shims start in it.
+func (c *Client) RuntimePID() int { return c.pid }
+
+// CgroupDriver asks the runtime which cgroup driver it places containers
+// with (CRI RuntimeConfig: containerd 2.x, CRI-O), as the kubelet's
+// KubeletCgroupDriverFromCRI does: "systemd" or "cgroupfs". ok is false
+// when the runtime does not say (containerd 1.6 answers Unimplemented).
+func (c *Client) CgroupDriver(ctx context.Context) (driver string, ok bool, err error) {
+	resp, err := c.rt.RuntimeConfig(ctx, &runtimeapi.RuntimeConfigRequest{})
+	if status.Code(err) == codes.Unimplemented {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, opError(ctx, "runtime config", c.endpoint, err)
+	}
+	l := resp.GetLinux()
+	if l == nil {
+		return "", false, nil
+	}
+	switch l.GetCgroupDriver() {
+	case runtimeapi.CgroupDriver_SYSTEMD:
+		return "systemd", true, nil
+	case runtimeapi.CgroupDriver_CGROUPFS:
+		return "cgroupfs", true, nil
+	}
+	return "", false, nil
+}
 
 // Close closes the connection. Calls in flight fail with codes.Canceled.
 func (c *Client) Close() error {

@@ -1,0 +1,212 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Files every user of the cgroup tree reads or writes. Names are fixed and
+// joined to a directory this package or its caller resolved, never taken
+// from input.
+const (
+	FileProcs          = "cgroup.procs"
+	FileKill           = "cgroup.kill"
+	FileControllers    = "cgroup.controllers"
+	FileSubtreeControl = "cgroup.subtree_control"
+)
+
+// WriteFile writes v to the cgroup file name in dir, as the kernel wants
+// it: one write(2) on a descriptor opened O_WRONLY|O_TRUNC. The error
+// names the file and the value.
+func WriteFile(dir, name, v string) error {
+	p := filepath.Join(dir, name)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return fmt.Errorf("write %q to %s: %w", v, p, err)
+	}
+	_, err = f.WriteString(v)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %q to %s: %w", v, p, err)
+	}
+	return nil
+}
+
+// Procs reads the pids directly in the cgroup directory dir (its
+// cgroup.procs; not its children's).
+func Procs(dir string) ([]int, error) {
+	p := filepath.Join(dir, FileProcs)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("read %s: %w: %q is not a pid", p, ErrMalformed, f)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// TreeProcs lists the pids in dir and every cgroup beneath it. Cgroups
+// removed while it walks are skipped.
+func TreeProcs(dir string) ([]int, error) {
+	var all []int
+	err := Walk(dir, func(p string) error {
+		pids, err := Procs(p)
+		if err == nil {
+			all = append(all, pids...)
+		}
+		return nil
+	})
+	return all, err
+}
+
+// ErrPopulated reports a cgroup that still has processes, so that it cannot
+// be removed.
+var ErrPopulated = errors.New("cgroup still has processes")
+
+// removeRetryEvery is how often Rmdir retries EBUSY on an empty cgroup:
+// the kernel frees a cgroup a few milliseconds after its last task exits.
+const removeRetryEvery = 20 * time.Millisecond
+
+// Rmdir removes the cgroup directory p, which must have no children. A
+// directory already gone is not an error. EBUSY from a cgroup whose
+// cgroup.procs is empty (a dying task still charged to it) is retried
+// until deadline; EBUSY from one with processes fails at once with
+// ErrPopulated, naming them.
+func Rmdir(p string, deadline time.Time) error {
+	for {
+		err := unix.Rmdir(p)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("remove cgroup %s: %w", p, err)
+		}
+		if pids, perr := Procs(p); perr == nil && len(pids) > 0 {
+			return fmt.Errorf("remove cgroup %s: %w (pids %v)", p, ErrPopulated, pids)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w (no process left; still busy after the wait)", p, err)
+		}
+		time.Sleep(removeRetryEvery)
+	}
+}
+
+// RemoveTree removes dir and every cgroup beneath it, deepest first,
+// retrying busy empty ones until deadline (see Rmdir). It stops at the
+// first directory it cannot remove, since its parents cannot go either.
+// A dir already gone is not an error.
+func RemoveTree(dir string, deadline time.Time) error {
+	var all []string
+	err := Walk(dir, func(p string) error {
+		all = append(all, p)
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if err := Rmdir(all[i], deadline); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// killRounds bounds SigkillTree's walks: each round signals the pids it
+// has not signalled yet (tasks forked meanwhile); a fork bomb outrunning
+// ten walks is left to cgroup.kill or the pids limit.
+const killRounds = 10
+
+// SigkillTree sends SIGKILL to every pid in cgroup.procs at and beneath
+// root, walking again while it finds pids it has not signalled yet, a
+// bounded number of times, and returns how many it signalled. It is the
+// v1 (and pre-5.14) stand-in for cgroup.kill: pids are read from the
+// cgroup itself, so only processes inside it are hit.
+func SigkillTree(root string) (int, error) {
+	signalled := map[int]bool{}
+	for round := 0; round < killRounds; round++ {
+		fresh := 0
+		err := Walk(root, func(p string) error {
+			pids, err := Procs(p)
+			if err != nil {
+				return nil // removed meanwhile
+			}
+			for _, pid := range pids {
+				if signalled[pid] {
+					continue
+				}
+				signalled[pid] = true
+				fresh++
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return len(signalled), err
+		}
+		if fresh == 0 {
+			break
+		}
+	}
+	return len(signalled), nil
+}
+
+// Kill ends every process in the cgroup directory dir and beneath it:
+// with cgroup.kill where dir is a cgroup2 directory that has it (5.14+;
+// atomic, new forks included), which returns 0; otherwise with
+// SigkillTree, which returns how many processes it signalled.
+func Kill(dir string, v2 bool) (int, error) {
+	if v2 {
+		if err := WriteFile(dir, FileKill, "1"); err == nil {
+			return 0, nil
+		}
+	}
+	return SigkillTree(dir)
+}
+
+// EnableControllers writes to dir's cgroup.subtree_control the controllers
+// of want that dir has (cgroup.controllers) and has not enabled yet, so
+// that its children get their interface files. It returns nil when there
+// is nothing to enable. On a cgroup that holds processes the kernel
+// refuses (EBUSY: the no-internal-process rule), except at the root.
+func EnableControllers(dir string, want ...string) error {
+	avail, err := os.ReadFile(filepath.Join(dir, FileControllers))
+	if err != nil {
+		return fmt.Errorf("enable controllers below %s: %w", dir, err)
+	}
+	have, err := os.ReadFile(filepath.Join(dir, FileSubtreeControl))
+	if err != nil {
+		return fmt.Errorf("enable controllers below %s: %w", dir, err)
+	}
+	enabled := strings.Fields(string(have))
+	var add []string
+	for _, c := range strings.Fields(string(avail)) {
+		if slices.Contains(want, c) && !slices.Contains(enabled, c) {
+			add = append(add, "+"+c)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	return WriteFile(dir, FileSubtreeControl, strings.Join(add, " "))
+}

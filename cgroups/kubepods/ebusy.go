@@ -1,5 +1,0 @@
-package kubepods
-
-import "golang.org/x/sys/unix"
-
-const syscallEBUSY = unix.EBUSY

@@ -1,0 +1,276 @@
+package kubepods
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
+)
+
+// SystemdConn is the part of systemd's D-Bus API (org.freedesktop.systemd1)
+// the systemd driver uses. go-systemd's *dbus.Conn has it; tests pass a
+// fake.
+type SystemdConn interface {
+	StartTransientUnitContext(ctx context.Context, name, mode string, props []sddbus.Property, ch chan<- string) (int, error)
+	SetUnitPropertiesContext(ctx context.Context, name string, runtime bool, props ...sddbus.Property) error
+	StopUnitContext(ctx context.Context, name, mode string, ch chan<- string) (int, error)
+	ResetFailedUnitContext(ctx context.Context, name string) error
+	Close()
+}
+
+// systemdRuntimeDir exists exactly when systemd is PID 1 (sd_booted(3)).
+const systemdRuntimeDir = "/run/systemd/system"
+
+// dbusDialTimeout bounds connecting to systemd: its private socket answers
+// at once when systemd runs, and a node agent must not hang at start.
+const dbusDialTimeout = 10 * time.Second
+
+// jobTimeout bounds one start or stop job of a slice, as runc's 30 s.
+const jobTimeout = 30 * time.Second
+
+// systemdPlacer is the systemd driver: the hierarchy's cgroups are
+// transient slice units that systemd makes, limits and removes, as the
+// kubelet's systemd cgroup manager does through runc's systemd manager
+// (StartTransientUnit with Wants= on the parent slice, accounting on,
+// DefaultDependencies=false, the resources as unit properties; StopUnit
+// and ResetFailedUnit to remove). Slices take no Delegate=: delegation is
+// for the scopes the runtime makes for containers beneath them.
+type systemdPlacer struct {
+	m    *Manager
+	conn SystemdConn
+}
+
+func newSystemdPlacer(ctx context.Context, m *Manager) (*systemdPlacer, error) {
+	if !path.IsAbs(m.root) {
+		return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: the root %q is relative; systemd slices are absolute (use cgroupRoot: /)", ErrUnsupported, m.root)
+	}
+	conn := m.opts.Systemd
+	if conn == nil {
+		if _, err := os.Stat(systemdRuntimeDir); err != nil {
+			return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: systemd is not this host's init (%s: %w); use cgroupDriver: cgroupfs", ErrUnsupported, systemdRuntimeDir, err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, dbusDialTimeout)
+		defer cancel()
+		// The private socket needs no dbus-daemon (root only); the system
+		// bus is the fallback where it is missing.
+		c, err := sddbus.NewSystemdConnectionContext(dctx)
+		if err != nil {
+			var berr error
+			c, berr = sddbus.NewSystemConnectionContext(dctx)
+			if berr != nil {
+				return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: connect to systemd over D-Bus: %w; %w (use cgroupDriver: cgroupfs where systemd cannot be reached)", ErrUnsupported, err, berr)
+			}
+		}
+		conn = c
+	}
+	return &systemdPlacer{m: m, conn: conn}, nil
+}
+
+func (p *systemdPlacer) close() error {
+	p.conn.Close()
+	return nil
+}
+
+// unitOf returns the slice unit of a systemd cgroup name
+// ("/kubepods.slice/kubepods-burstable.slice" -> "kubepods-burstable.slice")
+// and its parent slice ("-.slice" for the root).
+func unitOf(name string) (unit, parent string, err error) {
+	unit = path.Base(name)
+	if path.Ext(unit) != systemdSuffix || !path.IsAbs(name) {
+		return "", "", fmt.Errorf("%q is not a systemd slice path", name)
+	}
+	parent = path.Base(path.Dir(name))
+	if parent == "/" {
+		parent = "-.slice"
+	}
+	return unit, parent, nil
+}
+
+func prop(name string, v any) sddbus.Property {
+	return sddbus.Property{Name: name, Value: godbus.MakeVariant(v)}
+}
+
+// resourceProperties turns rc into unit properties, with the names and
+// conversions of runc's systemd managers (genV1ResourcesProperties,
+// genV2ResourcesProperties, addCPUQuota): on cgroup v2 MemoryMax and
+// CPUWeight, on v1 MemoryLimit and CPUShares; CPUQuotaPerSecUSec rounded up
+// to systemd's 10 ms resolution, "infinity" (MaxUint64) for no quota;
+// TasksMax.
+func resourceProperties(rc ResourceConfig, v2 bool) []sddbus.Property {
+	var props []sddbus.Property
+	if rc.Memory != nil {
+		name := "MemoryLimit"
+		if v2 {
+			name = "MemoryMax"
+		}
+		props = append(props, prop(name, uint64(max(*rc.Memory, 0))))
+	}
+	if v2 && rc.CPUWeight != nil {
+		props = append(props, prop("CPUWeight", *rc.CPUWeight))
+	}
+	if !v2 && rc.CPUShares != nil {
+		props = append(props, prop("CPUShares", *rc.CPUShares))
+	}
+	if rc.CPUQuota != nil && rc.CPUPeriod != nil && *rc.CPUPeriod > 0 {
+		perSec := uint64(math.MaxUint64)
+		if q := *rc.CPUQuota; q >= 0 {
+			perSec = uint64(q) * 1000000 / *rc.CPUPeriod
+			if r := perSec % 10000; r != 0 {
+				perSec += 10000 - r
+			}
+		}
+		props = append(props, prop("CPUQuotaPeriodUSec", *rc.CPUPeriod), prop("CPUQuotaPerSecUSec", perSec))
+	}
+	if rc.PidsLimit != nil {
+		tasks := uint64(math.MaxUint64)
+		switch l := *rc.PidsLimit; {
+		case l == 0:
+			tasks = 1 // systemd refuses 0
+		case l > 0:
+			tasks = uint64(l)
+		}
+		props = append(props, prop("TasksMax", tasks))
+	}
+	return props
+}
+
+func (p *systemdPlacer) ensure(ctx context.Context, name string, lv level, rc ResourceConfig) error {
+	unit, parent, err := unitOf(name)
+	if err != nil {
+		return err
+	}
+	res := resourceProperties(rc, p.m.v2Memory())
+	props := append([]sddbus.Property{
+		sddbus.PropDescription("nodeguard " + lv.String() + " cgroup"),
+		sddbus.PropWants(parent),
+		prop("DefaultDependencies", false),
+		prop("MemoryAccounting", true),
+		prop("CPUAccounting", true),
+		prop("IOAccounting", true),
+		prop("TasksAccounting", true),
+	}, res...)
+	started, err := p.start(ctx, name, unit, props)
+	if err != nil {
+		return err
+	}
+	if !started && len(res) > 0 {
+		// It exists (made by an earlier run): bring its settings up to
+		// date. runtime=true: the change lives in /run, like the unit.
+		if err := p.conn.SetUnitPropertiesContext(ctx, unit, true, res...); err != nil {
+			return fmt.Errorf("set properties of %s: %w", unit, err)
+		}
+	}
+	return p.waitCgroup(ctx, name, true)
+}
+
+// start starts the transient slice unit for the cgroup name, waiting for
+// its job. It returns false when the unit exists already with its cgroup
+// (made by an earlier run). A leftover unit of the same name without a
+// cgroup (failed, or stopping) is reset and started once more, as runc
+// does.
+func (p *systemdPlacer) start(ctx context.Context, name, unit string, props []sddbus.Property) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		ch := make(chan string, 1)
+		_, err := p.conn.StartTransientUnitContext(ctx, unit, "replace", props, ch)
+		if err == nil {
+			return true, p.waitJob(ctx, "start", unit, ch)
+		}
+		if !isDBusError(err, "org.freedesktop.systemd1.UnitExists") {
+			return false, fmt.Errorf("start %s: %w", unit, err)
+		}
+		if p.hasCgroup(name) || attempt > 0 {
+			return false, nil
+		}
+		if err := p.conn.ResetFailedUnitContext(ctx, unit); err != nil {
+			p.m.log.Warn("reset failed slice", "unit", unit, "err", err)
+		}
+	}
+}
+
+// hasCgroup reports whether the cgroup directory of name is there in the
+// memory hierarchy.
+func (p *systemdPlacer) hasCgroup(name string) bool {
+	d, err := p.m.layout.Memory.Resolve(name)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(d.Path)
+	return err == nil
+}
+
+func (p *systemdPlacer) waitJob(ctx context.Context, op, unit string, ch <-chan string) error {
+	t := time.NewTimer(jobTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		if r != "done" {
+			_ = p.conn.ResetFailedUnitContext(ctx, unit)
+			return fmt.Errorf("%s %s: systemd's job ended %q", op, unit, r)
+		}
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%s %s: systemd's job did not end within %v", op, unit, jobTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("%s %s: %w", op, unit, ctx.Err())
+	}
+}
+
+// waitCgroup waits, bounded, until the cgroup directory of name exists
+// (present) or is gone (!present) in the memory hierarchy: systemd makes
+// and removes it as part of the job, but a removal is asynchronous when
+// tasks are still dying.
+func (p *systemdPlacer) waitCgroup(ctx context.Context, name string, present bool) error {
+	d, err := p.m.layout.Memory.Resolve(name)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(removeWait)
+	for {
+		_, err := os.Stat(d.Path)
+		if (err == nil) == present {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if present {
+				return fmt.Errorf("systemd started %s but made no cgroup %s", path.Base(name), d.Path)
+			}
+			return fmt.Errorf("systemd stopped %s but its cgroup %s is still there", path.Base(name), d.Path)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (p *systemdPlacer) remove(ctx context.Context, name string, deadline time.Time) error {
+	unit, _, err := unitOf(name)
+	if err != nil {
+		return err
+	}
+	ch := make(chan string, 1)
+	if _, err := p.conn.StopUnitContext(ctx, unit, "replace", ch); err != nil {
+		if !isDBusError(err, "org.freedesktop.systemd1.NoSuchUnit") {
+			return fmt.Errorf("stop %s: %w", unit, err)
+		}
+	} else if err := p.waitJob(ctx, "stop", unit, ch); err != nil {
+		p.m.log.Warn("stop pod slice", "unit", unit, "err", err)
+	}
+	// A failed unit stays loaded until reset; systemd then forgets it.
+	_ = p.conn.ResetFailedUnitContext(ctx, unit)
+	// systemd before 240 leaves sub-cgroups, and the runtime may leave
+	// an empty container cgroup: whatever remains goes as with cgroupfs.
+	return p.m.removeDirsBy(name, deadline)
+}
+
+func isDBusError(err error, name string) bool {
+	var derr godbus.Error
+	return errors.As(err, &derr) && derr.Name == name
+}
