@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/loader"
@@ -47,6 +49,10 @@ type doctorOptions struct {
 	// CNIBinDirs are searched for the CNI plugins; nil is netplumb's
 	// default (/opt/cni/bin, /usr/lib/cni).
 	CNIBinDirs []string
+	// CgroupDriver and CgroupRoot are the agent's (run's keys): where
+	// the pod cgroups will be, and who makes them.
+	CgroupDriver string
+	CgroupRoot   string
 }
 
 // Check states, from good to bad.
@@ -91,8 +97,18 @@ type doctorReport struct {
 		Name       string `json:"name,omitempty"`
 		Version    string `json:"version,omitempty"`
 		APIVersion string `json:"api_version,omitempty"`
-		Error      string `json:"error,omitempty"`
+		// CgroupDriver is what the runtime reports through CRI
+		// RuntimeConfig; "" when it does not say.
+		CgroupDriver string `json:"cgroup_driver,omitempty"`
+		// Cgroup is the runtime process's cgroup (memory hierarchy).
+		Cgroup string `json:"cgroup,omitempty"`
+		Error  string `json:"error,omitempty"`
 	} `json:"runtime"`
+	PodCgroups struct {
+		Driver   string `json:"driver"`
+		Root     string `json:"root"`
+		Kubepods string `json:"kubepods,omitempty"` // the memory hierarchy's directory
+	} `json:"pod_cgroups"`
 	CNIPlugins map[string]string `json:"cni_plugins"` // plugin -> path, or "" when missing
 	Checks     []check           `json:"checks"`
 	CanRun     bool              `json:"can_run"`
@@ -102,15 +118,18 @@ type doctorReport struct {
 
 func newDoctorCmd(g *globalFlags) *cobra.Command {
 	var asJSON bool
-	opts := doctorOptions{RuntimeEndpoint: defaultDoctorRuntimeEndpoint}
+	opts := doctorOptions{RuntimeEndpoint: defaultDoctorRuntimeEndpoint, CgroupDriver: string(kubepods.Cgroupfs), CgroupRoot: "/"}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check what this kernel and host allow nodeguard to do",
 		Long: `Loads every BPF hook for real (and unloads it), and checks BTF, the cgroup
 layout, PSI and capabilities; then the runtime side: the CRI runtime at
---runtime-endpoint (name and version), the CNI plugins, iptables, and that
-nodeguard can create and remove a cgroup beneath its own memory cgroup (a
-uniquely named one, removed at once). Each finding that is not ok comes
+--runtime-endpoint (name, version, cgroup driver), the CNI plugins, iptables,
+and where the pod cgroups will be for --cgroup-driver and --cgroup-root (run's
+keys): with systemd, that systemd answers on D-Bus; with cgroupfs and an
+absolute root, that kubepods exists or can be made there (nothing is
+written); with a relative root, that a cgroup can be created and removed
+beneath this process's own (a uniquely named one, removed at once). Each finding that is not ok comes
 with a fix. Exits 0 when nodeguard can run here, even degraded (a fallback
 path, a slower PSI trigger window, no runtime at the default endpoint);
 non-zero, with the reason, when it cannot, or when the runtime at an
@@ -140,6 +159,8 @@ explicitly given --runtime-endpoint does not answer.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringVar(&opts.RuntimeEndpoint, "runtime-endpoint", opts.RuntimeEndpoint, "CRI socket to check")
+	cmd.Flags().StringVar(&opts.CgroupDriver, "cgroup-driver", opts.CgroupDriver, "the agent's cgroup driver: cgroupfs or systemd")
+	cmd.Flags().StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "the agent's cgroup root")
 	return cmd
 }
 
@@ -264,9 +285,9 @@ func runDoctor(ctx context.Context, log *slog.Logger, opts doctorOptions) *docto
 	}
 
 	if layout != nil && layout.Memory != nil {
-		add(checkDelegation(layout.Memory))
+		add(checkPodCgroups(ctx, r, layout, opts))
 	}
-	add(checkRuntime(ctx, r, opts))
+	add(checkRuntime(ctx, r, layout, opts))
 	add(checkCNIPlugins(r, opts.CNIBinDirs))
 	add(checkIptables(ctx))
 
@@ -305,7 +326,7 @@ func runDoctor(ctx context.Context, log *slog.Logger, opts doctorOptions) *docto
 // timeout and records its name and version in r.Runtime. A runtime that
 // does not answer is a failure when the endpoint was given, degraded
 // otherwise; either way the detail says why and the fix what to do.
-func checkRuntime(ctx context.Context, r *doctorReport, opts doctorOptions) check {
+func checkRuntime(ctx context.Context, r *doctorReport, layout *cgroups.Layout, opts doctorOptions) check {
 	r.Runtime.Endpoint = opts.RuntimeEndpoint
 	c := check{Name: "runtime"}
 	client, err := cri.Dial(ctx, opts.RuntimeEndpoint, doctorRuntimeTimeout)
@@ -316,6 +337,29 @@ func checkRuntime(ctx context.Context, r *doctorReport, opts doctorOptions) chec
 		r.Runtime.Name, r.Runtime.Version, r.Runtime.APIVersion = info.Name, info.Version, info.APIVersion
 		c.Status = stOK
 		c.Detail = fmt.Sprintf("%s %s (CRI %s) at %s", info.Name, info.Version, info.APIVersion, opts.RuntimeEndpoint)
+		if layout != nil && layout.Memory != nil && client.RuntimePID() > 0 {
+			if cg, err := cgroups.ProcessCgroup(client.RuntimePID(), layout.Memory); err == nil {
+				r.Runtime.Cgroup = cg
+				c.Detail += ", in cgroup " + cg
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, doctorRuntimeTimeout)
+		defer cancel()
+		d, ok, err := client.CgroupDriver(cctx)
+		switch {
+		case err != nil:
+			c.Detail += "; cgroup driver unknown: " + err.Error()
+		case !ok:
+			c.Detail += "; it does not report its cgroup driver (CRI RuntimeConfig needs containerd >= 2.0)"
+			c.Fix = "check it by hand: SystemdCgroup = true under the runc options of /etc/containerd/config.toml is systemd, absent or false is cgroupfs (`containerd config dump | grep SystemdCgroup`); it must equal cgroupDriver (" + opts.CgroupDriver + "); nodeguard also checks every sandbox's cgroup"
+		default:
+			r.Runtime.CgroupDriver = d
+			c.Detail += "; cgroup driver " + d
+			if d != opts.CgroupDriver {
+				c.Status = stFail
+				c.Fix = "set cgroupDriver: " + d + " in nodeguard's configuration (it is " + opts.CgroupDriver + "), or change the runtime's"
+			}
+		}
 		return c
 	}
 	r.Runtime.Error = err.Error()
@@ -393,12 +437,76 @@ func checkIptables(ctx context.Context) check {
 	return c
 }
 
-// checkDelegation creates a uniquely named cgroup beneath nodeguard's own
-// memory cgroup, checks that the memory controller's limit file is there,
-// and removes it: what the agent does for every pod. Failing to create it
-// means nodeguard cannot make pod cgroups here.
+// checkPodCgroups says where the agent's pod cgroups will be and whether it
+// can make them there, for the driver and root it is given, without
+// leaving anything behind: with systemd, that systemd answers on D-Bus;
+// with cgroupfs and an absolute root, that kubepods exists or its parent
+// can hold it (nothing is written: on a shared machine the hierarchy's
+// root is not ours to touch); with a relative root, a uniquely named
+// cgroup is made beneath this process's own and removed.
+func checkPodCgroups(ctx context.Context, r *doctorReport, layout *cgroups.Layout, opts doctorOptions) check {
+	c := check{Name: "pod cgroups"}
+	r.PodCgroups.Driver, r.PodCgroups.Root = opts.CgroupDriver, opts.CgroupRoot
+	driver, err := kubepods.ParseDriver(opts.CgroupDriver)
+	if err != nil {
+		c.Status, c.Detail, c.Fix = stFail, err.Error(), "pass --cgroup-driver cgroupfs or systemd"
+		return c
+	}
+	kube, err := kubepods.Name(driver, opts.CgroupRoot)
+	if err != nil {
+		c.Status, c.Detail, c.Fix = stFail, err.Error(), "pass an absolute --cgroup-root (/ on a node)"
+		return c
+	}
+	if !path.IsAbs(opts.CgroupRoot) {
+		return checkDelegation(layout.Memory)
+	}
+	mem, err := layout.Memory.Resolve(kube)
+	if err != nil {
+		c.Status, c.Detail = stFail, err.Error()
+		c.Fix = "run nodeguard in the host's cgroup namespace, with the cgroup hierarchies mounted"
+		return c
+	}
+	r.PodCgroups.Kubepods = mem.Path
+	if driver == kubepods.Systemd {
+		m, err := kubepods.New(ctx, layout, driver, opts.CgroupRoot, kubepods.Options{})
+		if err != nil {
+			c.Status, c.Detail = stFail, err.Error()
+			c.Fix = "run systemd as init, or use --cgroup-driver cgroupfs (and SystemdCgroup = false in containerd)"
+			return c
+		}
+		m.Close()
+		c.Status, c.Detail = stOK, "systemd answers on D-Bus; the pods' slices go in "+mem.Path
+		return c
+	}
+	if _, err := os.Stat(mem.Path); err == nil {
+		c.Status, c.Detail = stOK, "kubepods exists at "+mem.Path+" (cgroupfs driver)"
+		return c
+	}
+	parent := filepath.Dir(mem.Path)
+	if _, err := os.Stat(parent); err != nil {
+		c.Status, c.Detail, c.Fix = stFail, fmt.Sprintf("the root %s does not exist: %v", parent, err), "create it, or pass --cgroup-root /"
+		return c
+	}
+	c.Status, c.Detail = stOK, "nodeguard run creates "+mem.Path+" (cgroupfs driver)"
+	if layout.Memory.V2() && parent != layout.Memory.Mount {
+		if pids, err := cgroups.Procs(parent); err == nil && len(pids) > 0 {
+			c.Status = stFail
+			c.Detail = fmt.Sprintf("%s holds processes (%v): cgroup v2 enables no controller below a cgroup with processes, so kubepods beneath it would get no memory.max", parent, pids)
+			c.Fix = "pick a --cgroup-root whose cgroup holds no process (/ on a node)"
+		}
+	}
+	return c
+}
+
+// checkDelegation is the relative root's check: it creates a uniquely
+// named cgroup beneath nodeguard's own memory cgroup, checks that the
+// memory controller's limit file is there, and removes it: what the agent
+// does for every pod. On cgroup v2 a cgroup that holds processes cannot
+// give its children controllers (the no-internal-process rule): the agent
+// moves itself into <own>/agent first, which doctor reports rather than
+// does.
 func checkDelegation(h *cgroups.Hierarchy) check {
-	c := check{Name: "cgroup delegation"}
+	c := check{Name: "pod cgroups"}
 	own := h.OwnDir()
 	if own == "" {
 		c.Status, c.Detail = stFail, "this process's memory cgroup is not visible under "+h.Mount
@@ -410,7 +518,7 @@ func checkDelegation(h *cgroups.Hierarchy) check {
 	dir := filepath.Join(own, fmt.Sprintf("nodeguard-doctor-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:])))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		c.Status, c.Detail = stFail, fmt.Sprintf("cannot create a cgroup beneath %s: %v", own, err)
-		c.Fix = "run nodeguard as root with its cgroup delegated to it (systemd: Delegate=yes in the unit)"
+		c.Fix = "run nodeguard as root with its cgroup delegated to it (systemd: Delegate=yes in the unit), or use an absolute cgroup root (/)"
 		return c
 	}
 	limit := "memory.limit_in_bytes"
@@ -425,8 +533,23 @@ func checkDelegation(h *cgroups.Hierarchy) check {
 	}
 	if statErr != nil {
 		c.Status = stDegraded
-		c.Detail = fmt.Sprintf("a child of %s has no %s: the memory controller is not delegated", own, limit)
-		c.Fix = "enable it for the children: echo +memory > " + filepath.Join(own, "cgroup.subtree_control") + " (systemd: Delegate=yes)"
+		c.Detail = fmt.Sprintf("a child of %s has no %s: the memory controller is not enabled below it", own, limit)
+		c.Fix = "nodeguard run enables it (cgroup.subtree_control) after moving itself into " + filepath.Join(own, cgroups.AgentLeaf) +
+			" (cgroup v2 gives no controller to the children of a cgroup with processes); that needs a cgroup of its own, delegated (systemd: Delegate=yes), or use an absolute cgroup root (/)"
+		if h.V2() && h.Own != "/" {
+			if pids, err := cgroups.Procs(own); err == nil {
+				others := 0
+				for _, p := range pids {
+					if p != os.Getpid() {
+						others++
+					}
+				}
+				if others > 0 {
+					c.Status = stFail
+					c.Detail += fmt.Sprintf("; %s also holds %d other processes, which nodeguard does not move", own, others)
+				}
+			}
+		}
 		return c
 	}
 	c.Status, c.Detail = stOK, "created and removed a memory cgroup beneath "+own

@@ -89,12 +89,15 @@ func TestDoctorRuntimeSide(t *testing.T) {
 		}
 	})
 
-	t.Run("the CNI plugins, iptables and cgroup delegation checks pass on a host that runs the privileged tests", func(t *testing.T) {
+	t.Run("the CNI plugins, iptables and pod cgroup checks pass on a host that runs the privileged tests", func(t *testing.T) {
 		r, _ := doctorJSON(t, "--runtime-endpoint", "unix://"+filepath.Join(t.TempDir(), "none.sock"))
-		for _, name := range []string{"cni plugins", "iptables", "cgroup delegation"} {
+		for _, name := range []string{"cni plugins", "iptables", "pod cgroups"} {
 			if c := findCheck(t, r, name); c.Status != stOK {
 				t.Errorf("%s: %+v", name, c)
 			}
+		}
+		if c := findCheck(t, r, "pod cgroups"); !strings.Contains(c.Detail, "kubepods") || r.PodCgroups.Driver != "cgroupfs" || r.PodCgroups.Root != "/" {
+			t.Errorf("the node default (cgroupfs, /) is not what doctor checked: %+v %+v", c, r.PodCgroups)
 		}
 		for _, p := range []string{"bridge", "host-local", "portmap", "bandwidth", "loopback"} {
 			if r.CNIPlugins[p] == "" {
@@ -104,9 +107,24 @@ func TestDoctorRuntimeSide(t *testing.T) {
 	})
 }
 
+func TestDoctorSaysWhenTheSystemdDriverCannotWork(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Skip("systemd is init here: the node lane checks the driver working")
+	}
+	r, _ := doctorJSON(t, "--cgroup-driver", "systemd")
+	c := findCheck(t, r, "pod cgroups")
+	if c.Status != stFail || !strings.Contains(c.Detail, "systemd is not this host's init") || !strings.Contains(c.Fix, "cgroupfs") {
+		t.Errorf("pod cgroups with the systemd driver and no systemd: %+v", c)
+	}
+}
+
 func TestDoctorDelegationProbeLeavesNothing(t *testing.T) {
 	cgtest.RequirePrivileged(t)
-	r, _ := doctorJSON(t)
+	r, _ := doctorJSON(t, "--cgroup-root", "nodeguard")
+	if c := findCheck(t, r, "pod cgroups"); c.Status != stOK || !strings.Contains(c.Detail, "created and removed") {
+		t.Errorf("a relative root's probe: %+v", c)
+	}
 	own := r.Cgroup.MemoryOwn
 	if own == "" {
 		t.Fatal("no memory cgroup in the report")
