@@ -235,6 +235,9 @@ func (c runConfig) Validate() error {
 	if err != nil {
 		return fmt.Errorf("cgroupDriver: %q: want %q or %q", c.CgroupDriver, kubepods.Cgroupfs, kubepods.Systemd)
 	}
+	if d == kubepods.Systemd && !filepath.IsAbs(c.CgroupRoot) {
+		return fmt.Errorf("cgroupRoot: %q: the systemd driver needs an absolute root (/ on a node): slices are absolute", c.CgroupRoot)
+	}
 	if _, err := kubepods.Name(d, c.CgroupRoot); err != nil {
 		return fmt.Errorf("cgroupRoot: %q: %w", c.CgroupRoot, err)
 	}
