@@ -13,7 +13,7 @@ var (
 	// ErrMisplaced: the runtime put a sandbox's cgroup somewhere other
 	// than beneath the pod cgroup the Manager made, so the limits, the
 	// statistics, the tripwire and the kill would all miss its processes.
-	ErrMisplaced = errors.New("sandbox cgroup is not beneath its pod cgroup")
+	ErrMisplaced = errors.New("containers would not be in their pod cgroups")
 	// ErrDriverMismatch: the runtime places containers with the other
 	// cgroup driver than the Manager's.
 	ErrDriverMismatch = errors.New("cgroup driver mismatch")
