@@ -146,6 +146,11 @@ func (p *systemdPlacer) ensure(ctx context.Context, name string, lv level, rc Re
 		return err
 	}
 	res := resourceProperties(rc, p.m.v2Memory())
+	if len(res) == 0 && lv != levelPod && p.hasCgroup(name) {
+		// kubepods and the QoS slices are ensured before every pod: once
+		// they are there, no D-Bus round trip.
+		return nil
+	}
 	props := append([]sddbus.Property{
 		sddbus.PropDescription("nodeguard " + lv.String() + " cgroup"),
 		sddbus.PropWants(parent),
