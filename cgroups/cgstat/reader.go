@@ -326,37 +326,49 @@ func (r *Reader) read(i int) ([]byte, error) {
 
 // readError wraps an error of pread(i).
 func (r *Reader) readError(i int, err error) error {
-	f := &r.files[i]
+	return preadError(r.files[i].path, err)
+}
+
+// preadError wraps an error of preadWhole on the file at path.
+func preadError(path string, err error) error {
 	if err == unix.ENODEV {
 		// kernfs answers ENODEV on an open file whose node was removed.
-		return fmt.Errorf("read %s: %w: %w", f.path, ErrGone, err)
+		return fmt.Errorf("read %s: %w: %w", path, ErrGone, err)
 	}
-	return fmt.Errorf("read %s: %w", f.path, err)
+	return fmt.Errorf("read %s: %w", path, err)
 }
 
 // pread reads file i whole from offset 0 into r.buf. Its errors are bare
 // errnos, so that an expected one costs no allocation.
 func (r *Reader) pread(i int) ([]byte, error) {
-	f := &r.files[i]
-	if r.buf == nil {
-		r.buf = make([]byte, initialBuf)
+	return preadWhole(r.files[i].fd, &r.buf)
+}
+
+// preadWhole reads the file fd whole with one pread at offset 0 into
+// *buf, which it makes (initialBuf) or grows as needed and keeps for the
+// next read. Its errors are bare errnos, so that an expected one costs no
+// allocation.
+func preadWhole(fd int, buf *[]byte) ([]byte, error) {
+	if *buf == nil {
+		*buf = make([]byte, initialBuf)
 	}
 	for {
-		n, err := unix.Pread(f.fd, r.buf, 0)
+		b := *buf
+		n, err := unix.Pread(fd, b, 0)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
 			return nil, err
-		case n < len(r.buf):
-			return r.buf[:n], nil
-		case len(r.buf) >= maxBuf:
+		case n < len(b):
+			return b[:n], nil
+		case len(b) >= maxBuf:
 			return nil, unix.EFBIG
 		}
 		// The buffer was filled: the content may be longer. Read it
 		// again whole into a larger buffer, since the kernel regenerates
 		// it at offset 0 and two partial reads need not agree.
-		r.buf = make([]byte, 2*len(r.buf))
+		*buf = make([]byte, 2*len(b))
 	}
 }
 
