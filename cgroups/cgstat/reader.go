@@ -170,6 +170,19 @@ func (r *Reader) ReadHot(m *Memory) error {
 	}
 	prev := *m
 	*m = Memory{High: Unlimited}
+	if err := r.readUsageStat(m); err != nil {
+		return err
+	}
+	if err := r.readPSI(m); err != nil {
+		return err
+	}
+	m.Limit, m.High, m.Events, m.UnderOOM = prev.Limit, prev.High, prev.Events, prev.UnderOOM
+	m.Fields |= prev.Fields & slowFields
+	return nil
+}
+
+// readUsageStat reads what moves under pressure: usage and memory.stat.
+func (r *Reader) readUsageStat(m *Memory) error {
 	b, err := r.read(fileUsage)
 	if err != nil {
 		return err
@@ -181,37 +194,17 @@ func (r *Reader) ReadHot(m *Memory) error {
 		return err
 	}
 	if r.src.V1 {
-		err = parseMemoryStatV1(b, r.files[fileStat].path, m)
-	} else {
-		err = parseMemoryStatV2(b, r.files[fileStat].path, m)
+		return parseMemoryStatV1(b, r.files[fileStat].path, m)
 	}
-	if err != nil {
-		return err
-	}
-	if err := r.readPSI(m); err != nil {
-		return err
-	}
-	m.Limit, m.High, m.Events, m.UnderOOM = prev.Limit, prev.High, prev.Events, prev.UnderOOM
-	m.Fields |= prev.Fields & slowFields
-	return nil
+	return parseMemoryStatV2(b, r.files[fileStat].path, m)
 }
 
 func (r *Reader) readV2(m *Memory) error {
-	var err error
-	b, err := r.read(fileUsage)
+	if err := r.readUsageStat(m); err != nil {
+		return err
+	}
+	b, err := r.read(fileEvents)
 	if err != nil {
-		return err
-	}
-	if m.Usage, err = parseSingle(b, r.files[fileUsage].path, false); err != nil {
-		return err
-	}
-	if b, err = r.read(fileStat); err != nil {
-		return err
-	}
-	if err = parseMemoryStatV2(b, r.files[fileStat].path, m); err != nil {
-		return err
-	}
-	if b, err = r.read(fileEvents); err != nil {
 		return err
 	}
 	if err = parseMemoryEventsV2(b, r.files[fileEvents].path, m); err != nil {
@@ -234,21 +227,11 @@ func (r *Reader) readV2(m *Memory) error {
 }
 
 func (r *Reader) readV1(m *Memory) error {
-	var err error
-	b, err := r.read(fileUsage)
+	if err := r.readUsageStat(m); err != nil {
+		return err
+	}
+	b, err := r.read(fileEvents)
 	if err != nil {
-		return err
-	}
-	if m.Usage, err = parseSingle(b, r.files[fileUsage].path, false); err != nil {
-		return err
-	}
-	if b, err = r.read(fileStat); err != nil {
-		return err
-	}
-	if err = parseMemoryStatV1(b, r.files[fileStat].path, m); err != nil {
-		return err
-	}
-	if b, err = r.read(fileEvents); err != nil {
 		return err
 	}
 	if m.Events.Max, err = parseSingle(b, r.files[fileEvents].path, false); err != nil {
