@@ -127,12 +127,10 @@ func (f *fakeSystemd) prop(unit, name string) (any, bool) {
 // temporary directory, nodeguard running in its systemd unit's cgroup.
 func v2Layout(t *testing.T) *cgroups.Layout {
 	t.Helper()
-	l := &cgroups.Layout{Mode: cgroups.ModeV2, Hierarchies: []cgroups.Hierarchy{{
+	return cgroups.NewLayout(cgroups.Hierarchy{
 		ID: 0, Controllers: []string{"cpu", "io", "memory", "pids"}, Mount: t.TempDir(), Root: "/",
 		Own: "/system.slice/nodeguard.service",
-	}}}
-	l.Unified, l.Memory = &l.Hierarchies[0], &l.Hierarchies[0]
-	return l
+	})
 }
 
 func testPod(uid string, req, lim corev1.ResourceList) *corev1.Pod {
