@@ -111,14 +111,20 @@ func ReadCgroupMemoryV2(dir string) (CgroupMemory, error) {
 // fromStat makes a CgroupMemory from the memory.stat content b of file
 // name (v1 or cgroup2 keys), parsed by the Reader's parser: InactiveFile
 // from it, and Usage from usage, or, where the cgroup has no usage file
-// (hasUsage false: the cgroup2 root), anon + file of b.
+// (hasUsage false: the cgroup2 root), anon + file of b. It requires the
+// keys it uses, and only those: (total_)inactive_file, and anon and file
+// for the root.
 func fromStat(b []byte, name string, v1 bool, usage uint64, hasUsage bool) (CgroupMemory, error) {
-	var m Memory
-	parse := parseMemoryStatV2
-	if v1 {
-		parse = parseMemoryStatV1
+	need := seenInactiveFile
+	if !hasUsage {
+		need |= seenAnon | seenFile
 	}
-	if err := parse(b, name, &m); err != nil {
+	var m Memory
+	parse := memoryStatV2
+	if v1 {
+		parse = memoryStatV1
+	}
+	if err := parse(b, name, &m, need); err != nil {
 		return CgroupMemory{}, err
 	}
 	if !hasUsage {

@@ -72,8 +72,8 @@ func TestWorkingSetIsFlooredAtZero(t *testing.T) {
 
 func TestReadCgroupMemoryErrors(t *testing.T) {
 	type files map[string]string
-	v1 := files{"memory.usage_in_bytes": "100\n", "memory.stat": "cache 1\ntotal_rss 30\ntotal_cache 50\ntotal_active_file 10\ntotal_inactive_file 40\n"}
-	v2root := files{"memory.stat": "anon 1\nfile 2\nactive_file 1\ninactive_file 1\n"}
+	v1 := files{"memory.usage_in_bytes": "100\n", "memory.stat": "cache 1\ntotal_inactive_file 40\n"}
+	v2root := files{"memory.stat": "anon 1\nfile 2\ninactive_file 1\n"}
 	with := func(base files, name, content string) files {
 		f := files{}
 		for k, v := range base {
@@ -96,14 +96,14 @@ func TestReadCgroupMemoryErrors(t *testing.T) {
 		{"a v1 directory without usage_in_bytes is unsupported", ReadCgroupMemoryV1, with(v1, "memory.usage_in_bytes", ""), ErrUnsupported, "memory.usage_in_bytes"},
 		{"a v1 directory without memory.stat is unsupported", ReadCgroupMemoryV1, with(v1, "memory.stat", ""), ErrUnsupported, "memory.stat"},
 		{"a v1 usage that is not a number is malformed", ReadCgroupMemoryV1, with(v1, "memory.usage_in_bytes", "max\n"), ErrMalformed, "not an unsigned integer"},
-		{"a v1 memory.stat without total_inactive_file is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "total_rss 1\ntotal_cache 2\ntotal_active_file 3\ninactive_file 4\n"), ErrMalformed, `no "total_inactive_file" line`},
+		{"a v1 memory.stat without total_inactive_file is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "inactive_file 4\n"), ErrMalformed, `no "total_inactive_file" line`},
 		{"a garbage memory.stat line is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "total_inactive_file 4\nbogus\n"), ErrMalformed, "line 2"},
-		{"a memory.stat cut short of its last newline is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "total_rss 1\ntotal_cache 2\ntotal_active_file 3\ntotal_inactive_file 4"), ErrMalformed, "truncated"},
+		{"a memory.stat cut short of its last newline is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "cache 1\ntotal_inactive_file 4"), ErrMalformed, "truncated"},
 		{"a v2 root without memory.stat is unsupported", ReadCgroupMemoryV2, files{}, ErrUnsupported, "memory.stat"},
-		{"a v2 root memory.stat without anon is malformed", ReadCgroupMemoryV2, with(v2root, "memory.stat", "file 2\nactive_file 1\ninactive_file 1\n"), ErrMalformed, `no "anon" line`},
-		{"a v2 anon + file that overflows is malformed", ReadCgroupMemoryV2, with(v2root, "memory.stat", "anon 18446744073709551615\nfile 2\nactive_file 1\ninactive_file 1\n"), ErrMalformed, "overflows"},
+		{"a v2 root memory.stat without anon is malformed", ReadCgroupMemoryV2, with(v2root, "memory.stat", "file 2\ninactive_file 1\n"), ErrMalformed, `no "anon" line`},
+		{"a v2 anon + file that overflows is malformed", ReadCgroupMemoryV2, with(v2root, "memory.stat", "anon 18446744073709551615\nfile 2\ninactive_file 1\n"), ErrMalformed, "overflows"},
 		{"a v2 memory.current that is not a number is malformed", ReadCgroupMemoryV2, with(v2root, "memory.current", "x\n"), ErrMalformed, "memory.current"},
-		{"a non-root v2 memory.stat without inactive_file is malformed", ReadCgroupMemoryV2, files{"memory.current": "5\n", "memory.stat": "anon 1\nfile 2\nactive_file 3\n"}, ErrMalformed, `no "inactive_file" line`},
+		{"a non-root v2 memory.stat without inactive_file is malformed", ReadCgroupMemoryV2, files{"memory.current": "5\n", "memory.stat": "anon 1\n"}, ErrMalformed, `no "inactive_file" line`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,7 +20,8 @@
 //     which has no memory.current on cgroup2 (usage is then anon + file of
 //     its memory.stat, as runc computes it). They open the files once,
 //     beneath one directory descriptor, and parse memory.stat with
-//     Reader's parser: there is one memory.stat parser.
+//     Reader's parser (requiring only the keys they use): there is one
+//     memory.stat parser.
 //
 // Invariants:
 //

@@ -89,8 +89,8 @@ func FuzzParseMemoryStat(f *testing.F) {
 // InactiveFile from inactive_file (v2) or total_inactive_file (v1) and, for
 // the cgroup2 root, which has no memory.current, Usage = anon + file. A
 // file accepted ends every line with a newline, splits each at its first
-// space into a key and a value, and has every required key with a decimal
-// value.
+// space into a key and a value, and has the keys used with decimal values
+// (the others need not be there).
 func FuzzScanMemoryStat(f *testing.F) {
 	addSeeds(f, "cgroupv*/memory.stat")
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -101,8 +101,8 @@ func FuzzScanMemoryStat(f *testing.F) {
 			inactive string
 			required []string
 		}{
-			{"the cgroup2 root", false, false, "inactive_file", requiredStatKeysV2[:]},
-			{"a v1 cgroup", true, true, "total_inactive_file", requiredStatKeysV1[:]},
+			{"the cgroup2 root", false, false, "inactive_file", []string{"anon", "file", "inactive_file"}},
+			{"a v1 cgroup", true, true, "total_inactive_file", []string{"total_inactive_file"}},
 		} {
 			const usage = 7 // what the usage file said
 			c, err := fromStat(b, "fuzz", tc.v1, usage, tc.hasUsage)

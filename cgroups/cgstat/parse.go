@@ -145,6 +145,13 @@ const optionalStatFields = FieldShmem | FieldWorkingsetRefaultAnon | FieldWorkin
 // _restore without the _anon/_file split; their refaults were file pages
 // only.
 func parseMemoryStatV2(b []byte, name string, m *Memory) error {
+	return memoryStatV2(b, name, m, seenAllStat)
+}
+
+// memoryStatV2 is parseMemoryStatV2 requiring only the keys whose seen
+// bits are in need (a figure not required and not seen stays 0, so the
+// caller must not use it).
+func memoryStatV2(b []byte, name string, m *Memory, need int) error {
 	resetStat(m)
 	seen := 0
 	s := kvScanner{b: b, name: name}
@@ -175,13 +182,19 @@ func parseMemoryStatV2(b []byte, name string, m *Memory) error {
 			m.Fields |= FieldWorkingsetRestore
 		}
 	}
-	return s.finish(seen, &requiredStatKeysV2)
+	return s.finish(seen, need, &requiredStatKeysV2)
 }
 
 // parseMemoryStatV1 fills m's memory.stat figures from a v1 memory.stat,
 // using the hierarchical total_* keys. v1 has no workingset_activate or
 // _restore.
 func parseMemoryStatV1(b []byte, name string, m *Memory) error {
+	return memoryStatV1(b, name, m, seenAllStat)
+}
+
+// memoryStatV1 is parseMemoryStatV1 requiring only the keys in need (see
+// memoryStatV2).
+func memoryStatV1(b []byte, name string, m *Memory, need int) error {
 	resetStat(m)
 	seen := 0
 	s := kvScanner{b: b, name: name}
@@ -206,7 +219,7 @@ func parseMemoryStatV1(b []byte, name string, m *Memory) error {
 			m.Fields |= FieldWorkingsetRefaultFile
 		}
 	}
-	return s.finish(seen, &requiredStatKeysV1)
+	return s.finish(seen, need, &requiredStatKeysV1)
 }
 
 // resetStat zeroes what the memory.stat parsers fill in m, so that a
@@ -218,16 +231,16 @@ func resetStat(m *Memory) {
 }
 
 // finish ends a memory.stat parse: the scanner's error, or the first of
-// the required keys (in the order of the seen bits) that was not seen.
-func (s *kvScanner) finish(seen int, keys *[4]string) error {
+// the keys in need (in the order of the seen bits) that was not seen.
+func (s *kvScanner) finish(seen, need int, keys *[4]string) error {
 	if s.err != nil {
 		return s.err
 	}
-	if seen == seenAllStat {
+	if seen&need == need {
 		return nil
 	}
 	for i, k := range keys {
-		if seen&(1<<i) == 0 {
+		if need&(1<<i) != 0 && seen&(1<<i) == 0 {
 			return missing(s.name, s.line, k)
 		}
 	}
