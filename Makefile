@@ -80,9 +80,9 @@ FUZZ_TARGETS ?= \
 	./cgroups/cgstat:FuzzParseMemoryEvents \
 	./cgroups/cgstat:FuzzParseOOMControl \
 	./cgroups/cgstat:FuzzParseSingle \
+	./cgroups/cgstat:FuzzScanMemoryStat \
 	./pressure/nodestats:FuzzParseMeminfo \
 	./pressure/nodestats:FuzzParseVmstat \
-	./pressure/nodestats:FuzzScanMemoryStat \
 	./pressure/nodestats:FuzzParseLoadavgTasks \
 	./loader/event:FuzzDecode \
 	./cgroups:FuzzParseMountinfo \

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/cgroups"
-	"github.com/nodeguard/nodeguard/pressure/nodestats"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // The eviction benchmark ("the OOM race") measures how soon a strategy
@@ -71,11 +71,11 @@ func (e *TrialEnv) MemoryDir() (cgroups.Dir, error) {
 }
 
 // ReadPodRoot reads the pod root's memory usage and inactive file pages as
-// cAdvisor does for the kubelet (nodestats.ReadCgroupMemoryV1 or V2).
-func (e *TrialEnv) ReadPodRoot() (nodestats.CgroupMemory, error) {
+// cAdvisor does for the kubelet (cgstat.ReadCgroupMemoryV1 or V2).
+func (e *TrialEnv) ReadPodRoot() (cgstat.CgroupMemory, error) {
 	d, err := e.MemoryDir()
 	if err != nil {
-		return nodestats.CgroupMemory{}, err
+		return cgstat.CgroupMemory{}, err
 	}
 	return readCgroupMemory(d)
 }
@@ -89,11 +89,11 @@ func memoryDir(dirs []cgroups.Dir) (cgroups.Dir, error) {
 	return cgroups.Dir{}, errors.New("no directory in a hierarchy with the memory controller")
 }
 
-func readCgroupMemory(d cgroups.Dir) (nodestats.CgroupMemory, error) {
+func readCgroupMemory(d cgroups.Dir) (cgstat.CgroupMemory, error) {
 	if d.Hierarchy.V2() {
-		return nodestats.ReadCgroupMemoryV2(d.Path)
+		return cgstat.ReadCgroupMemoryV2(d.Path)
 	}
-	return nodestats.ReadCgroupMemoryV1(d.Path)
+	return cgstat.ReadCgroupMemoryV1(d.Path)
 }
 
 // ErrStrategyNotRegistered: a strategy was asked for by a name nobody

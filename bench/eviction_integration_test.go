@@ -154,7 +154,7 @@ func TestEvictionTrialAgainstARealContainerd(t *testing.T) {
 				t.Error(err)
 			}
 			if d.Hierarchy.Has("memory") {
-				b, err := os.ReadFile(filepath.Join(d.Path, "memory.limit_in_bytes"))
+				b, err := os.ReadFile(filepath.Join(d.Path, d.Hierarchy.MemoryLimitFile()))
 				if err == nil && strings.TrimSpace(string(b)) != "268435456" {
 					t.Errorf("pod root limit %s, want the 256Mi budget", b)
 				}

@@ -288,11 +288,7 @@ func RunEviction(ctx context.Context, rt EvictionRuntime, reg *EvictionStrategie
 // checkLimit verifies that the pod root's limit is the budget (the kernel
 // rounds a v1 limit down to whole pages).
 func checkLimit(d cgroups.Dir, budget uint64) error {
-	name := "memory.limit_in_bytes"
-	if d.Hierarchy.V2() {
-		name = "memory.max"
-	}
-	b, err := os.ReadFile(filepath.Join(d.Path, name))
+	b, err := os.ReadFile(filepath.Join(d.Path, d.Hierarchy.MemoryLimitFile()))
 	if err != nil {
 		return fmt.Errorf("read the budget back: %w", err)
 	}
@@ -778,12 +774,12 @@ func (r *evictionRun) monitor(ctx context.Context, st *trialState, stratDone <-c
 func findLeaf(dir, comm string) (string, error) {
 	found := ""
 	err := cgroups.Walk(dir, func(p string) error {
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		pids, err := cgroups.Procs(p)
 		if err != nil {
 			return nil // removed meanwhile
 		}
-		for _, f := range strings.Fields(string(b)) {
-			c, err := os.ReadFile(filepath.Join("/proc", f, "comm"))
+		for _, pid := range pids {
+			c, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
 			if err == nil && strings.TrimSpace(string(c)) == comm {
 				found = p
 				return fs.SkipAll
@@ -806,16 +802,8 @@ var errStrategyReturned = errors.New("strategy returned")
 // procsEmpty reports whether no process is left in the cgroup dir or
 // beneath it.
 func procsEmpty(dir string) bool {
-	empty := true
-	_ = cgroups.Walk(dir, func(p string) error {
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-		if err == nil && len(bytes.TrimSpace(b)) > 0 {
-			empty = false
-			return fs.SkipAll
-		}
-		return nil
-	})
-	return empty
+	pids, _ := cgroups.TreeProcs(dir)
+	return len(pids) == 0
 }
 
 func (r *evictionRun) removeHog(ctx context.Context, name string) error {

@@ -2,7 +2,9 @@
 // paths between the three spellings nodeguard meets: paths the user gives
 // (relative to nodeguard's own cgroup, or absolute within a hierarchy),
 // paths the kernel reports (hierarchy id plus a path within that hierarchy,
-// as in the cgroup tracepoints), and filesystem paths under the mounts.
+// as in the cgroup tracepoints), and filesystem paths under the mounts. It
+// also holds the cgroup file operations every user of the tree shares
+// (files.go: reading cgroup.procs, writing, removing, killing).
 //
 // It supports the three layouts found in the field: pure cgroup v2
 // (production), the hybrid layout of v1 controllers plus a cgroup2 mount
@@ -19,11 +21,22 @@
 //     and matches ErrMalformed; a host without usable cgroups gives an error
 //     matching ErrUnsupported. Callers tell them apart with errors.Is.
 //   - Every Hierarchy pointer in a Layout (Unified, Memory, Dir.Hierarchy)
-//     points into Layout.Hierarchies.
+//     points into Layout.Hierarchies; NewLayout, which Discover uses, makes
+//     them so.
 //   - Resolving never lets ".." climb above its base: above this process's
 //     own cgroup for relative paths, above the hierarchy root for absolute
 //     ones. Such paths are rejected with ErrInvalidPath, never clamped.
 //   - A cgroup is identified by its id (the kernfs node id, which is the
 //     directory's inode number); paths are labels that the kernel recycles.
-//   - Nothing here writes to a cgroup filesystem.
+//   - Discovery, resolving and ids only read. What changes a cgroup
+//     filesystem is in files.go and leaf.go, used by every other package
+//     (kubepods, cgtest, the bench, the test runtime) instead of their own
+//     copies: WriteFile (one write(2)), EnableControllers, Rmdir and
+//     RemoveTree (deepest first; EBUSY retried only while cgroup.procs is
+//     empty), Kill, SigkillTree and EmptyTree, MoveSelfIntoLeaf. They act
+//     on directories the caller resolved, under fixed file names.
+//   - A process is signalled through a cgroup only after it was pinned
+//     with a pidfd and its cgroup.procs, read again, still lists it (or
+//     all at once through cgroup.kill): a pid that the kernel recycled
+//     for a process outside the cgroup is never hit.
 package cgroups

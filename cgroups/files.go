@@ -22,7 +22,20 @@ const (
 	FileKill           = "cgroup.kill"
 	FileControllers    = "cgroup.controllers"
 	FileSubtreeControl = "cgroup.subtree_control"
+	// FileMemoryMax and FileMemoryLimitV1 hold a memory cgroup's hard
+	// limit on cgroup2 and on v1; Hierarchy.MemoryLimitFile picks one.
+	FileMemoryMax     = "memory.max"
+	FileMemoryLimitV1 = "memory.limit_in_bytes"
 )
+
+// MemoryLimitFile names the file of h's memory cgroups that holds their
+// hard limit: memory.max on cgroup2, memory.limit_in_bytes on v1.
+func (h *Hierarchy) MemoryLimitFile() string {
+	if h.V2() {
+		return FileMemoryMax
+	}
+	return FileMemoryLimitV1
+}
 
 // WriteFile writes v to the cgroup file name in dir, as the kernel wants
 // it: one write(2) on a descriptor opened O_WRONLY|O_TRUNC. The error
@@ -137,38 +150,147 @@ func RemoveTree(dir string, deadline time.Time) error {
 // ten walks is left to cgroup.kill or the pids limit.
 const killRounds = 10
 
-// SigkillTree sends SIGKILL to every pid in cgroup.procs at and beneath
-// root, walking again while it finds pids it has not signalled yet, a
-// bounded number of times, and returns how many it signalled. It is the
-// v1 (and pre-5.14) stand-in for cgroup.kill: pids are read from the
-// cgroup itself, so only processes inside it are hit.
-func SigkillTree(root string) (int, error) {
+// SigkillTree sends SIGKILL to every process in cgroup.procs at and
+// beneath root, walking again while it finds pids it has not signalled
+// yet, a bounded number of times, and returns how many it signalled. It
+// is the v1 (and pre-5.14) stand-in for cgroup.kill, and it does not wait
+// for the processes to exit (EmptyTree does).
+//
+// Only processes inside the tree are hit, even when a pid is recycled: each
+// pid read from a cgroup.procs is pinned with a pidfd, that cgroup.procs is
+// read again, and the pidfd is signalled only if the pid is still listed
+// (a pid listed both before and after its pidfd was opened is the process
+// in the cgroup, not a newcomer elsewhere that got its number). A kernel
+// without pidfd_open (before 5.3) gets kill(2) after the same re-read.
+// Cgroups removed while it walks are skipped; failures to signal are
+// returned, joined, after every other process has been signalled.
+func SigkillTree(root string) (int, error) { return sigkillTree(root, Procs) }
+
+// sigkillTree is SigkillTree reading cgroup.procs through procs, so that
+// tests can show it a pid that leaves between the two reads.
+func sigkillTree(root string, procs func(string) ([]int, error)) (int, error) {
 	signalled := map[int]bool{}
+	var errs []error
 	for round := 0; round < killRounds; round++ {
 		fresh := 0
 		err := Walk(root, func(p string) error {
-			pids, err := Procs(p)
+			n, err := sigkillProcs(p, procs, signalled)
+			fresh += n
 			if err != nil {
-				return nil // removed meanwhile
-			}
-			for _, pid := range pids {
-				if signalled[pid] {
-					continue
-				}
-				signalled[pid] = true
-				fresh++
-				_ = unix.Kill(pid, unix.SIGKILL)
+				errs = append(errs, err)
 			}
 			return nil
 		})
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return len(signalled), err
+			errs = append(errs, err)
+			break
 		}
 		if fresh == 0 {
 			break
 		}
 	}
-	return len(signalled), nil
+	return len(signalled), errors.Join(errs...)
+}
+
+// sigkillProcs SIGKILLs the processes listed in dir's cgroup.procs that
+// are not in done, through pidfds opened before a second read of the file
+// (see SigkillTree), adds those it signalled to done and returns how many
+// they were. A cgroup already removed has none.
+func sigkillProcs(dir string, procs func(string) ([]int, error), done map[int]bool) (int, error) {
+	pids, err := procs(dir)
+	if err != nil {
+		if Gone(err) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("kill in cgroup %s: %w", dir, err)
+	}
+	pinned := make(map[int]int, len(pids)) // pid -> pidfd; -1: no pidfd_open here
+	defer func() {
+		for _, fd := range pinned {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	var errs []error
+	for _, pid := range pids {
+		if _, ok := pinned[pid]; ok || done[pid] {
+			continue
+		}
+		fd, err := unix.PidfdOpen(pid, 0)
+		switch {
+		case err == nil:
+			pinned[pid] = fd
+		case errors.Is(err, unix.ESRCH):
+			// Exited already.
+		case errors.Is(err, unix.ENOSYS):
+			pinned[pid] = -1
+		default:
+			errs = append(errs, fmt.Errorf("kill pid %d in cgroup %s: pidfd_open: %w", pid, dir, err))
+		}
+	}
+	if len(pinned) == 0 {
+		return 0, errors.Join(errs...)
+	}
+	still, err := procs(dir)
+	if err != nil {
+		if Gone(err) {
+			return 0, errors.Join(errs...)
+		}
+		return 0, errors.Join(append(errs, fmt.Errorf("kill in cgroup %s: %w", dir, err))...)
+	}
+	n := 0
+	for _, pid := range still {
+		fd, ok := pinned[pid]
+		if !ok || done[pid] {
+			continue // listed only now (forked or moved in): the next round's
+		}
+		if fd >= 0 {
+			err = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		} else {
+			err = unix.Kill(pid, unix.SIGKILL)
+		}
+		done[pid] = true
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, unix.ESRCH):
+			// Exited between the read and the signal.
+		default:
+			errs = append(errs, fmt.Errorf("kill pid %d in cgroup %s: %w", pid, dir, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// emptyEvery is how often EmptyTree looks again for killed processes that
+// have not left yet: SIGKILLed processes normally leave their cgroup
+// within milliseconds.
+const emptyEvery = 10 * time.Millisecond
+
+// EmptyTree kills every process at and beneath dir (SigkillTree, again on
+// each look) and waits until cgroup.procs lists none anywhere in the tree,
+// at most until deadline; then it fails with ErrPopulated naming the pids
+// still there. A dir already gone is empty. It is for cgroups that are
+// ours to end (a test's sandbox, a test runtime's leftovers), before
+// RemoveTree.
+func EmptyTree(dir string, deadline time.Time) error {
+	for {
+		pids, err := TreeProcs(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("empty cgroup %s: %w", dir, err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("empty cgroup %s: %w (pids %v are still there after SIGKILL)", dir, ErrPopulated, pids)
+		}
+		if _, err := SigkillTree(dir); err != nil {
+			return fmt.Errorf("empty cgroup %s: %w", dir, err)
+		}
+		time.Sleep(emptyEvery)
+	}
 }
 
 // Kill ends every process in the cgroup directory dir and beneath it:
@@ -190,7 +312,7 @@ func Kill(dir string, v2 bool) (int, error) {
 // is nothing to enable. On a cgroup that holds processes the kernel
 // refuses (EBUSY: the no-internal-process rule), except at the root.
 func EnableControllers(dir string, want ...string) error {
-	avail, err := os.ReadFile(filepath.Join(dir, FileControllers))
+	avail, err := Controllers(dir)
 	if err != nil {
 		return fmt.Errorf("enable controllers below %s: %w", dir, err)
 	}
@@ -200,7 +322,7 @@ func EnableControllers(dir string, want ...string) error {
 	}
 	enabled := strings.Fields(string(have))
 	var add []string
-	for _, c := range strings.Fields(string(avail)) {
+	for _, c := range avail {
 		if slices.Contains(want, c) && !slices.Contains(enabled, c) {
 			add = append(add, "+"+c)
 		}
@@ -209,4 +331,16 @@ func EnableControllers(dir string, want ...string) error {
 		return nil
 	}
 	return WriteFile(dir, FileSubtreeControl, strings.Join(add, " "))
+}
+
+// Controllers lists the controllers that the cgroup2 directory dir has
+// (its cgroup.controllers): those its parent delegates to it, which it can
+// in turn enable for its children.
+func Controllers(dir string) ([]string, error) {
+	p := filepath.Join(dir, FileControllers)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return strings.Fields(string(b)), nil
 }

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -146,5 +149,38 @@ func TestWalkAndIDOnRealCgroups(t *testing.T) {
 				t.Errorf("Rel() = %q, want %q", rel.Rel, want)
 			}
 		})
+	}
+}
+
+func TestEmptyTreeAndRemoveTreeEndARealSubtree(t *testing.T) {
+	s := cgtest.New(t)
+	child := s.Child(t, "a")
+	cmd := exec.Command("sleep", "60")
+	if err := child.Start(t, cmd); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, d := range s.Dirs() {
+		if err := cgroups.EmptyTree(d.Path, deadline); err != nil {
+			t.Fatalf("EmptyTree(%s): %v", d.Path, err)
+		}
+	}
+	select {
+	case err := <-waited:
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Errorf("the child cgroup's process ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the child cgroup's process did not end")
+	}
+	for _, d := range s.Dirs() {
+		if err := cgroups.RemoveTree(d.Path, deadline); err != nil {
+			t.Fatalf("RemoveTree(%s): %v", d.Path, err)
+		}
+		if _, err := os.Stat(d.Path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there: %v", d.Path, err)
+		}
 	}
 }

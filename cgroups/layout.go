@@ -128,8 +128,7 @@ func DiscoverFS(fsys fs.FS) (*Layout, error) {
 		return nil, err
 	}
 
-	l := &Layout{}
-	hasV1 := false
+	var hs []Hierarchy
 	for _, m := range members {
 		mnt, ok := pickMount(mounts, m)
 		if !ok {
@@ -151,17 +150,29 @@ func DiscoverFS(fsys fs.FS) (*Layout, error) {
 				return nil, err
 			}
 			h.Controllers = strings.Fields(string(b))
-		} else {
-			hasV1 = true
 		}
-		l.Hierarchies = append(l.Hierarchies, h)
+		hs = append(hs, h)
 	}
-	slices.SortFunc(l.Hierarchies, func(a, b Hierarchy) int { return cmp.Compare(a.ID, b.ID) })
+	if len(hs) == 0 {
+		return nil, fmt.Errorf("discover cgroups: %w: no cgroup hierarchy of this process is mounted (%s lists %d, %s has no matching cgroup or cgroup2 mount)",
+			ErrUnsupported, selfCgroupFile, len(members), mountinfoFile)
+	}
+	return NewLayout(hs...), nil
+}
 
+// NewLayout makes the Layout of the hierarchies hs (at least one): ordered
+// by ID, with Unified and Memory pointing into Hierarchies and the Mode
+// they make. Discover uses it, and tests build fixture layouts with it.
+func NewLayout(hs ...Hierarchy) *Layout {
+	l := &Layout{Hierarchies: slices.Clone(hs)}
+	slices.SortFunc(l.Hierarchies, func(a, b Hierarchy) int { return cmp.Compare(a.ID, b.ID) })
+	hasV1 := false
 	for i := range l.Hierarchies {
 		h := &l.Hierarchies[i]
 		if h.ID == 0 {
 			l.Unified = h
+		} else {
+			hasV1 = true
 		}
 		if h.Has("memory") {
 			// A controller is bound to exactly one hierarchy, so at most
@@ -172,15 +183,12 @@ func DiscoverFS(fsys fs.FS) (*Layout, error) {
 	switch {
 	case l.Unified != nil && !hasV1:
 		l.Mode = ModeV2
-	case l.Unified != nil && hasV1:
+	case l.Unified != nil:
 		l.Mode = ModeHybrid
 	case hasV1:
 		l.Mode = ModeV1
-	default:
-		return nil, fmt.Errorf("discover cgroups: %w: no cgroup hierarchy of this process is mounted (%s lists %d, %s has no matching cgroup or cgroup2 mount)",
-			ErrUnsupported, selfCgroupFile, len(members), mountinfoFile)
 	}
-	return l, nil
+	return l
 }
 
 // pickMount chooses the mount that serves membership m: a cgroup2 mount for

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"testing/fstest"
 )
@@ -353,6 +354,63 @@ func TestModeString(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.mode.String(); got != tt.want {
 				t.Errorf("String() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewLayoutLinksItsHierarchiesAndTellsTheMode(t *testing.T) {
+	unified := Hierarchy{ID: 0, Controllers: []string{"cpu", "memory"}, Mount: "/sys/fs/cgroup"}
+	unifiedBare := Hierarchy{ID: 0, Mount: "/sys/fs/cgroup/unified"}
+	memory := Hierarchy{ID: 4, Controllers: []string{"memory"}, Mount: "/sys/fs/cgroup/memory"}
+	cpu := Hierarchy{ID: 1, Controllers: []string{"cpu"}, Mount: "/sys/fs/cgroup/cpu"}
+	tests := []struct {
+		name       string
+		in         []Hierarchy
+		mode       Mode
+		ids        []uint32
+		unified    bool
+		memoryID   uint32
+		memoryNone bool
+	}{
+		{"one cgroup2 hierarchy with memory is pure v2", []Hierarchy{unified}, ModeV2, []uint32{0}, true, 0, false},
+		{"v1 hierarchies beside a bare cgroup2 mount are hybrid, memory on v1", []Hierarchy{memory, unifiedBare, cpu}, ModeHybrid, []uint32{0, 1, 4}, true, 4, false},
+		{"v1 hierarchies alone are v1", []Hierarchy{memory, cpu}, ModeV1, []uint32{1, 4}, false, 4, false},
+		{"a layout without the memory controller has no Memory", []Hierarchy{cpu}, ModeV1, []uint32{1}, false, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := slices.Clone(tt.in)
+			l := NewLayout(in...)
+			if l.Mode != tt.mode {
+				t.Errorf("Mode = %v, want %v", l.Mode, tt.mode)
+			}
+			var ids []uint32
+			for _, h := range l.Hierarchies {
+				ids = append(ids, h.ID)
+			}
+			if !slices.Equal(ids, tt.ids) {
+				t.Errorf("hierarchy ids %v, want %v (by ID)", ids, tt.ids)
+			}
+			if !reflect.DeepEqual(in, tt.in) {
+				t.Error("NewLayout reordered its argument")
+			}
+			into := func(h *Hierarchy) bool {
+				for i := range l.Hierarchies {
+					if h == &l.Hierarchies[i] {
+						return true
+					}
+				}
+				return false
+			}
+			if (l.Unified != nil) != tt.unified || l.Unified != nil && (!into(l.Unified) || l.Unified.ID != 0) {
+				t.Errorf("Unified = %+v, want one (%v) pointing into Hierarchies", l.Unified, tt.unified)
+			}
+			switch {
+			case tt.memoryNone && l.Memory != nil:
+				t.Errorf("Memory = %+v, want none", l.Memory)
+			case !tt.memoryNone && (l.Memory == nil || !into(l.Memory) || l.Memory.ID != tt.memoryID):
+				t.Errorf("Memory = %+v, want hierarchy %d pointing into Hierarchies", l.Memory, tt.memoryID)
 			}
 		})
 	}

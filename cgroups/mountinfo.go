@@ -21,15 +21,7 @@ type mountEntry struct {
 // means the format is not what this parser believes.
 func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
 	var out []mountEntry
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
+	err := eachLine(data, name, func(n int, line string) error {
 		// Split on single spaces, not runs of them: the source field may
 		// be empty, and collapsing would shift the fields after it.
 		f := strings.Split(line, " ")
@@ -41,10 +33,10 @@ func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
 			}
 		}
 		if sep < 0 {
-			return nil, &ParseError{File: name, Line: n, Msg: `no "-" separator after the sixth field`}
+			return &ParseError{File: name, Line: n, Msg: `no "-" separator after the sixth field`}
 		}
 		if len(f) != sep+4 {
-			return nil, &ParseError{File: name, Line: n, Msg: "want 3 fields after the separator, have " + itoa(len(f)-sep-1)}
+			return &ParseError{File: name, Line: n, Msg: "want 3 fields after the separator, have " + itoa(len(f)-sep-1)}
 		}
 		root, ok := unescapeOctal(f[3])
 		fsType := ""
@@ -55,14 +47,14 @@ func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
 		// an object: a bind-mounted namespace file (nsfs) reads
 		// "net:[4026532246]". Only cgroup roots matter here.
 		if !ok || (!strings.HasPrefix(root, "/") && (fsType == "cgroup" || fsType == "cgroup2")) {
-			return nil, &ParseError{File: name, Line: n, Msg: "bad root " + quote(f[3])}
+			return &ParseError{File: name, Line: n, Msg: "bad root " + quote(f[3])}
 		}
 		mp, ok := unescapeOctal(f[4])
 		if !ok || !strings.HasPrefix(mp, "/") {
-			return nil, &ParseError{File: name, Line: n, Msg: "bad mount point " + quote(f[4])}
+			return &ParseError{File: name, Line: n, Msg: "bad mount point " + quote(f[4])}
 		}
 		if f[sep+1] == "" {
-			return nil, &ParseError{File: name, Line: n, Msg: "empty filesystem type"}
+			return &ParseError{File: name, Line: n, Msg: "empty filesystem type"}
 		}
 		out = append(out, mountEntry{
 			root:       root,
@@ -70,9 +62,10 @@ func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
 			fsType:     f[sep+1],
 			superOpts:  strings.Split(f[sep+3], ","),
 		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, &ParseError{File: name, Line: n + 1, Msg: err.Error()}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -123,4 +116,25 @@ func MountPoints(data []byte, name string) ([]string, error) {
 		out[i] = e.mountPoint
 	}
 	return out, nil
+}
+
+// eachLine calls fn with every non-empty line of the host file data and
+// its 1-based number, and stops at fn's first error. name is the file's
+// path, for the error of a line too long to scan (over 1 MiB).
+func eachLine(data []byte, name string, fn func(n int, line string) error) error {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		if line := sc.Text(); line != "" {
+			if err := fn(n, line); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return &ParseError{File: name, Line: n + 1, Msg: err.Error()}
+	}
+	return nil
 }

@@ -1,8 +1,6 @@
 package cgroups
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -22,29 +20,21 @@ type membership struct {
 func parseSelfCgroup(data []byte, name string) ([]membership, error) {
 	var out []membership
 	seen := make(map[uint32]bool)
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
+	err := eachLine(data, name, func(n int, line string) error {
 		// The path may itself contain ':', so split at most twice.
 		f := strings.SplitN(line, ":", 3)
 		if len(f) != 3 {
-			return nil, &ParseError{File: name, Line: n, Msg: `want "id:controllers:path"`}
+			return &ParseError{File: name, Line: n, Msg: `want "id:controllers:path"`}
 		}
 		id, err := strconv.ParseUint(f[0], 10, 32)
 		if err != nil {
-			return nil, &ParseError{File: name, Line: n, Msg: "bad hierarchy id " + quote(f[0])}
+			return &ParseError{File: name, Line: n, Msg: "bad hierarchy id " + quote(f[0])}
 		}
 		if !strings.HasPrefix(f[2], "/") {
-			return nil, &ParseError{File: name, Line: n, Msg: "cgroup path " + quote(f[2]) + " is not absolute"}
+			return &ParseError{File: name, Line: n, Msg: "cgroup path " + quote(f[2]) + " is not absolute"}
 		}
 		if seen[uint32(id)] {
-			return nil, &ParseError{File: name, Line: n, Msg: "hierarchy id " + f[0] + " listed twice"}
+			return &ParseError{File: name, Line: n, Msg: "hierarchy id " + f[0] + " listed twice"}
 		}
 		seen[uint32(id)] = true
 		m := membership{id: uint32(id), path: f[2]}
@@ -52,12 +42,13 @@ func parseSelfCgroup(data []byte, name string) ([]membership, error) {
 			m.controllers = strings.Split(f[1], ",")
 		}
 		if m.id != 0 && len(m.controllers) == 0 {
-			return nil, &ParseError{File: name, Line: n, Msg: "v1 hierarchy " + f[0] + " has no controllers"}
+			return &ParseError{File: name, Line: n, Msg: "v1 hierarchy " + f[0] + " has no controllers"}
 		}
 		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, &ParseError{File: name, Line: n + 1, Msg: err.Error()}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -234,10 +233,6 @@ func (a *EvictionActor) RestoreOOMScoreAdj(uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err)
 	}
-	pd, err := m.cfg.Cgroups.MemoryDir(parent)
-	if err != nil {
-		return err
-	}
 	var errs []error
 	for _, c := range ctrs {
 		spec := findContainer(pod, c.GetMetadata().GetName())
@@ -249,15 +244,14 @@ func (a *EvictionActor) RestoreOOMScoreAdj(uid types.UID) error {
 			continue
 		}
 		adj, _ = qos.ClampForCapability(adj, m.cfg.HasCapSysResource, m.cfg.MinOOMScoreAdj)
-		b, err := os.ReadFile(filepath.Join(pd.Path, c.Id, "cgroup.procs"))
+		pids, err := m.cfg.Cgroups.ContainerProcs(parent, c.Id)
 		if err != nil {
-			continue // exited
+			errs = append(errs, fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err))
+			continue
 		}
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				if err := writeOOMScoreAdj(pid, adj); err != nil {
-					errs = append(errs, err)
-				}
+		for _, pid := range pids {
+			if err := writeOOMScoreAdj(pid, adj); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 
@@ -94,14 +93,9 @@ func strandTask(t *testing.T, r *rig, sb *runtimeapi.PodSandbox, parent, name st
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(d.Path, "cgroup.procs"))
+	pids, err := cgroups.Procs(d.Path)
 	if err != nil {
 		t.Fatalf("the stranded task has no cgroup: %v", err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		pid, _ := strconv.Atoi(f)
-		pids = append(pids, pid)
 	}
 	if len(pids) == 0 {
 		t.Fatalf("container %s: removal refused but its cgroup is empty", id)

@@ -60,10 +60,10 @@ type Node struct {
 	ImageFS nodestats.FSStats
 	PIDs    nodestats.PIDStats
 	// Root is the node's memory as the kubelet reads it (root cgroup).
-	Root nodestats.CgroupMemory
+	Root cgstat.CgroupMemory
 	// Pods is the pod cgroup root's memory and PodsLimit its limit
 	// (HasPods).
-	Pods      nodestats.CgroupMemory
+	Pods      cgstat.CgroupMemory
 	PodsLimit uint64
 	HasPods   bool
 
@@ -501,15 +501,15 @@ func (s *Snapshotter) readNode(ctx context.Context, snap *Snapshot) {
 		}
 	}
 	if s.cfg.Layout.Memory.V2() {
-		n.Root, err = nodestats.ReadCgroupMemoryV2(s.cfg.RootMemoryDir)
+		n.Root, err = cgstat.ReadCgroupMemoryV2(s.cfg.RootMemoryDir)
 	} else {
-		n.Root, err = nodestats.ReadCgroupMemoryV1(s.cfg.RootMemoryDir)
+		n.Root, err = cgstat.ReadCgroupMemoryV1(s.cfg.RootMemoryDir)
 	}
 	n.okRoot = fail(err)
 	if s.pods != nil {
 		var m cgstat.Memory
 		if fail(s.pods.Read(&m)) {
-			n.Pods = nodestats.CgroupMemory{Usage: m.Usage, InactiveFile: m.InactiveFile}
+			n.Pods = m.CgroupMemory()
 			n.PodsLimit = m.Limit
 			n.HasPods = true
 		}

@@ -3,7 +3,8 @@
 // senses: it never writes to a cgroup filesystem.
 //
 // It has two paths, because the cheapest way to read one figure is not the
-// cheapest way to read all of them:
+// cheapest way to read all of them, and a one-shot reading for the
+// kubelet's node signals:
 //
 //   - The fast memory path, Reader, runs every pressure tick for every pod
 //     cgroup. It keeps the few files it needs open and re-reads each with
@@ -13,6 +14,14 @@
 //     CPU, throttling, I/O, pids and memory through containerd/cgroups/v3
 //     (cgroup1.Load per v1 controller, cgroup2.Load and StatFiltered),
 //     which opens, reads and closes a dozen files and allocates freely.
+//   - ReadCgroupMemoryV1/V2 read the two figures the kubelet's memory
+//     signals take from a cgroup (CgroupMemory: usage and inactive file,
+//     as cAdvisor reads them), from any memory cgroup, the root included,
+//     which has no memory.current on cgroup2 (usage is then anon + file of
+//     its memory.stat, as runc computes it). They open the files once,
+//     beneath one directory descriptor, and parse memory.stat with
+//     Reader's parser (requiring only the keys they use): there is one
+//     memory.stat parser.
 //
 // Invariants:
 //
@@ -39,7 +48,7 @@
 //     total_* keys). The v1 event counters are not: failcnt counts hits of
 //     the cgroup's own limit and oom_kill only kills of its own tasks.
 //   - WorkingSet is Usage minus InactiveFile, floored at 0, exactly as the
-//     kubelet and cAdvisor compute it.
+//     kubelet and cAdvisor compute it; Memory's is CgroupMemory's.
 //   - v1 paths given to containerd are the cgroup's path within each
 //     hierarchy, taken from that hierarchy's own directory (cgroups.Dir),
 //     never one path for all hierarchies: nodeguard's own cgroup differs

@@ -60,36 +60,25 @@ func hybridLayout(root string, only ...string) *cgroups.Layout {
 		{ID: 7, Controllers: []string{"blkio"}, Mount: root + "/blkio", Root: "/", Own: "/"},
 		{ID: 8, Controllers: []string{"pids"}, Mount: root + "/pids", Root: "/", Own: "/"},
 	}
-	l := &cgroups.Layout{Mode: cgroups.ModeHybrid}
+	var kept []cgroups.Hierarchy
 	for _, h := range all {
 		keep := len(only) == 0 || h.ID == 0
 		for _, c := range only {
 			keep = keep || h.Has(c)
 		}
 		if keep {
-			l.Hierarchies = append(l.Hierarchies, h)
+			kept = append(kept, h)
 		}
 	}
-	for i := range l.Hierarchies {
-		h := &l.Hierarchies[i]
-		if h.ID == 0 {
-			l.Unified = h
-		}
-		if h.Has("memory") {
-			l.Memory = h
-		}
-	}
-	return l
+	return cgroups.NewLayout(kept...)
 }
 
 // v2Layout is a pure cgroup2 layout mounted at root (testdata/v2).
 func v2Layout(root string) *cgroups.Layout {
-	l := &cgroups.Layout{Mode: cgroups.ModeV2, Hierarchies: []cgroups.Hierarchy{{
+	return cgroups.NewLayout(cgroups.Hierarchy{
 		ID: 0, Controllers: []string{"cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc"},
 		Mount: root, Root: "/", Own: "/",
-	}}}
-	l.Unified, l.Memory = &l.Hierarchies[0], &l.Hierarchies[0]
-	return l
+	})
 }
 
 func resolve(t testing.TB, l *cgroups.Layout, p string) []cgroups.Dir {

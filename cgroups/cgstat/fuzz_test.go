@@ -3,8 +3,11 @@ package cgstat
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -55,7 +58,7 @@ func checkParseError(t *testing.T, b []byte, err error) {
 // same bytes into a Memory already filled gives the same figures (the
 // parsers reset what they own).
 func FuzzParseMemoryStat(f *testing.F) {
-	addSeeds(f, "v2*/*/memory.stat", "hybrid/memory/*/memory.stat", "hybrid/memory/*/*/memory.stat")
+	addSeeds(f, "v2*/*/memory.stat", "hybrid/memory/*/memory.stat", "hybrid/memory/*/*/memory.stat", "cgroupv*/memory.stat")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, p := range []struct {
 			name  string
@@ -73,6 +76,72 @@ func FuzzParseMemoryStat(f *testing.F) {
 			again := Memory{Anon: 1, File: 2, WorkingsetRefaultFile: 3, WorkingsetActivate: 4, Fields: allStatFields}
 			if err := p.parse(b, "fuzz", &again); err != nil || again != m {
 				t.Fatalf("%s: second parse into a used Memory = %+v, %v; want %+v", p.name, again, err, m)
+			}
+		}
+	})
+}
+
+// FuzzScanMemoryStat checks how ReadCgroupMemoryV1 and V2 take the
+// kubelet's figures from memory.stat (fromStat, on the parsers above)
+// against an independent reading of the same bytes: no panic; either a
+// located *ParseError, or the value of each key's LAST line (the kernel
+// writes each key once; for a malformed duplicate the last one wins):
+// InactiveFile from inactive_file (v2) or total_inactive_file (v1) and, for
+// the cgroup2 root, which has no memory.current, Usage = anon + file. A
+// file accepted ends every line with a newline, splits each at its first
+// space into a key and a value, and has the keys used with decimal values
+// (the others need not be there).
+func FuzzScanMemoryStat(f *testing.F) {
+	addSeeds(f, "cgroupv*/memory.stat")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, tc := range []struct {
+			name     string
+			v1       bool
+			hasUsage bool
+			inactive string
+			required []string
+		}{
+			{"the cgroup2 root", false, false, "inactive_file", []string{"anon", "file", "inactive_file"}},
+			{"a v1 cgroup", true, true, "total_inactive_file", []string{"total_inactive_file"}},
+		} {
+			const usage = 7 // what the usage file said
+			c, err := fromStat(b, "fuzz", tc.v1, usage, tc.hasUsage)
+			if err != nil {
+				checkParseError(t, b, err)
+				continue
+			}
+			last := map[string]string{}
+			for _, line := range strings.SplitAfter(string(b), "\n") {
+				if line == "" {
+					continue
+				}
+				k, v, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+				if !strings.HasSuffix(line, "\n") || !ok || k == "" || v == "" {
+					t.Fatalf("%s: accepted line %q", tc.name, line)
+				}
+				last[k] = v
+			}
+			num := func(k string) uint64 {
+				v, ok := last[k]
+				n, err := strconv.ParseUint(v, 10, 64)
+				if !ok || err != nil || strings.TrimLeft(v, "0123456789") != "" {
+					t.Fatalf("%s: accepted %s %q (present %v): %v", tc.name, k, v, ok, err)
+				}
+				return n
+			}
+			for _, k := range tc.required {
+				num(k)
+			}
+			want := CgroupMemory{Usage: usage, InactiveFile: num(tc.inactive)}
+			if !tc.hasUsage {
+				anon, file := num("anon"), num("file")
+				if anon > math.MaxUint64-file {
+					t.Fatalf("%s: accepted anon %d + file %d, which overflows", tc.name, anon, file)
+				}
+				want.Usage = anon + file
+			}
+			if c != want {
+				t.Fatalf("%s: got %+v; the lines say %+v", tc.name, c, want)
 			}
 		}
 	})

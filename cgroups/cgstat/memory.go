@@ -106,13 +106,8 @@ type Memory struct {
 // memory.available and cAdvisor's container_memory_working_set_bytes
 // definition. cAdvisor computes it in container/libcontainer/handler.go,
 // setMemoryStats, from total_inactive_file on v1 and inactive_file on v2,
-// which is what InactiveFile holds.
-func (m *Memory) WorkingSet() uint64 {
-	if m.InactiveFile > m.Usage {
-		return 0
-	}
-	return m.Usage - m.InactiveFile
-}
+// which is what InactiveFile holds. It is CgroupMemory's WorkingSet.
+func (m *Memory) WorkingSet() uint64 { return m.CgroupMemory().WorkingSet() }
 
 // MemoryEvents are memory event counters: cgroup2 memory.events, which
 // counts events in the cgroup and its descendants. On v1, OOMKill is

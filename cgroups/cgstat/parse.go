@@ -145,9 +145,14 @@ const optionalStatFields = FieldShmem | FieldWorkingsetRefaultAnon | FieldWorkin
 // _restore without the _anon/_file split; their refaults were file pages
 // only.
 func parseMemoryStatV2(b []byte, name string, m *Memory) error {
-	m.Anon, m.File, m.ActiveFile, m.InactiveFile, m.Shmem = 0, 0, 0, 0, 0
-	m.WorkingsetRefaultAnon, m.WorkingsetRefaultFile, m.WorkingsetActivate, m.WorkingsetRestore = 0, 0, 0, 0
-	m.Fields &^= optionalStatFields
+	return memoryStatV2(b, name, m, seenAllStat)
+}
+
+// memoryStatV2 is parseMemoryStatV2 requiring only the keys whose seen
+// bits are in need (a figure not required and not seen stays 0, so the
+// caller must not use it).
+func memoryStatV2(b []byte, name string, m *Memory, need int) error {
+	resetStat(m)
 	seen := 0
 	s := kvScanner{b: b, name: name}
 	for s.next() {
@@ -177,19 +182,20 @@ func parseMemoryStatV2(b []byte, name string, m *Memory) error {
 			m.Fields |= FieldWorkingsetRestore
 		}
 	}
-	if s.err != nil {
-		return s.err
-	}
-	return checkSeen(seen, &requiredStatKeysV2, name, s.line)
+	return s.finish(seen, need, &requiredStatKeysV2)
 }
 
 // parseMemoryStatV1 fills m's memory.stat figures from a v1 memory.stat,
 // using the hierarchical total_* keys. v1 has no workingset_activate or
 // _restore.
 func parseMemoryStatV1(b []byte, name string, m *Memory) error {
-	m.Anon, m.File, m.ActiveFile, m.InactiveFile, m.Shmem = 0, 0, 0, 0, 0
-	m.WorkingsetRefaultAnon, m.WorkingsetRefaultFile, m.WorkingsetActivate, m.WorkingsetRestore = 0, 0, 0, 0
-	m.Fields &^= optionalStatFields
+	return memoryStatV1(b, name, m, seenAllStat)
+}
+
+// memoryStatV1 is parseMemoryStatV1 requiring only the keys in need (see
+// memoryStatV2).
+func memoryStatV1(b []byte, name string, m *Memory, need int) error {
+	resetStat(m)
 	seen := 0
 	s := kvScanner{b: b, name: name}
 	for s.next() {
@@ -213,19 +219,29 @@ func parseMemoryStatV1(b []byte, name string, m *Memory) error {
 			m.Fields |= FieldWorkingsetRefaultFile
 		}
 	}
+	return s.finish(seen, need, &requiredStatKeysV1)
+}
+
+// resetStat zeroes what the memory.stat parsers fill in m, so that a
+// parse into a used Memory gives what a parse into a new one gives.
+func resetStat(m *Memory) {
+	m.Anon, m.File, m.ActiveFile, m.InactiveFile, m.Shmem = 0, 0, 0, 0, 0
+	m.WorkingsetRefaultAnon, m.WorkingsetRefaultFile, m.WorkingsetActivate, m.WorkingsetRestore = 0, 0, 0, 0
+	m.Fields &^= optionalStatFields
+}
+
+// finish ends a memory.stat parse: the scanner's error, or the first of
+// the keys in need (in the order of the seen bits) that was not seen.
+func (s *kvScanner) finish(seen, need int, keys *[4]string) error {
 	if s.err != nil {
 		return s.err
 	}
-	return checkSeen(seen, &requiredStatKeysV1, name, s.line)
-}
-
-func checkSeen(seen int, keys *[4]string, name string, lines int) error {
-	if seen == seenAllStat {
+	if seen&need == need {
 		return nil
 	}
 	for i, k := range keys {
-		if seen&(1<<i) == 0 {
-			return missing(name, lines, k)
+		if need&(1<<i) != 0 && seen&(1<<i) == 0 {
+			return missing(s.name, s.line, k)
 		}
 	}
 	return nil

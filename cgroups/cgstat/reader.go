@@ -170,6 +170,19 @@ func (r *Reader) ReadHot(m *Memory) error {
 	}
 	prev := *m
 	*m = Memory{High: Unlimited}
+	if err := r.readUsageStat(m); err != nil {
+		return err
+	}
+	if err := r.readPSI(m); err != nil {
+		return err
+	}
+	m.Limit, m.High, m.Events, m.UnderOOM = prev.Limit, prev.High, prev.Events, prev.UnderOOM
+	m.Fields |= prev.Fields & slowFields
+	return nil
+}
+
+// readUsageStat reads what moves under pressure: usage and memory.stat.
+func (r *Reader) readUsageStat(m *Memory) error {
 	b, err := r.read(fileUsage)
 	if err != nil {
 		return err
@@ -181,37 +194,17 @@ func (r *Reader) ReadHot(m *Memory) error {
 		return err
 	}
 	if r.src.V1 {
-		err = parseMemoryStatV1(b, r.files[fileStat].path, m)
-	} else {
-		err = parseMemoryStatV2(b, r.files[fileStat].path, m)
+		return parseMemoryStatV1(b, r.files[fileStat].path, m)
 	}
-	if err != nil {
-		return err
-	}
-	if err := r.readPSI(m); err != nil {
-		return err
-	}
-	m.Limit, m.High, m.Events, m.UnderOOM = prev.Limit, prev.High, prev.Events, prev.UnderOOM
-	m.Fields |= prev.Fields & slowFields
-	return nil
+	return parseMemoryStatV2(b, r.files[fileStat].path, m)
 }
 
 func (r *Reader) readV2(m *Memory) error {
-	var err error
-	b, err := r.read(fileUsage)
+	if err := r.readUsageStat(m); err != nil {
+		return err
+	}
+	b, err := r.read(fileEvents)
 	if err != nil {
-		return err
-	}
-	if m.Usage, err = parseSingle(b, r.files[fileUsage].path, false); err != nil {
-		return err
-	}
-	if b, err = r.read(fileStat); err != nil {
-		return err
-	}
-	if err = parseMemoryStatV2(b, r.files[fileStat].path, m); err != nil {
-		return err
-	}
-	if b, err = r.read(fileEvents); err != nil {
 		return err
 	}
 	if err = parseMemoryEventsV2(b, r.files[fileEvents].path, m); err != nil {
@@ -234,21 +227,11 @@ func (r *Reader) readV2(m *Memory) error {
 }
 
 func (r *Reader) readV1(m *Memory) error {
-	var err error
-	b, err := r.read(fileUsage)
+	if err := r.readUsageStat(m); err != nil {
+		return err
+	}
+	b, err := r.read(fileEvents)
 	if err != nil {
-		return err
-	}
-	if m.Usage, err = parseSingle(b, r.files[fileUsage].path, false); err != nil {
-		return err
-	}
-	if b, err = r.read(fileStat); err != nil {
-		return err
-	}
-	if err = parseMemoryStatV1(b, r.files[fileStat].path, m); err != nil {
-		return err
-	}
-	if b, err = r.read(fileEvents); err != nil {
 		return err
 	}
 	if m.Events.Max, err = parseSingle(b, r.files[fileEvents].path, false); err != nil {
@@ -326,37 +309,49 @@ func (r *Reader) read(i int) ([]byte, error) {
 
 // readError wraps an error of pread(i).
 func (r *Reader) readError(i int, err error) error {
-	f := &r.files[i]
+	return preadError(r.files[i].path, err)
+}
+
+// preadError wraps an error of preadWhole on the file at path.
+func preadError(path string, err error) error {
 	if err == unix.ENODEV {
 		// kernfs answers ENODEV on an open file whose node was removed.
-		return fmt.Errorf("read %s: %w: %w", f.path, ErrGone, err)
+		return fmt.Errorf("read %s: %w: %w", path, ErrGone, err)
 	}
-	return fmt.Errorf("read %s: %w", f.path, err)
+	return fmt.Errorf("read %s: %w", path, err)
 }
 
 // pread reads file i whole from offset 0 into r.buf. Its errors are bare
 // errnos, so that an expected one costs no allocation.
 func (r *Reader) pread(i int) ([]byte, error) {
-	f := &r.files[i]
-	if r.buf == nil {
-		r.buf = make([]byte, initialBuf)
+	return preadWhole(r.files[i].fd, &r.buf)
+}
+
+// preadWhole reads the file fd whole with one pread at offset 0 into
+// *buf, which it makes (initialBuf) or grows as needed and keeps for the
+// next read. Its errors are bare errnos, so that an expected one costs no
+// allocation.
+func preadWhole(fd int, buf *[]byte) ([]byte, error) {
+	if *buf == nil {
+		*buf = make([]byte, initialBuf)
 	}
 	for {
-		n, err := unix.Pread(f.fd, r.buf, 0)
+		b := *buf
+		n, err := unix.Pread(fd, b, 0)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
 			return nil, err
-		case n < len(r.buf):
-			return r.buf[:n], nil
-		case len(r.buf) >= maxBuf:
+		case n < len(b):
+			return b[:n], nil
+		case len(b) >= maxBuf:
 			return nil, unix.EFBIG
 		}
 		// The buffer was filled: the content may be longer. Read it
 		// again whole into a larger buffer, since the kernel regenerates
 		// it at offset 0 and two partial reads need not agree.
-		r.buf = make([]byte, 2*len(r.buf))
+		*buf = make([]byte, 2*len(b))
 	}
 }
 

@@ -10,8 +10,10 @@
 //     hierarchies that cgroups.Layout.Monitored returns, and every one that
 //     is created is removed by a t.Cleanup registered before it exists.
 //   - Only processes found in a sandbox's cgroup.procs (or its
-//     descendants') are ever signalled, by pidfd, so a recycled pid is never
-//     hit. No process is moved out of an existing cgroup; Start moves only
+//     descendants') are ever signalled, by pidfd after a re-read
+//     (cgroups.SigkillTree, EmptyTree), so a recycled pid is never hit.
+//     Reading, writing and removing go through the cgroups package's file
+//     helpers too (Procs, WriteFile, EnableControllers, RemoveTree). No process is moved out of an existing cgroup; Start moves only
 //     the process it just started, into cgroups it created.
 //   - Limits are written only to cgroups this package created.
 //   - Every wait is bounded in time.

@@ -3,17 +3,13 @@ package cgtest
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 )
@@ -28,8 +24,6 @@ const (
 	// rmdirWait bounds how long cleanup retries rmdir on EBUSY (the
 	// kernel may still be tearing down an exited task's css_set).
 	rmdirWait = 2 * time.Second
-	// pollEvery is the retry interval of both loops.
-	pollEvery = 10 * time.Millisecond
 )
 
 // namePrefix starts the name of every top-level sandbox, so that leftovers
@@ -116,18 +110,11 @@ func (s *Sandbox) delegate() error {
 		if !d.Hierarchy.V2() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(d.Path, "cgroup.controllers"))
+		all, err := cgroups.Controllers(d.Path)
+		if err == nil {
+			err = cgroups.EnableControllers(d.Path, all...)
+		}
 		if err != nil {
-			return fmt.Errorf("delegate controllers of %s: %w", d.Path, err)
-		}
-		var enable []string
-		for _, c := range strings.Fields(string(b)) {
-			enable = append(enable, "+"+c)
-		}
-		if len(enable) == 0 {
-			continue
-		}
-		if err := writeFile(filepath.Join(d.Path, "cgroup.subtree_control"), strings.Join(enable, " ")); err != nil {
 			return fmt.Errorf("delegate controllers of %s: %w", d.Path, err)
 		}
 	}
@@ -225,12 +212,13 @@ func (s *Sandbox) UnifiedID() (uint64, error) {
 }
 
 // Procs returns the pids in the sandbox's own cgroup.procs files (not its
-// children's), sorted and without duplicates.
+// children's), sorted and without duplicates. A directory already removed
+// has none.
 func (s *Sandbox) Procs() ([]int, error) {
 	var out []int
 	for _, d := range s.dirs {
-		pids, err := readProcs(d.Path)
-		if err != nil {
+		pids, err := cgroups.Procs(d.Path)
+		if err != nil && !cgroups.Gone(err) {
 			return nil, err
 		}
 		out = append(out, pids...)
@@ -239,48 +227,17 @@ func (s *Sandbox) Procs() ([]int, error) {
 	return slices.Compact(out), nil
 }
 
-// Kill sends SIGKILL to every process in the sandbox and its descendants.
-// It does not wait for them to exit.
+// Kill sends SIGKILL to every process in the sandbox and its descendants,
+// through pidfds (cgroups.SigkillTree), so that a recycled pid is never
+// hit. It does not wait for them to exit.
 func (s *Sandbox) Kill() error {
-	_, err := s.killAll()
-	return err
-}
-
-// tree lists the sandbox's directories and all their descendants, deepest
-// first, so that removing them in order always removes children first.
-func (s *Sandbox) tree() ([]string, error) {
-	var all []string
-	for _, d := range s.dirs {
-		var pre []string
-		err := cgroups.Walk(d.Path, func(p string) error {
-			pre = append(pre, p)
-			return nil
-		})
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-		slices.Reverse(pre)
-		all = append(all, pre...)
-	}
-	return all, nil
-}
-
-// killAll SIGKILLs every process in the tree and reports how many it found.
-func (s *Sandbox) killAll() (int, error) {
-	dirs, err := s.tree()
-	if err != nil {
-		return 0, err
-	}
-	found := 0
 	var errs []error
-	for _, d := range dirs {
-		n, err := killProcs(d)
-		found += n
-		if err != nil {
+	for _, d := range s.dirs {
+		if _, err := cgroups.SigkillTree(d.Path); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return found, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Remove kills what is left in the sandbox and removes its directories now,
@@ -289,102 +246,20 @@ func (s *Sandbox) killAll() (int, error) {
 func (s *Sandbox) Remove() error { return s.destroy() }
 
 // destroy kills what is left in the sandbox, waits for it to leave, and
-// removes the directories bottom-up. A sandbox already gone is fine.
+// removes the directories bottom-up (cgroups.EmptyTree, then
+// cgroups.RemoveTree, in every hierarchy). A sandbox already gone is fine.
 func (s *Sandbox) destroy() error {
 	deadline := time.Now().Add(killWait)
-	for {
-		n, err := s.killAll()
-		if err != nil {
+	for _, d := range s.dirs {
+		if err := cgroups.EmptyTree(d.Path, deadline); err != nil {
 			return err
 		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes still in the sandbox %v after SIGKILL", killWait)
-		}
-		time.Sleep(pollEvery)
-	}
-	dirs, err := s.tree()
-	if err != nil {
-		return err
 	}
 	deadline = time.Now().Add(rmdirWait)
-	for _, d := range dirs {
-		for {
-			err := unix.Rmdir(d)
-			if err == nil || errors.Is(err, unix.ENOENT) {
-				break
-			}
-			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-				return fmt.Errorf("remove %s: %w", d, err)
-			}
-			time.Sleep(pollEvery)
+	for _, d := range s.dirs {
+		if err := cgroups.RemoveTree(d.Path, deadline); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-// readProcs reads dir/cgroup.procs. A directory already removed has no
-// processes.
-func readProcs(dir string) ([]int, error) {
-	name := dir + "/cgroup.procs"
-	b, err := os.ReadFile(name)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("parse %s: bad pid %q: %w", name, f, err)
-		}
-		pids = append(pids, pid)
-	}
-	return pids, nil
-}
-
-// killProcs SIGKILLs the processes listed in dir/cgroup.procs and returns
-// how many were listed. To never hit a recycled pid it pins each process
-// with a pidfd first, then signals only those still listed afterwards: a
-// pid listed both before and after the pidfd was opened belongs to a
-// process in our cgroup.
-func killProcs(dir string) (int, error) {
-	pids, err := readProcs(dir)
-	if err != nil || len(pids) == 0 {
-		return 0, err
-	}
-	fds := make(map[int]int, len(pids))
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
-	for _, pid := range pids {
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			if errors.Is(err, unix.ESRCH) {
-				continue // already gone
-			}
-			return len(pids), fmt.Errorf("pidfd_open %d: %w", pid, err)
-		}
-		fds[pid] = fd
-	}
-	still, err := readProcs(dir)
-	if err != nil {
-		return len(pids), err
-	}
-	for _, pid := range still {
-		fd, ok := fds[pid]
-		if !ok {
-			continue // appeared meanwhile; the next round gets it
-		}
-		if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-			return len(pids), fmt.Errorf("kill %d in %s: %w", pid, dir, err)
-		}
-	}
-	return len(pids), nil
 }

@@ -27,17 +27,13 @@ func TestStartInEachLayout(t *testing.T) {
 		h := *host.Unified
 		// Pretend the memory controller lives here, as on production.
 		h.Controllers = append(append([]string(nil), h.Controllers...), "memory")
-		l := &cgroups.Layout{Mode: cgroups.ModeV2, Hierarchies: []cgroups.Hierarchy{h}}
-		l.Unified, l.Memory = &l.Hierarchies[0], &l.Hierarchies[0]
-		return l, true
+		return cgroups.NewLayout(h), true
 	}
 	pureV1 := func() (*cgroups.Layout, bool) {
 		if host.Memory == nil || host.Memory.V2() {
 			return nil, false
 		}
-		l := &cgroups.Layout{Mode: cgroups.ModeV1, Hierarchies: []cgroups.Hierarchy{*host.Memory}}
-		l.Memory = &l.Hierarchies[0]
-		return l, true
+		return cgroups.NewLayout(*host.Memory), true
 	}
 	tests := []struct {
 		name   string

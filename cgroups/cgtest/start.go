@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/cgroups"
 )
 
 // gateShell runs the gate script that holds a command until Start has moved
@@ -92,8 +93,7 @@ func (s *Sandbox) startGated(cmd *exec.Cmd) error {
 	if err != nil {
 		return fmt.Errorf("start in sandbox %s: %w", s.rel, err)
 	}
-	procs := filepath.Join(s.memory.Path, "cgroup.procs")
-	if err := writeFile(procs, strconv.Itoa(cmd.Process.Pid)); err != nil {
+	if err := cgroups.WriteFile(s.memory.Path, cgroups.FileProcs, strconv.Itoa(cmd.Process.Pid)); err != nil {
 		gateW.Close()
 		_ = cmd.Wait() // exits 125 on the closed gate
 		return fmt.Errorf("start in sandbox %s: move pid %d: %w", s.rel, cmd.Process.Pid, err)

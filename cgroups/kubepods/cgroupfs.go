@@ -109,11 +109,7 @@ func writeResources(dirs []cgroups.Dir, rc ResourceConfig) error {
 		}
 		w := func(name, v string) error { return cgroups.WriteFile(d.Path, name, v) }
 		if rc.Memory != nil && has("memory") {
-			name, v := "memory.limit_in_bytes", strconv.FormatInt(*rc.Memory, 10)
-			if v2 {
-				name = "memory.max"
-			}
-			if err := w(name, v); err != nil {
+			if err := w(h.MemoryLimitFile(), strconv.FormatInt(*rc.Memory, 10)); err != nil {
 				return err
 			}
 		}

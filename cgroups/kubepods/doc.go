@@ -68,7 +68,9 @@
 //
 // Everything else is the same for both: a slice's cgroup is the directory
 // its expanded name spells in every hierarchy, so resolving, reading,
-// listing, killing (cgroup.kill, or SIGKILL over cgroup.procs on v1) and
+// listing (a container's cgroup by either driver's name: ContainerProcs),
+// killing (cgroup.kill, or SIGKILL over cgroup.procs on v1, through
+// pidfds: cgroups.SigkillTree) and
 // the placement checks (placement.go) go through the files.
 //
 // Invariants:

@@ -419,6 +419,29 @@ func (m *Manager) KillContainer(parent, id string) (int, error) {
 	return n, nil
 }
 
+// ContainerProcs lists the pids in one container's cgroup beneath the pod
+// cgroup parent (its own cgroup.procs in the memory hierarchy), found by
+// the name the runtime gives it under either driver: the bare id with
+// cgroupfs, cri-containerd-<id>.scope or crio-<id>.scope with systemd. A
+// container without a cgroup (never started, or removed) has none.
+func (m *Manager) ContainerProcs(parent, id string) ([]int, error) {
+	dir, _, ok, err := m.containerDir(parent, id)
+	if err != nil {
+		return nil, fmt.Errorf("list the processes of container %s: %w", id, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	pids, err := cgroups.Procs(dir)
+	if cgroups.Gone(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the processes of container %s: %w", id, err)
+	}
+	return pids, nil
+}
+
 // Dirs are the cgroup directories of parent in every hierarchy, for
 // statistics and eviction.
 func (m *Manager) Dirs(parent string) ([]cgroups.Dir, error) {

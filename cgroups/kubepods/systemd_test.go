@@ -127,12 +127,10 @@ func (f *fakeSystemd) prop(unit, name string) (any, bool) {
 // temporary directory, nodeguard running in its systemd unit's cgroup.
 func v2Layout(t *testing.T) *cgroups.Layout {
 	t.Helper()
-	l := &cgroups.Layout{Mode: cgroups.ModeV2, Hierarchies: []cgroups.Hierarchy{{
+	return cgroups.NewLayout(cgroups.Hierarchy{
 		ID: 0, Controllers: []string{"cpu", "io", "memory", "pids"}, Mount: t.TempDir(), Root: "/",
 		Own: "/system.slice/nodeguard.service",
-	}}}
-	l.Unified, l.Memory = &l.Hierarchies[0], &l.Hierarchies[0]
-	return l
+	})
 }
 
 func testPod(uid string, req, lim corev1.ResourceList) *corev1.Pod {
@@ -409,6 +407,58 @@ func TestCheckSandboxTellsTheRuntimesDriver(t *testing.T) {
 	t.Run("a container id that is a path is refused", func(t *testing.T) {
 		if err := fs.CheckSandbox(mk(fs, ""), "../x"); !errors.Is(err, cgroups.ErrInvalidPath) {
 			t.Errorf("CheckSandbox(../x) = %v", err)
+		}
+	})
+}
+
+func TestContainerProcsFindsTheContainerUnderEitherDriver(t *testing.T) {
+	l := v2Layout(t)
+	sd, err := New(t.Context(), l, Systemd, "/", Options{Systemd: newFakeSystemd(l.Unified.Mount)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := New(t.Context(), l, Cgroupfs, "/", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		m     *Manager
+		dir   string // the container's cgroup beneath the pod cgroup
+		procs string // its cgroup.procs
+		want  []int
+	}{
+		{"a containerd scope in a systemd slice is the container's cgroup", sd, "cri-containerd-c1.scope", "12\n34\n", []int{12, 34}},
+		{"a CRI-O scope in a systemd slice is the container's cgroup", sd, "crio-c1.scope", "56\n", []int{56}},
+		{"a bare directory under cgroupfs is the container's cgroup", fs, "c1", "78\n", []int{78}},
+		{"a container without a cgroup has no processes", fs, "", "", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			parent, err := c.m.Parent(testPod("0000-bbbb", nil, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, _ := c.m.MemoryDir(parent)
+			t.Cleanup(func() { os.RemoveAll(d.Path) })
+			if c.dir != "" {
+				if err := os.MkdirAll(filepath.Join(d.Path, c.dir), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(d.Path, c.dir, cgroups.FileProcs), []byte(c.procs), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := c.m.ContainerProcs(parent, "c1")
+			if err != nil || !slices.Equal(got, c.want) {
+				t.Errorf("ContainerProcs = %v, %v; want %v", got, err, c.want)
+			}
+		})
+	}
+	t.Run("a container id that is a path is refused", func(t *testing.T) {
+		parent, _ := fs.Parent(testPod("0000-bbbb", nil, nil))
+		if _, err := fs.ContainerProcs(parent, "../x"); !errors.Is(err, cgroups.ErrInvalidPath) {
+			t.Errorf("ContainerProcs(../x) = %v", err)
 		}
 	})
 }

@@ -521,12 +521,9 @@ func checkDelegation(h *cgroups.Hierarchy) check {
 		c.Fix = "run nodeguard as root with its cgroup delegated to it (systemd: Delegate=yes in the unit), or use an absolute cgroup root (/)"
 		return c
 	}
-	limit := "memory.limit_in_bytes"
-	if h.V2() {
-		limit = "memory.max"
-	}
+	limit := h.MemoryLimitFile()
 	_, statErr := os.Stat(filepath.Join(dir, limit))
-	if err := os.Remove(dir); err != nil {
+	if err := cgroups.Rmdir(dir, time.Now().Add(time.Second)); err != nil {
 		c.Status, c.Detail = stFail, fmt.Sprintf("created %s but cannot remove it: %v", dir, err)
 		c.Fix = "remove it by hand (rmdir); nodeguard must be able to remove the cgroups it makes"
 		return c

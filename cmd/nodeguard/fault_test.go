@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -537,40 +538,24 @@ func TestFaultPodCgroupRemovedUnderneath(t *testing.T) {
 }
 
 // killAndRemove SIGKILLs the processes of a cgroup subtree (the test's own
-// pods) and removes its directories, deepest first; it returns how many
-// directories went.
+// pods) and removes its directories, deepest first, through the cgroups
+// room (EmptyTree, RemoveTree); it returns how many directories went.
 func killAndRemove(t *testing.T, dir string) int {
 	var all []string
-	_ = filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
-		if err == nil && de.IsDir() {
-			all = append(all, p)
-		}
+	_ = cgroups.Walk(dir, func(p string) error {
+		all = append(all, p)
 		return nil
 	})
-	for round := 0; round < 50; round++ {
-		n := 0
-		for _, p := range all {
-			b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-					n++
-				}
-			}
-		}
-		if n == 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := cgroups.EmptyTree(dir, time.Now().Add(time.Second)); err != nil {
+		t.Logf("kill the processes of %s: %v", dir, err)
+	}
+	if err := cgroups.RemoveTree(dir, time.Now().Add(time.Second)); err != nil {
+		t.Logf("remove %s: %v", dir, err)
 	}
 	removed := 0
-	for i := len(all) - 1; i >= 0; i-- {
-		for try := 0; try < 50; try++ {
-			if err := os.Remove(all[i]); err == nil || errors.Is(err, os.ErrNotExist) {
-				removed++
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+	for _, p := range all {
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			removed++
 		}
 	}
 	return removed

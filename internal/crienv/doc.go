@@ -36,8 +36,9 @@
 //   - Only the env's own processes are signalled: containerd by its pid (our
 //     unreaped child), shims by "-address <Socket()>" in argv, containers by
 //     their root beneath Dir() or their cgroup beneath CgroupParent(),
-//     each re-checked through a pidfd before the signal. Nothing is
-//     matched by name alone.
+//     each re-checked through a pidfd before the signal (for cgroups,
+//     cgroups.SigkillTree and EmptyTree do it). Nothing is matched by name
+//     alone.
 //   - Only mounts beneath Dir() (from /proc/self/mountinfo) are unmounted,
 //     and Dir() is removed only when none is left.
 //   - Every wait is bounded; Close checks Leftovers and returns an error

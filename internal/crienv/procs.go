@@ -1,11 +1,9 @@
 package crienv
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -140,37 +138,4 @@ func waitPidfd(fd int, d time.Duration) error {
 			return nil
 		}
 	}
-}
-
-// cgroupProcs returns the pids listed in dir/cgroup.procs and in those of
-// every cgroup beneath it.
-func cgroupProcs(dir string) ([]int, error) {
-	var out []int
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		for _, f := range bytes.Fields(b) {
-			pid, err := strconv.Atoi(string(f))
-			if err != nil {
-				return fmt.Errorf("read %s/cgroup.procs: bad pid %q", p, f)
-			}
-			out = append(out, pid)
-		}
-		return nil
-	})
-	return out, err
 }

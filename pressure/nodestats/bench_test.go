@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 func benchmarkParse(b *testing.B, file string, parse func(string, []byte) error) {
@@ -79,7 +81,7 @@ func BenchmarkReadVmstat(b *testing.B) {
 
 func BenchmarkAppendObservations(b *testing.B) {
 	mi := Meminfo{MemTotal: 32 << 30}
-	root := CgroupMemory{Usage: 8 << 30, InactiveFile: 2 << 30}
+	root := cgstat.CgroupMemory{Usage: 8 << 30, InactiveFile: 2 << 30}
 	fs := FSStats{CapacityBytes: 100 << 30, AvailableBytes: 50 << 30, Inodes: 1 << 20, InodesFree: 1 << 19}
 	pids := PIDStats{PIDMax: 4194304, ThreadsMax: 255000, Running: 900}
 	in := Inputs{Meminfo: &mi, Root: &root, Pods: &root, PodsLimit: 30 << 30, NodeFS: &fs, ImageFS: &fs, PIDs: &pids}

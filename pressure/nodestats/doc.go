@@ -1,8 +1,10 @@
 // Package nodestats senses node-level statistics and turns them into the
 // kubelet's node eviction signals: /proc/meminfo, /proc/vmstat, statfs of
-// the kubelet's nodefs and imagefs, the pid.available inputs, and the
-// memory usage of the root (and pod root) memory cgroup. It only senses:
-// thresholds, grace periods and decisions live in package oom.
+// the kubelet's nodefs and imagefs and the pid.available inputs, combined
+// with the memory usage of the root (and pod root) memory cgroup, which
+// package cgstat reads (cgstat.CgroupMemory, ReadCgroupMemoryV1/V2: every
+// cgroup file is read in the cgroups room). It only senses: thresholds,
+// grace periods and decisions live in package oom.
 //
 // The signals are defined exactly as the kubelet defines them, and every
 // formula names the Kubernetes, cAdvisor or runc source it follows:
@@ -17,13 +19,15 @@
 //
 // where workingSet = usage - inactive file, floored at 0, and usage is
 // memory.usage_in_bytes (v1), memory.current (v2), or anon + file from the
-// v2 root's memory.stat (the v2 root has no memory.current).
+// v2 root's memory.stat (the v2 root has no memory.current), as
+// cgstat.CgroupMemory documents.
 //
 // Invariants:
 //
 //   - Every reader takes its path (a file, or a root directory such as
-//     /proc or /sys/fs/cgroup/memory), so every parser is tested against
-//     fixture files. Nothing here writes to /proc, /sys or a cgroup.
+//     /proc), so every parser is tested against fixture files. Nothing
+//     here reads or writes a cgroup file, and nothing writes to /proc or
+//     /sys.
 //   - Memory values are bytes: meminfo's kB are multiplied by 1024, with
 //     overflow checked.
 //   - A value that could not be read is never reported as 0: readers

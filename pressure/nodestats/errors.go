@@ -7,8 +7,8 @@ import (
 
 var (
 	// ErrUnsupported reports that this host lacks what was asked for: a
-	// missing kernel file (no v1 memory hierarchy, no root memory.stat on
-	// cgroup v2) as opposed to one that is there but does not parse.
+	// kernel file that the kernel or the mount does not provide, as
+	// opposed to one that is there but does not parse.
 	ErrUnsupported = errors.New("unsupported")
 
 	// ErrMalformed reports a kernel file that does not parse, or that lacks

@@ -73,41 +73,6 @@ func FuzzParseVmstat(f *testing.F) {
 	})
 }
 
-// FuzzScanMemoryStat checks the memory.stat reader of the node signals
-// (ReadCgroupMemoryV1/V2) on any bytes: no panic; either every wanted key
-// was found, with the value of its LAST line (as the kernel file has each
-// key once, the last one wins for a malformed duplicate too), or a
-// *ParseError naming the file.
-func FuzzScanMemoryStat(f *testing.F) {
-	addFixtureSeeds(f, "cgroupv1-root/memory.stat", "cgroupv2-root/memory.stat")
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var anon, file, inactive uint64
-		err := scanMemoryStat("fuzz", b, statKey{"anon", &anon}, statKey{"file", &file}, statKey{"inactive_file", &inactive})
-		if err != nil {
-			var pe *ParseError
-			if !errors.As(err, &pe) || !errors.Is(err, ErrMalformed) || pe.File != "fuzz" {
-				t.Fatalf("error %v (%T) is not a *ParseError naming the file", err, err)
-			}
-			return
-		}
-		want := map[string]uint64{}
-		for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
-			k, v, ok := strings.Cut(line, " ")
-			if !ok {
-				t.Fatalf("accepted line %q without a space", line)
-			}
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil || strings.TrimLeft(v, "0123456789") != "" {
-				t.Fatalf("accepted value %q of %q: %v", v, k, err)
-			}
-			want[k] = n
-		}
-		if anon != want["anon"] || file != want["file"] || inactive != want["inactive_file"] {
-			t.Fatalf("got anon %d file %d inactive_file %d; the lines say %v", anon, file, inactive, want)
-		}
-	})
-}
-
 // FuzzParseLoadavgTasks checks the /proc/loadavg parser: no panic, a
 // located *ParseError or a non-negative task count that is the number
 // after the slash of the fourth field.

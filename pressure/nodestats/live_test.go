@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
@@ -150,9 +151,9 @@ func TestLiveRootMemoryAgreesWithMeminfo(t *testing.T) {
 	}
 	h := l.Memory
 	cgtest.Need(t, h != nil && h.Root == "/", "the memory controller's root cgroup is not mounted here")
-	read := ReadCgroupMemoryV1
+	read := cgstat.ReadCgroupMemoryV1
 	if h.V2() {
-		read = ReadCgroupMemoryV2
+		read = cgstat.ReadCgroupMemoryV2
 	}
 	const quiet = 32 << 20 // meminfo moved less than this around the read
 	for try := 0; try < 50; try++ {

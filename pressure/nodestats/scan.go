@@ -85,3 +85,17 @@ func readError(name string, err error) error {
 	}
 	return fmt.Errorf("read %s: %w", name, err)
 }
+
+// readSingleUint reads a kernel file holding one unsigned decimal, such as
+// /proc/sys/kernel/pid_max.
+func readSingleUint(name string) (uint64, error) {
+	b, err := readKernelFile(name)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := parseUint(bytes.TrimSuffix(b, []byte("\n")))
+	if !ok {
+		return 0, &ParseError{File: name, Line: 1, Msg: fmt.Sprintf("not an unsigned decimal number: %q", bytes.TrimSpace(b))}
+	}
+	return v, nil
+}

@@ -1,6 +1,10 @@
 package nodestats
 
-import "time"
+import (
+	"time"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
+)
 
 // Signal is a kubelet eviction signal, named as the kubelet names it
 // (kubernetes pkg/kubelet/eviction/api/types.go).
@@ -58,11 +62,12 @@ type Observation struct {
 //	available = capacity - root.WorkingSet()
 //
 // with memTotal in bytes (Meminfo.MemTotal) and root the root cgroup's
-// usage (ReadCgroupMemoryV1(RootMemcgV1) or ReadCgroupMemoryV2(RootCgroupV2)).
+// usage (cgstat.ReadCgroupMemoryV1 or cgstat.ReadCgroupMemoryV2 of the
+// memory hierarchy's mount, cgroups.Layout.Memory.Mount).
 // The kubelet writes capacity as available + working set, which is the
 // same number. Swap is not counted: that is the kubelet's released
 // behaviour (swap-aware eviction, KEP-2400, was still being proposed).
-func MemoryAvailable(memTotal uint64, root CgroupMemory, at time.Time) Observation {
+func MemoryAvailable(memTotal uint64, root cgstat.CgroupMemory, at time.Time) Observation {
 	ws := int64(root.WorkingSet())
 	avail := int64(memTotal) - ws
 	return Observation{Signal: SignalMemoryAvailable, Available: avail, Capacity: avail + ws, Time: at}
@@ -80,12 +85,13 @@ const memoryUnlimited = 1 << 62
 //	capacity  = available + pods.WorkingSet() = allocatable
 //
 // where pods is the pod cgroup root's usage (kubepods; read it with
-// ReadCgroupMemoryV1 or ReadCgroupMemoryV2) and allocatable its memory
+// cgstat.ReadCgroupMemoryV1 or V2, or a cgstat.Reader's
+// Memory.CgroupMemory) and allocatable its memory
 // limit in bytes (memory.limit_in_bytes or memory.max), which node
 // allocatable enforcement sets. The kubelet reads the limit through
 // cAdvisor and makes no observation when it is above 2^62 (unlimited);
 // neither does this: ok is false then.
-func AllocatableMemoryAvailable(allocatable uint64, pods CgroupMemory, at time.Time) (Observation, bool) {
+func AllocatableMemoryAvailable(allocatable uint64, pods cgstat.CgroupMemory, at time.Time) (Observation, bool) {
 	if allocatable > memoryUnlimited {
 		return Observation{}, false
 	}
@@ -124,10 +130,10 @@ type Inputs struct {
 	// Meminfo supplies MemTotal, memory.available's capacity.
 	Meminfo *Meminfo
 	// Root is the root cgroup's memory usage.
-	Root *CgroupMemory
+	Root *cgstat.CgroupMemory
 	// Pods is the pod cgroup root's memory usage, and PodsLimit its
 	// memory limit in bytes (see AllocatableMemoryAvailable).
-	Pods      *CgroupMemory
+	Pods      *cgstat.CgroupMemory
 	PodsLimit uint64
 	// NodeFS and ImageFS are the kubelet root directory's and the image
 	// store's filesystems. Pass the same stats twice when they share one.

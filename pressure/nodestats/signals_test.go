@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -29,7 +31,8 @@ func TestSignalNamesAreTheKubelets(t *testing.T) {
 }
 
 func TestSignalMathMatchesHandComputedValues(t *testing.T) {
-	// From the fixtures: MemTotal 24683652 kB; v1 root usage 706211840,
+	// From the fixtures (the cgroup ones in cgroups/cgstat/testdata):
+	// MemTotal 24683652 kB; v1 root usage 706211840,
 	// total_inactive_file 253878272; kubepods (v2) memory.current
 	// 2415919104, inactive_file 805306368, memory.max 20401094656;
 	// pid_max 32768, threads-max 192729, 112 tasks.
@@ -41,22 +44,22 @@ func TestSignalMathMatchesHandComputedValues(t *testing.T) {
 	}{
 		{
 			name: "memory.available is MemTotal minus the v1 root working set",
-			got:  MemoryAvailable(memTotal, CgroupMemory{Usage: 706211840, InactiveFile: 253878272}, t0),
+			got:  MemoryAvailable(memTotal, cgstat.CgroupMemory{Usage: 706211840, InactiveFile: 253878272}, t0),
 			want: Observation{SignalMemoryAvailable, 25276059648 - 452333568, 25276059648, t0},
 		},
 		{
 			name: "memory.available is MemTotal minus the v2 root's anon + file - inactive_file",
-			got:  MemoryAvailable(memTotal, CgroupMemory{Usage: 4294967296, InactiveFile: 2147483648}, t0),
+			got:  MemoryAvailable(memTotal, cgstat.CgroupMemory{Usage: 4294967296, InactiveFile: 2147483648}, t0),
 			want: Observation{SignalMemoryAvailable, 25276059648 - 2147483648, 25276059648, t0},
 		},
 		{
 			name: "a working set floored at zero leaves all of MemTotal available",
-			got:  MemoryAvailable(memTotal, CgroupMemory{Usage: 100, InactiveFile: 200}, t0),
+			got:  MemoryAvailable(memTotal, cgstat.CgroupMemory{Usage: 100, InactiveFile: 200}, t0),
 			want: Observation{SignalMemoryAvailable, 25276059648, 25276059648, t0},
 		},
 		{
 			name: "memory.available goes negative, not to zero, when the working set exceeds MemTotal",
-			got:  MemoryAvailable(1000, CgroupMemory{Usage: 3000, InactiveFile: 1000}, t0),
+			got:  MemoryAvailable(1000, cgstat.CgroupMemory{Usage: 3000, InactiveFile: 1000}, t0),
 			want: Observation{SignalMemoryAvailable, -1000, 1000, t0},
 		},
 		{
@@ -100,11 +103,11 @@ func TestSignalMathMatchesHandComputedValues(t *testing.T) {
 }
 
 func TestAllocatableMemoryAvailable(t *testing.T) {
-	pods := CgroupMemory{Usage: 2415919104, InactiveFile: 805306368} // working set 1610612736
+	pods := cgstat.CgroupMemory{Usage: 2415919104, InactiveFile: 805306368} // working set 1610612736
 	tests := []struct {
 		name   string
 		limit  uint64
-		pods   CgroupMemory
+		pods   cgstat.CgroupMemory
 		want   Observation
 		wantOK bool
 	}{
@@ -125,7 +128,7 @@ func TestAllocatableMemoryAvailable(t *testing.T) {
 		{
 			name:   "a working set floored at zero leaves all of allocatable",
 			limit:  1 << 30,
-			pods:   CgroupMemory{Usage: 1, InactiveFile: 2},
+			pods:   cgstat.CgroupMemory{Usage: 1, InactiveFile: 2},
 			want:   Observation{SignalAllocatableMemoryAvailable, 1 << 30, 1 << 30, t0},
 			wantOK: true,
 		},
@@ -162,8 +165,8 @@ func TestAppendObservations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := CgroupMemory{Usage: 706211840, InactiveFile: 253878272}
-	pods := CgroupMemory{Usage: 2415919104, InactiveFile: 805306368}
+	root := cgstat.CgroupMemory{Usage: 706211840, InactiveFile: 253878272}
+	pods := cgstat.CgroupMemory{Usage: 2415919104, InactiveFile: 805306368}
 	nodefs := FSStats{CapacityBytes: 100, AvailableBytes: 40, Inodes: 10, InodesFree: 4}
 	imagefs := FSStats{CapacityBytes: 200, AvailableBytes: 50, Inodes: 20, InodesFree: 5}
 	pids := PIDStats{PIDMax: 32768, ThreadsMax: 192729, Running: 112}

@@ -1,4 +1,4 @@
-package nodestats
+package cgstat
 
 import (
 	"errors"
@@ -95,14 +95,15 @@ func TestReadCgroupMemoryErrors(t *testing.T) {
 	}{
 		{"a v1 directory without usage_in_bytes is unsupported", ReadCgroupMemoryV1, with(v1, "memory.usage_in_bytes", ""), ErrUnsupported, "memory.usage_in_bytes"},
 		{"a v1 directory without memory.stat is unsupported", ReadCgroupMemoryV1, with(v1, "memory.stat", ""), ErrUnsupported, "memory.stat"},
-		{"a v1 usage that is not a number is malformed", ReadCgroupMemoryV1, with(v1, "memory.usage_in_bytes", "max\n"), ErrMalformed, "not an unsigned decimal"},
-		{"a v1 memory.stat without total_inactive_file is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "inactive_file 4\n"), ErrMalformed, "missing key total_inactive_file"},
+		{"a v1 usage that is not a number is malformed", ReadCgroupMemoryV1, with(v1, "memory.usage_in_bytes", "max\n"), ErrMalformed, "not an unsigned integer"},
+		{"a v1 memory.stat without total_inactive_file is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "inactive_file 4\n"), ErrMalformed, `no "total_inactive_file" line`},
 		{"a garbage memory.stat line is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "total_inactive_file 4\nbogus\n"), ErrMalformed, "line 2"},
+		{"a memory.stat cut short of its last newline is malformed", ReadCgroupMemoryV1, with(v1, "memory.stat", "cache 1\ntotal_inactive_file 4"), ErrMalformed, "truncated"},
 		{"a v2 root without memory.stat is unsupported", ReadCgroupMemoryV2, files{}, ErrUnsupported, "memory.stat"},
-		{"a v2 root memory.stat without anon is malformed", ReadCgroupMemoryV2, with(v2root, "memory.stat", "file 2\ninactive_file 1\n"), ErrMalformed, "missing key anon"},
+		{"a v2 root memory.stat without anon is malformed", ReadCgroupMemoryV2, with(v2root, "memory.stat", "file 2\ninactive_file 1\n"), ErrMalformed, `no "anon" line`},
 		{"a v2 anon + file that overflows is malformed", ReadCgroupMemoryV2, with(v2root, "memory.stat", "anon 18446744073709551615\nfile 2\ninactive_file 1\n"), ErrMalformed, "overflows"},
 		{"a v2 memory.current that is not a number is malformed", ReadCgroupMemoryV2, with(v2root, "memory.current", "x\n"), ErrMalformed, "memory.current"},
-		{"a non-root v2 memory.stat without inactive_file is malformed", ReadCgroupMemoryV2, files{"memory.current": "5\n", "memory.stat": "anon 1\n"}, ErrMalformed, "missing key inactive_file"},
+		{"a non-root v2 memory.stat without inactive_file is malformed", ReadCgroupMemoryV2, files{"memory.current": "5\n", "memory.stat": "anon 1\n"}, ErrMalformed, `no "inactive_file" line`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,5 +118,30 @@ func TestReadCgroupMemoryErrors(t *testing.T) {
 				t.Errorf("error %v, want %v naming %s and saying %q", err, tt.want, dir, tt.says)
 			}
 		})
+	}
+}
+
+func TestReadCgroupMemoryOfARemovedCgroupIsGone(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		read func(string) (CgroupMemory, error)
+	}{
+		{"a v1 directory that no longer exists is gone", ReadCgroupMemoryV1},
+		{"a v2 directory that no longer exists is gone", ReadCgroupMemoryV2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "removed")
+			_, err := tt.read(dir)
+			if !errors.Is(err, ErrGone) || errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), dir) {
+				t.Errorf("error %v, want ErrGone (and not ErrUnsupported) naming %s", err, dir)
+			}
+		})
+	}
+}
+
+func TestMemoryGivesTheKubeletsFigures(t *testing.T) {
+	m := Memory{Usage: 300, InactiveFile: 100, ActiveFile: 50, Anon: 7}
+	if got, want := m.CgroupMemory(), (CgroupMemory{Usage: 300, InactiveFile: 100}); got != want {
+		t.Errorf("CgroupMemory() = %+v, want %+v", got, want)
 	}
 }
