@@ -142,8 +142,8 @@ func requireAgent(t *testing.T) int {
 	t.Helper()
 	active, sub, pid, err := agent()
 	if err != nil || active != "active" || sub != "running" || pid == 0 {
-		t.Fatalf("precondition: nodeguard.service is not running (%s/%s, main pid %d, %v); see the start check. Journal:\n%s",
-			active, sub, pid, err, journalText("nodeguard", 25))
+		t.Fatalf("precondition: nodeguard.service is not running (%s/%s, main pid %d, %v); see the start check. Last journal lines:\n%s",
+			active, sub, pid, err, journalText("nodeguard", 3))
 	}
 	return pid
 }
@@ -481,8 +481,8 @@ func (n *node) podsRun(t *testing.T) {
 		}
 		n.pods = append(n.pods, &ref)
 	}
-	t.Logf("%s and %s Running %s after the apply (waited %s); uids %s, %s", staticPod, appliedPod,
-		time.Since(t0).Round(time.Millisecond), d.Round(time.Millisecond), n.pods[0].UID, n.pods[1].UID)
+	t.Logf("%s and %s Running %s after the apply (waited %s); uids %s, %s; IP leases in %s: %q", staticPod, appliedPod,
+		time.Since(t0).Round(time.Millisecond), d.Round(time.Millisecond), n.pods[0].UID, n.pods[1].UID, n.ipamDir(), leases(n.ipamDir()))
 }
 
 func allReady(p *corev1.Pod) bool {
@@ -911,14 +911,7 @@ func mustCgroup(cg, file string) string {
 
 func (n *node) cleanup(t *testing.T) {
 	requireAgent(t)
-	rootDir := "/var/lib/nodeguard"
-	if v, ok, _ := Lookup(n.current, "rootDir"); ok {
-		rootDir = fmt.Sprint(v)
-	}
-	ipamDir := filepath.Join(rootDir, "cni", "networks")
-	if v, ok, _ := Lookup(n.current, "network", "ipamDir"); ok && fmt.Sprint(v) != "" {
-		ipamDir = fmt.Sprint(v)
-	}
+	rootDir, ipamDir := n.rootDir(), n.ipamDir()
 	l, err := listPods()
 	if err != nil {
 		t.Fatal(err)
@@ -977,6 +970,24 @@ func (n *node) cleanup(t *testing.T) {
 	}
 	t.Logf("%d pods deleted in %s; leftovers checked for %s more; pod directories kept in %s: %q", len(uids), gone.Round(time.Millisecond),
 		d.Round(time.Millisecond), filepath.Join(rootDir, "pods"), podDirs(rootDir))
+}
+
+// rootDir is the configuration's rootDir (the documented default when it
+// has none).
+func (n *node) rootDir() string {
+	if v, ok, _ := Lookup(n.current, "rootDir"); ok && fmt.Sprint(v) != "" {
+		return fmt.Sprint(v)
+	}
+	return "/var/lib/nodeguard"
+}
+
+// ipamDir is nodeguard's host-local IPAM directory: network.ipamDir, or
+// <rootDir>/cni/networks when that is empty (the documented default).
+func (n *node) ipamDir() string {
+	if v, ok, _ := Lookup(n.current, "network", "ipamDir"); ok && fmt.Sprint(v) != "" {
+		return fmt.Sprint(v)
+	}
+	return filepath.Join(n.rootDir(), "cni", "networks")
 }
 
 // walkCgroups calls fn for every cgroup directory beneath /sys/fs/cgroup.
@@ -1069,10 +1080,10 @@ func veths() []string {
 func leases(ipamDir string) []string {
 	var out []string
 	nets, err := os.ReadDir(ipamDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // no network ever had a lease (the pods check logs the leases it saw)
+	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return []string{ipamDir + " does not exist (pods had addresses: is this nodeguard's IPAM dir?)"}
-		}
 		return []string{err.Error()}
 	}
 	for _, nd := range nets {

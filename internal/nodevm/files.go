@@ -165,7 +165,7 @@ AllowIsolate=yes
 const laneScript = `#!/bin/sh
 # nodeguard node lane: the lane unit's program (see internal/nodelane).
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp
-say() { echo "nodelane: $*" >/dev/console; }
+say() { echo "nodelane: $*, $(cut -d' ' -f1 /proc/uptime)s after boot" >/dev/console; }
 chan=` + TestChannel + `
 payload=` + PayloadMount + `
 marker=""
@@ -181,16 +181,18 @@ stty -F "$chan" raw -echo 2>/dev/null
 mkdir -p "$payload"
 mount -o ro LABEL=` + PayloadLabel + ` "$payload" || { say "mount the payload disk failed"; finish 125; }
 marker=$(cat "$payload/marker") || finish 125
-say "payload mounted at $(cut -d' ' -f1 /proc/uptime)s after boot"
+say "payload mounted"
 # "make install" into this node: the staged DESTDIR tree.
 cp -a "$payload/stage/." / || { say "copy the make install stage failed"; finish 125; }
 install -m 0755 "$payload/bin/crictl" /usr/local/bin/crictl || finish 125
+say "stage installed"
 systemctl daemon-reload || { say "systemctl daemon-reload failed"; finish 125; }
+say "units reloaded"
 systemctl is-active --quiet containerd || say "containerd is $(systemctl is-active containerd) before the image import"
 for image in "$payload"/images/*.tar; do
 	out=$(ctr -n k8s.io images import "$image" 2>&1) || { say "ctr images import $image failed: $out"; finish 125; }
 done
-say "stage installed, images imported at $(cut -d' ' -f1 /proc/uptime)s; running the tests"
+say "images imported; running the tests"
 /bin/sh "$payload/run" >"$chan" 2>&1 </dev/null
 finish $?
 `

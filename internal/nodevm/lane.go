@@ -102,7 +102,7 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 	sum.Release = p.Kernel.Release
 	fmt.Fprintf(stdout, "=== node lane: prepare %s, go test (build, payload, boot, checks) %s, total %s\n",
 		prepared, time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second))
-	fmt.Fprintln(stdout, sum)
+	fmt.Fprintln(stdout, sum.String())
 	switch {
 	case rerr != nil:
 		return rerr

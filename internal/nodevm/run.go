@@ -449,10 +449,16 @@ func suffix(b []byte) string {
 
 // isProgress reports whether a console line is printed as progress while
 // the guest runs: the initrd's and the lane unit's own messages, and
-// systemd's status lines about multi-user.target, containerd and failed
-// units.
+// systemd's status lines ([  OK  ], [FAILED]) about multi-user.target,
+// containerd and the lane's units, not its "job running" spinner.
 func isProgress(line string) bool {
-	for _, s := range []string{"nodelane", "multi-user.target", "containerd.service", "FAILED"} {
+	if strings.Contains(line, "nodelane:") || strings.Contains(line, "nodelane-initrd:") {
+		return true
+	}
+	if !strings.HasPrefix(line, "[  OK  ]") && !strings.HasPrefix(line, "[FAILED]") {
+		return false
+	}
+	for _, s := range []string{"multi-user.target", "containerd.service", "nodelane", "FAILED"} {
 		if strings.Contains(line, s) {
 			return true
 		}
@@ -521,13 +527,23 @@ func followConsole(name string, log *slog.Logger, start time.Time) func() {
 	}
 }
 
-// stripANSI removes the colour escapes of systemd's status lines.
+// stripANSI removes the escapes of systemd's status lines (colours, and
+// the reverse line feed and carriage return its spinner rewrites a line
+// with), keeping what follows the last carriage return.
 func stripANSI(s string) string {
-	if !strings.Contains(s, "\x1b[") {
+	s = strings.TrimRight(s, "\r") // a serial console ends its lines with \r\n
+	if i := strings.LastIndex(s, "\r"); i >= 0 {
+		s = s[i+1:]
+	}
+	if !strings.Contains(s, "\x1b") {
 		return s
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b && i+1 < len(s) && s[i+1] != '[' {
+			i++ // a two-byte escape such as ESC M
+			continue
+		}
 		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
 			j := i + 2
 			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
