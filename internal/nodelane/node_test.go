@@ -670,6 +670,7 @@ type podState struct {
 	sandboxes  []string // ready sandbox ids
 	containers []string // running container ids
 	memoryMax  string   // the pod slice's memory.max
+	unitMax    string   // and its unit's MemoryMax, as systemd has it
 }
 
 // snapshot records every pod's state.
@@ -704,6 +705,11 @@ func (n *node) snapshot() (map[string]podState, error) {
 		if s.memoryMax, err = cgroupFile(slice, "memory.max"); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
+		u, err := unitProps(filepath.Base(slice), "MemoryMax")
+		if err != nil {
+			return nil, err
+		}
+		s.unitMax = u["MemoryMax"]
 		out[p.UID] = s
 	}
 	return out, nil
@@ -767,8 +773,8 @@ func (n *node) adopt(t *testing.T) {
 		if !slices.Equal(a.containers, b.containers) {
 			t.Errorf("%s: running containers %q after the restart, were %q", p, a.containers, b.containers)
 		}
-		if a.memoryMax != b.memoryMax {
-			t.Errorf("%s: pod slice memory.max %s after the restart, was %s", p, a.memoryMax, b.memoryMax)
+		if a.memoryMax != b.memoryMax || a.unitMax != b.unitMax {
+			t.Errorf("%s: pod slice memory.max %s (unit MemoryMax=%s) after the restart, was %s (%s)", p, a.memoryMax, a.unitMax, b.memoryMax, b.unitMax)
 		}
 	}
 	if sbs, err := criPods(); err == nil && len(sbs) != len(n.pods) {
@@ -779,8 +785,12 @@ func (n *node) adopt(t *testing.T) {
 	if kmax2 != kmax || khigh2 != khigh {
 		t.Errorf("kubepods.slice memory.max %s memory.high %s after the restart, were %s and %s", kmax2, khigh2, kmax, khigh)
 	}
-	t.Logf("restarted by systemd %s after kill -9 of %d; %d pods adopted %s after it, same sandboxes and containers; kubepods.slice memory.max %s memory.high %s",
-		d.Round(time.Millisecond), pid, len(n.pods), time.Since(t0).Round(time.Millisecond), kmax, khigh)
+	var maxes []string
+	for _, p := range n.pods {
+		maxes = append(maxes, fmt.Sprintf("%s memory.max %s (MemoryMax=%s)", p, after[p.UID].memoryMax, after[p.UID].unitMax))
+	}
+	t.Logf("restarted by systemd %s after kill -9 of %d; %d pods adopted %s after it, same sandboxes and containers; %s; kubepods.slice memory.max %s memory.high %s",
+		d.Round(time.Millisecond), pid, len(n.pods), time.Since(t0).Round(time.Millisecond), strings.Join(maxes, ", "), kmax, khigh)
 }
 
 func (n *node) evict(t *testing.T) {
