@@ -178,7 +178,8 @@
 //     lane), installing mmdebstrap ~5 s, the root filesystem 26-51 s
 //     (mmdebstrap 21-44 s, modules 4-6 s, mkfs 0.7-0.9 s; 340 MB allocated
 //     of a 2 GiB sparse image, a 5 MB initrd), crictl in parallel with it
-//     (45 s with empty Go caches, 4-6 s with a warm build cache). The
+//     (79 s with empty Go caches, 42 s with the standard library built,
+//     4-6 s with a warm build cache). The
 //     whole lane ran in 1m50s cold against today's agent, module downloads
 //     included.
 //   - Every run: the payload disk 0.4-1 s (92 MB: the test binary, the

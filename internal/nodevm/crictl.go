@@ -49,7 +49,8 @@ func CachedCrictl(ctx context.Context, cache, goCmd string, log *slog.Logger) (s
 	if vmtest.CheckStatic(bin) == nil {
 		return bin, nil
 	}
-	tmp, err := os.MkdirTemp(dir, "build-")
+	vmtest.SweepStaleRuns(dir, buildDirPrefix)
+	tmp, err := os.MkdirTemp(dir, fmt.Sprintf("%s%d-", buildDirPrefix, os.Getpid()))
 	if err != nil {
 		return "", fmt.Errorf("build crictl: %w", err)
 	}

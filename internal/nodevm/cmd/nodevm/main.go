@@ -25,6 +25,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,8 +34,19 @@ import (
 	"github.com/nodeguard/nodeguard/internal/nodevm"
 )
 
+// sbin are the directories of the build's tools (mkfs.ext4, chroot,
+// depmod in the chroot) that a non-login PATH may lack.
+var sbin = []string{"/usr/local/sbin", "/usr/sbin", "/sbin"}
+
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	path := filepath.SplitList(os.Getenv("PATH"))
+	for _, d := range sbin {
+		if !slices.Contains(path, d) {
+			path = append(path, d)
+		}
+	}
+	os.Setenv("PATH", strings.Join(path, string(filepath.ListSeparator)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], log)
 	stop()
