@@ -7,7 +7,7 @@ BPF2GO_CFLAGS ?= -O2 -g -Wall -Werror
 BIN           ?= bin/nodeguard
 export BPF2GO_CC BPF2GO_STRIP BPF2GO_CFLAGS
 
-.PHONY: all build install generate vmlinux deps test test-vm fuzz bench lint check-generate demo clean
+.PHONY: all build install generate vmlinux deps test test-vm test-node fuzz bench lint check-generate demo clean
 
 all: build
 
@@ -44,11 +44,14 @@ check-generate: deps
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1)
 	$(GO) vet ./...
+	$(GO) vet -tags nodelane ./internal/nodelane/
 
-# The test command of README.md and .ci/run: the host lane, then the VM lane.
+# The test command of README.md and .ci/run: the host lane, the VM lane,
+# then the node lane.
 test: deps lint check-generate build
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) test-vm
+	$(MAKE) test-node
 
 # The pure cgroup v2 lane (internal/vmtest): each package of VM_PKGS on each
 # kernel of VM_KERNELS, in throwaway qemu VMs, as
@@ -62,6 +65,23 @@ VMRUN      ?= bin/vmrun
 test-vm:
 	$(GO) build -o $(VMRUN) ./internal/vmtest/cmd/vmrun
 	$(abspath $(VMRUN)) -lane -go '$(GO)' -kernels '$(VM_KERNELS)' $(VM_PKGS)
+
+# The node lane (internal/nodelane; internal/nodevm boots it): nodeguard as
+# make install puts it, started by systemd on a Debian 12 node with
+# containerd (SystemdCgroup = true) and pure cgroup v2, in a qemu VM with no
+# network device. It installs into a temporary stage, then runs
+#   CGO_ENABLED=0 go test -tags nodelane -json -exec bin/nodevm ./internal/nodelane
+# with one line per check and one summary line. The root filesystem, crictl
+# and the kernel are cached in /var/cache/nodeguard-vm. NODE_FLAGS: e.g.
+# -run 'TestNode/(systemd|containerd)' or -v.
+NODEVM     ?= bin/nodevm
+NODE_FLAGS ?=
+
+test-node:
+	$(GO) build -o $(NODEVM) ./internal/nodevm/cmd/nodevm
+	@stage=$$(mktemp -d /tmp/nodeguard-stage.XXXXXX) && trap 'rm -rf "$$stage"' EXIT && \
+		$(MAKE) --no-print-directory install DESTDIR="$$stage" && \
+		NODEGUARD_NODE_STAGE="$$stage" $(abspath $(NODEVM)) -lane -go '$(GO)' $(NODE_FLAGS)
 
 # Fuzzing: each Go fuzz target below for FUZZTIME (go test -fuzz takes one
 # target per run). The corpora in <pkg>/testdata/fuzz/<Target> also run as

@@ -8,32 +8,72 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
 // Busybox is where busybox-static installs its binary.
 const Busybox = "/bin/busybox"
 
-// hostTool is a program the runner needs on the host and the Debian package
+// HostTool is a program a runner needs on the host and the Debian package
 // that brings it.
-type hostTool struct {
-	path, pkg string
-	// ok reports whether the installed file is usable, nil for "exists".
-	ok func(path string) bool
+type HostTool struct {
+	// Path is absolute, or a command name looked up in PATH.
+	Path string
+	// Package is the Debian package that installs it.
+	Package string
+	// OK reports whether the installed file is usable, nil for "exists".
+	OK func(path string) bool
 }
 
 // hostTools are what the runner needs: qemu for the guest, a static busybox
 // for its userland, the decompressors for the kernel image, and dpkg-deb to
 // unpack the kernel package without installing it.
-var hostTools = []hostTool{
-	{path: "qemu-system-x86_64", pkg: "qemu-system-x86"},
+var hostTools = []HostTool{
+	{Path: "qemu-system-x86_64", Package: "qemu-system-x86"},
 	// busybox (dynamic) and busybox-static both install /bin/busybox; only
 	// the static one runs in the guest.
-	{path: Busybox, pkg: "busybox-static", ok: func(p string) bool { return CheckStatic(p) == nil }},
-	{path: "xz", pkg: "xz-utils"},
-	{path: "zstd", pkg: "zstd"},
-	{path: "dpkg-deb", pkg: "dpkg"},
-	{path: "timeout", pkg: "coreutils"},
+	{Path: Busybox, Package: "busybox-static", OK: func(p string) bool { return CheckStatic(p) == nil }},
+	{Path: "xz", Package: "xz-utils"},
+	{Path: "zstd", Package: "zstd"},
+	{Path: "dpkg-deb", Package: "dpkg"},
+	{Path: "timeout", Package: "coreutils"},
+}
+
+// InstallTools installs, through apt-get, the packages of those tools that
+// are missing or unusable, as Prepare does for the VM lane's own tools;
+// apt-get update runs first only when there are no package lists, or once
+// after a failed install.
+func InstallTools(ctx context.Context, log *slog.Logger, tools []HostTool) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &apt{log: log}
+	return a.ensureTools(ctx, tools)
+}
+
+// DownloadPackage downloads pkg=version into dir with apt-get download
+// (nothing is installed) and returns the .deb's path.
+func DownloadPackage(ctx context.Context, log *slog.Logger, dir, pkg, version string) (string, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &apt{log: log}
+	return a.download(ctx, dir, pkg, version)
+}
+
+// download is DownloadPackage.
+func (a *apt) download(ctx context.Context, dir, pkg, version string) (string, error) {
+	// apt's download sandbox user cannot write to a root-owned temp dir.
+	args := []string{"download", "-q", "-o", "APT::Sandbox::User=root", pkg + "=" + version}
+	if out, err := run(ctx, dir, "apt-get", args...); err != nil {
+		return "", fmt.Errorf("apt-get download %s=%s: %w: %s", pkg, version, err, out)
+	}
+	debs, _ := filepath.Glob(filepath.Join(dir, "*.deb"))
+	if len(debs) != 1 {
+		return "", fmt.Errorf("download %s: apt-get download left %d .deb files in %s", pkg, len(debs), dir)
+	}
+	return debs[0], nil
 }
 
 // apt runs apt-get and apt-cache, updating the package lists at most once
@@ -63,20 +103,20 @@ func (a *apt) update(ctx context.Context) error {
 }
 
 // ensureTools installs the packages of missing host tools.
-func (a *apt) ensureTools(ctx context.Context) error {
+func (a *apt) ensureTools(ctx context.Context, tools []HostTool) error {
 	var need []string
-	for _, t := range hostTools {
-		p := t.path
+	for _, t := range tools {
+		p := t.Path
 		if !filepath.IsAbs(p) {
 			lp, err := exec.LookPath(p)
 			if err != nil {
-				need = append(need, t.pkg)
+				need = appendOnce(need, t.Package)
 				continue
 			}
 			p = lp
 		}
-		if _, err := os.Stat(p); err != nil || (t.ok != nil && !t.ok(p)) {
-			need = append(need, t.pkg)
+		if _, err := os.Stat(p); err != nil || (t.OK != nil && !t.OK(p)) {
+			need = appendOnce(need, t.Package)
 		}
 	}
 	if len(need) == 0 {
@@ -103,6 +143,14 @@ func (a *apt) ensureTools(ctx context.Context) error {
 		return fmt.Errorf("apt-get install %s: %w: %s", strings.Join(need, " "), err, out)
 	}
 	return nil
+}
+
+// appendOnce appends s to list unless it is there already.
+func appendOnce(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
 }
 
 // candidate returns the fields of the candidate version of pkg from

@@ -124,6 +124,15 @@
 // (70 and 107 MB from the apt mirror, ~2 s each here). A 512M guest uses
 // ~300 MB of host memory.
 //
+// # The node lane
+//
+// internal/nodevm (make test-node) boots a systemd node on the 6.12 kernel
+// that Prepare caches here, and reuses this package's exported pieces:
+// InstallTools, DownloadPackage and WalkDebData for its tools and the
+// kernel's modules, MicrovmMachine and KernelParams for qemu, CopyUntilMarker,
+// ReportConsole, GuestEnv, ShellQuote and SweepStaleRuns for a run. They
+// behave here as they always did.
+//
 // Invariants:
 //
 //   - Nothing is installed on the host except the runner's tools through

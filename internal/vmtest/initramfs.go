@@ -242,19 +242,19 @@ func runScript(s *RunSpec) string {
 	sort.Strings(env)
 	for _, kv := range env {
 		name, value, _ := strings.Cut(kv, "=")
-		fmt.Fprintf(&b, "export %s=%s\n", name, shellQuote(value))
+		fmt.Fprintf(&b, "export %s=%s\n", name, ShellQuote(value))
 	}
-	fmt.Fprintf(&b, "cd %s || exit 125\n", shellQuote(s.Dir))
-	b.WriteString("exec " + shellQuote(s.guestBinary()))
+	fmt.Fprintf(&b, "cd %s || exit 125\n", ShellQuote(s.Dir))
+	b.WriteString("exec " + ShellQuote(s.guestBinary()))
 	for _, a := range s.Args {
-		b.WriteString(" " + shellQuote(a))
+		b.WriteString(" " + ShellQuote(a))
 	}
 	b.WriteString("\n")
 	return b.String()
 }
 
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
+// ShellQuote quotes s for a POSIX shell.
+func ShellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 

@@ -14,7 +14,7 @@ func TestShellQuote(t *testing.T) {
 	args := []string{"plain", "two words", `it's`, `$HOME`, "`id`", "", "-test.run=^TestA$/b c", "back\\slash", "new\nline"}
 	var quoted []string
 	for _, a := range args {
-		quoted = append(quoted, shellQuote(a))
+		quoted = append(quoted, ShellQuote(a))
 	}
 	script := "set -- " + strings.Join(quoted, " ") + `; for a in "$@"; do printf '%s\036' "$a"; done`
 	out, err := exec.Command("/bin/sh", "-c", script).Output()

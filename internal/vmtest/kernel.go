@@ -146,16 +146,11 @@ func (a *apt) fetchKernel(ctx context.Context, cache string, k *Kernel) error {
 	defer os.RemoveAll(tmp)
 
 	a.log.Info("downloading kernel package (first use; cached afterwards)", "package", k.Package, "version", k.Version)
-	// apt's download sandbox user cannot write to a root-owned temp dir.
-	args := []string{"download", "-q", "-o", "APT::Sandbox::User=root", k.Package + "=" + k.Version}
-	if out, err := run(ctx, tmp, "apt-get", args...); err != nil {
-		return fmt.Errorf("apt-get download %s=%s: %w: %s", k.Package, k.Version, err, out)
+	deb, err := a.download(ctx, tmp, k.Package, k.Version)
+	if err != nil {
+		return fmt.Errorf("fetch kernel %s: %w", k.Package, err)
 	}
-	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
-	if len(debs) != 1 {
-		return fmt.Errorf("fetch kernel %s: apt-get download left %d .deb files", k.Package, len(debs))
-	}
-	bz, err := vmlinuzFromDeb(ctx, debs[0], k.Release)
+	bz, err := vmlinuzFromDeb(ctx, deb, k.Release)
 	if err != nil {
 		return err
 	}
@@ -179,9 +174,40 @@ func (a *apt) fetchKernel(ctx context.Context, cache string, k *Kernel) error {
 }
 
 // vmlinuzFromDeb returns ./boot/vmlinuz-<release> from a kernel package,
-// streaming the package's data archive through dpkg-deb --fsys-tarfile
-// rather than unpacking its modules.
+// streaming the package's data archive rather than unpacking its modules.
 func vmlinuzFromDeb(ctx context.Context, deb, release string) ([]byte, error) {
+	want := "boot/vmlinuz-" + release
+	var found []byte
+	err := WalkDebData(ctx, deb, func(h *tar.Header, r io.Reader) error {
+		if h.Name != want || h.Typeflag != tar.TypeReg {
+			return nil
+		}
+		var err error
+		if found, err = io.ReadAll(r); err != nil {
+			return fmt.Errorf("read %s from %s: %w", want, deb, err)
+		}
+		// The rest of the archive is modules: stop here.
+		return ErrStopWalk
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("read data archive of %s: no %s", deb, want)
+	}
+	return found, nil
+}
+
+// ErrStopWalk, returned by a WalkDebData callback, ends the walk early
+// without an error.
+var ErrStopWalk = errors.New("stop walking the archive")
+
+// WalkDebData calls fn for every entry of a Debian package's data archive,
+// in archive order, streaming it through dpkg-deb --fsys-tarfile. Entry
+// names are given without their leading "./" ("lib/modules/..."); r reads
+// a regular file's contents. fn returning ErrStopWalk ends the walk with a
+// nil error; another error ends it with that error.
+func WalkDebData(ctx context.Context, deb string, fn func(h *tar.Header, r io.Reader) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", deb)
@@ -194,13 +220,15 @@ func vmlinuzFromDeb(ctx context.Context, deb, release string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
+		return fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
+		return fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w", deb, err)
 	}
-	want := "boot/vmlinuz-" + release
-	var found []byte
+	stop := func() {
+		cancel()
+		_ = cmd.Wait()
+	}
 	tr := tar.NewReader(pipe)
 	for {
 		h, err := tr.Next()
@@ -208,24 +236,20 @@ func vmlinuzFromDeb(ctx context.Context, deb, release string) ([]byte, error) {
 			break
 		}
 		if err != nil {
-			cancel()
-			_ = cmd.Wait()
-			return nil, fmt.Errorf("read data archive of %s: %w", deb, err)
+			stop()
+			return fmt.Errorf("read data archive of %s: %w", deb, err)
 		}
-		if strings.TrimPrefix(h.Name, "./") == want && h.Typeflag == tar.TypeReg {
-			if found, err = io.ReadAll(tr); err != nil {
-				cancel()
-				_ = cmd.Wait()
-				return nil, fmt.Errorf("read %s from %s: %w", want, deb, err)
+		h.Name = strings.TrimPrefix(h.Name, "./")
+		if err := fn(h, tr); err != nil {
+			stop()
+			if errors.Is(err, ErrStopWalk) {
+				return nil
 			}
-			// The rest of the archive is modules: stop here.
-			cancel()
-			_ = cmd.Wait()
-			return found, nil
+			return err
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w: %s", deb, err, stderr.String())
+		return fmt.Errorf("dpkg-deb --fsys-tarfile %s: %w: %s", deb, err, stderr.String())
 	}
-	return nil, fmt.Errorf("read data archive of %s: no %s", deb, want)
+	return nil
 }

@@ -62,8 +62,8 @@ const (
 	DefaultCPUs = 2
 	// defaultTSCkHz is used when the host's TSC frequency is unknown.
 	defaultTSCkHz = 2000000
-	// killGrace is how long timeout(1) waits after SIGTERM before SIGKILL.
-	killGrace = 5 * time.Second
+	// KillGrace is how long timeout(1) waits after SIGTERM before SIGKILL.
+	KillGrace = 5 * time.Second
 	// consoleTail is how many kernel console lines an abnormal end shows.
 	consoleTail = 60
 )
@@ -159,7 +159,7 @@ func Prepare(ctx context.Context, c Config) (*Prepared, error) {
 	}
 	defer unlock()
 	a := &apt{log: c.Log}
-	if err := a.ensureTools(ctx); err != nil {
+	if err := a.ensureTools(ctx, hostTools); err != nil {
 		return nil, err
 	}
 	k, err := a.resolveKernel(ctx, c.Kernel)
@@ -312,7 +312,7 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 	spec := &RunSpec{
 		Binary: t.Binary,
 		Args:   t.Args,
-		Env:    guestEnv(t.Environ, c.Kernel, p.Kernel.Release),
+		Env:    GuestEnv(t.Environ, c.Kernel, p.Kernel.Release),
 		Dir:    t.Dir,
 		Marker: ExitMarkerPrefix + "-" + hex.EncodeToString(nonce),
 	}
@@ -326,8 +326,8 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 
 	console := filepath.Join(tmp, "console.log")
 	secs := int((c.Timeout + time.Second - 1) / time.Second)
-	args := append([]string{"-k", strconv.Itoa(int(killGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"},
-		qemuArgs(c, p.Kernel.Vmlinux, initrd, console, hostTSCkHz())...)
+	args := append([]string{"-k", strconv.Itoa(int(KillGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"},
+		qemuArgs(c, p.Kernel.Vmlinux, initrd, console, HostTSCkHz())...)
 	cmd := exec.Command("timeout", args...)
 	cmd.Stdin = nil // /dev/null: the test channel carries output only
 	var qemuErr bytes.Buffer
@@ -347,7 +347,7 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
 	defer stop()
 
-	status, found, cerr := copyUntilMarker(stdout, out, spec.Marker)
+	status, found, cerr := CopyUntilMarker(stdout, out, spec.Marker)
 	werr := cmd.Wait()
 	res.Elapsed = time.Since(start)
 	res.Status, res.Exited = status, found
@@ -356,7 +356,7 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 		res.TimedOut = true
 	}
 
-	reportConsole(stderr, console, c.Console, !found)
+	ReportConsole(stderr, console, c.Console, !found)
 	if !found {
 		if b, err := os.ReadFile(console); err == nil && bytes.Contains(b, []byte("Kernel panic")) {
 			*bootPanic = true
@@ -385,10 +385,15 @@ const runDirPrefix = "nodeguard-vmrun-"
 
 // sweepStaleRuns removes run directories left by runners that were killed
 // (SIGKILL skips their cleanup): those whose pid no longer exists.
-func sweepStaleRuns(dir string) {
-	old, _ := filepath.Glob(filepath.Join(dir, runDirPrefix+"*-*"))
+func sweepStaleRuns(dir string) { SweepStaleRuns(dir, runDirPrefix) }
+
+// SweepStaleRuns removes the directories dir/<prefix><pid>-* whose pid no
+// longer exists: run directories of runners that were killed (SIGKILL skips
+// their cleanup). Directories of live runners are left alone.
+func SweepStaleRuns(dir, prefix string) {
+	old, _ := filepath.Glob(filepath.Join(dir, prefix+"*-*"))
 	for _, o := range old {
-		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(o), runDirPrefix), "-")
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(o), prefix), "-")
 		pid, err := strconv.Atoi(pidStr)
 		if err != nil || pid <= 0 {
 			continue
@@ -443,17 +448,9 @@ func writeInitrd(name, base string, spec *RunSpec) (retErr error) {
 //   - panic=-1 with -no-reboot: a panic ends qemu at once; so does /init's
 //     final reboot -f.
 func qemuArgs(c Config, vmlinux, initrd, console string, tscKHz int) []string {
-	appendLine := strings.Join([]string{
-		"console=ttyS0",
-		"cgroup_no_v1=all",
-		"tsc_early_khz=" + strconv.Itoa(tscKHz),
-		"tsc=reliable",
-		"quiet",
-		"panic=-1",
-		"rdinit=/init",
-	}, " ")
+	appendLine := strings.Join(append(KernelParams(tscKHz), "rdinit=/init"), " ")
 	return []string{
-		"-M", "microvm,pit=on,pic=on,rtc=on,isa-serial=on",
+		"-M", MicrovmMachine,
 		// One host thread runs every vCPU: multi-threaded TCG races with
 		// the guest's cross-CPU text patching (static keys flipped at run
 		// time), which showed as int3 Oopses in 6.12 under CI load.
@@ -472,9 +469,29 @@ func qemuArgs(c Config, vmlinux, initrd, console string, tscKHz int) []string {
 	}
 }
 
-// guestEnv returns the guest's environment: the host's NODEGUARD_*
+// MicrovmMachine is qemu's -M value for the lane's guests: microvm boots
+// an uncompressed ELF vmlinux directly (no firmware, no PCI); under TCG it
+// needs the PIT for timer calibration, the PIC, the RTC (wall clock), and
+// the ISA serial ports that carry the console and the test channel.
+const MicrovmMachine = "microvm,pit=on,pic=on,rtc=on,isa-serial=on"
+
+// KernelParams returns the kernel command line every lane guest starts
+// with (see qemuArgs for why each is there): the console on ttyS0, no
+// cgroup v1, the host's TSC frequency, and a panic that ends qemu at once.
+func KernelParams(tscKHz int) []string {
+	return []string{
+		"console=ttyS0",
+		"cgroup_no_v1=all",
+		"tsc_early_khz=" + strconv.Itoa(tscKHz),
+		"tsc=reliable",
+		"quiet",
+		"panic=-1",
+	}
+}
+
+// GuestEnv returns the guest's environment: the host's NODEGUARD_*
 // variables and the Go runtime's knobs, with EnvKernel and EnvRelease set.
-func guestEnv(host []string, kernel, release string) []string {
+func GuestEnv(host []string, kernel, release string) []string {
 	var env []string
 	for _, kv := range host {
 		name, _, ok := strings.Cut(kv, "=")
@@ -490,9 +507,9 @@ func guestEnv(host []string, kernel, release string) []string {
 	return append(env, EnvKernel+"="+kernel, EnvRelease+"="+release)
 }
 
-// hostTSCkHz returns the host's TSC frequency from /proc/cpuinfo when the
+// HostTSCkHz returns the host's TSC frequency from /proc/cpuinfo when the
 // TSC is invariant, else defaultTSCkHz.
-func hostTSCkHz() int {
+func HostTSCkHz() int {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
 		return defaultTSCkHz
@@ -531,9 +548,9 @@ func parseTSCkHz(cpuinfo []byte) int {
 var kernelTrouble = []string{"BUG:", "WARNING: CPU:", "Oops:", "Kernel panic", "general protection fault",
 	"soft lockup", "hard LOCKUP", "blocked for more than", "UBSAN:", "KASAN:", "list_add corruption", "RCU stall"}
 
-// reportConsole copies kernel console lines that report a bug to w, and the
+// ReportConsole copies kernel console lines that report a bug to w, and the
 // console's tail (everything when all) when tail is set.
-func reportConsole(w io.Writer, name string, all, tail bool) {
+func ReportConsole(w io.Writer, name string, all, tail bool) {
 	b, err := os.ReadFile(name)
 	if err != nil {
 		fmt.Fprintf(w, "vmrun: read kernel console: %v\n", err)

@@ -83,11 +83,11 @@ func TestGuestEnv(t *testing.T) {
 		"PATH=/usr/bin", "HOME=/root", "NODEGUARD_REQUIRE_PRIVILEGED=1", "NODEGUARD_X=a=b",
 		EnvKernel + "=stale", "GOTRACEBACK=all", "GOFLAGS=-mod=mod", "CGO_ENABLED=0",
 	}
-	got := guestEnv(host, "6.12", "6.12.117+deb12-amd64")
+	got := GuestEnv(host, "6.12", "6.12.117+deb12-amd64")
 	want := []string{"NODEGUARD_REQUIRE_PRIVILEGED=1", "NODEGUARD_X=a=b", "GOTRACEBACK=all",
 		EnvKernel + "=6.12", EnvRelease + "=6.12.117+deb12-amd64"}
 	if !slices.Equal(got, want) {
-		t.Errorf("guestEnv = %q, want %q", got, want)
+		t.Errorf("GuestEnv = %q, want %q", got, want)
 	}
 }
 

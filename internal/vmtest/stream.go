@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// copyUntilMarker copies the guest's test channel from src to dst until the
+// CopyUntilMarker copies the guest's test channel from src to dst until the
 // exit marker line "<marker>=<status>", and returns the status. The guest
 // prints the marker as "\n<marker>=<status>\n", so the newline just before
 // it is the guest's and is dropped: dst gets exactly what the test wrote,
@@ -15,7 +15,7 @@ import (
 // read and discarded, so the guest never blocks on a full channel. found is
 // false when src ended without a marker (a guest that crashed or was
 // killed); err is a read or write error.
-func copyUntilMarker(dst io.Writer, src io.Reader, marker string) (status int, found bool, err error) {
+func CopyUntilMarker(dst io.Writer, src io.Reader, marker string) (status int, found bool, err error) {
 	r := bufio.NewReaderSize(src, 64<<10)
 	pendingNewline := false
 	for {

@@ -41,7 +41,7 @@ func TestCopyUntilMarker(t *testing.T) {
 			}
 			for _, rd := range readers {
 				var out bytes.Buffer
-				status, found, err := copyUntilMarker(&out, rd.r, m)
+				status, found, err := CopyUntilMarker(&out, rd.r, m)
 				if err != nil {
 					t.Fatalf("%s: %v", rd.name, err)
 				}
@@ -55,11 +55,11 @@ func TestCopyUntilMarker(t *testing.T) {
 
 func TestCopyUntilMarkerReportsErrors(t *testing.T) {
 	boom := errors.New("boom")
-	if _, found, err := copyUntilMarker(&bytes.Buffer{}, iotest.ErrReader(boom), "M"); !errors.Is(err, boom) || found {
+	if _, found, err := CopyUntilMarker(&bytes.Buffer{}, iotest.ErrReader(boom), "M"); !errors.Is(err, boom) || found {
 		t.Errorf("read error: found %v, err %v; want the read error", found, err)
 	}
 	w := errWriter{boom}
-	if _, _, err := copyUntilMarker(w, strings.NewReader("line\nM=0\n"), "M"); !errors.Is(err, boom) {
+	if _, _, err := CopyUntilMarker(w, strings.NewReader("line\nM=0\n"), "M"); !errors.Is(err, boom) {
 		t.Errorf("write error: err %v, want the write error", err)
 	}
 }

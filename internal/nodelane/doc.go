@@ -1,0 +1,201 @@
+// Package nodelane holds the node lane's checks: nodeguard installed with
+// `make install` and run as the systemd service it is on a production node
+// (systemd as PID 1, pure cgroup v2, Debian's containerd as its own service
+// with SystemdCgroup = true), inside a qemu VM that boots a real Debian 12
+// root filesystem. It is the node lane of `make test` (after the VM lane);
+// package internal/nodevm builds and boots the VM, and its command
+// cmd/nodevm is the lane's driver and go test's runner.
+//
+// The checks are tests behind the build tag "nodelane" (TestNode and its
+// subtests, in node_test.go), so the host lane's `go test ./...` never
+// compiles them; `make lint` vets them with the tag. They skip outside the
+// lane's guest (NODEGUARD_NODE_LANE=1, hostname nodelane, systemd as PID
+// 1): they start and kill services and write /etc. The readers they use
+// (nodeconfig.go, parse.go) are plain functions, tested by the host lane
+// against files taken from the guest.
+//
+// # How it works
+//
+// `make test-node` builds bin/nodevm, runs `make install DESTDIR=<a
+// temporary stage>`, and runs `nodevm -lane` with the stage in
+// NODEGUARD_NODE_STAGE. The driver:
+//
+//  1. Prepares, printing progress, the kernel, the root filesystem with its
+//     initrd, crictl and the test images, each built once and cached (see
+//     Cache below).
+//
+//  2. Runs `CGO_ENABLED=0 go test -tags nodelane -json -count=1 -timeout
+//     12m -exec <abs>/bin/nodevm ./internal/nodelane`. go test builds the
+//     static test binary and starts `nodevm <binary> <flags>`, which puts
+//     on a payload disk (an ext4 image made per run with mkfs.ext4 -d in
+//     a temporary directory): the test binary and a script with its
+//     environment and flags, the package's testdata/, the make install
+//     stage, the three image archives and crictl. It then boots
+//
+//     timeout -k 5 840 qemu-system-x86_64 -M microvm,... -accel tcg,thread=single
+//     -m 2G -smp 2 -nic none -kernel vmlinux -initrd initrd.cpio
+//     -drive file=rootfs.img,snapshot=on (vda) -drive file=payload.img,readonly=on (vdb)
+//
+//     with the kernel command line `root=/dev/vda
+//     systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all
+//     systemd.unit=nodelane.target` plus the VM lane's (console=ttyS0, the
+//     microvm TSC settings, panic=-1). snapshot=on sends the guest's writes
+//     to a temporary file, so the cached image stays clean; the guest has
+//     no network device at all: the pods' CNI bridge lives inside it.
+//
+//  3. In the guest, a busybox initrd insmods virtio_mmio, virtio_blk,
+//     crc32c_generic, crc16, mbcache, jbd2 and ext4 (ordered by the
+//     image's modules.dep), mounts /dev/vda and switch_roots to
+//     /lib/systemd/systemd. nodelane.target pulls in multi-user.target and
+//     nodelane.service, which runs once the node is up: it mounts the
+//     payload (LABEL=nodelane-payload), copies the stage into / (that is
+//     "installed with make install"), installs crictl, runs systemctl
+//     daemon-reload, imports the images with `ctr -n k8s.io images
+//     import`, runs the test binary as root with its output on ttyS1,
+//     prints "NODEGUARD-VM-EXIT-<nonce>=<status>" there and reboots
+//     (-no-reboot makes that qemu's exit). ttyS0, the console, goes to a
+//     file: its "nodelane:" lines and systemd's status lines about
+//     multi-user.target and containerd are printed as progress while the
+//     guest runs, the lines reporting a kernel bug after it, and its tail
+//     when the guest ends without the marker. A kernel that panics while
+//     booting is booted again, twice at most.
+//
+//  4. Prints the checks' output as it arrives (a go test "--- PASS/FAIL"
+//     line per check and the lines they log), then one summary line:
+//
+//     node <uname -r>: checks N, passed P, failed F, skipped S; FAILED: ...
+//
+//     and exits non-zero when a check or the package failed.
+//
+// # Cache
+//
+// In /var/cache/nodeguard-vm (NODEGUARD_VM_CACHE), each piece under its
+// own flock, so that concurrent runs build it once:
+//
+//   - the kernel: Debian's 6.12 (linux-image-6.12-amd64), as the VM lane
+//     resolves and caches it (internal/vmtest), with the VM lane's host
+//     tools (qemu, busybox-static, xz, zstd), plus mmdebstrap, e2fsprogs and
+//     coreutils through apt-get;
+//   - node/rootfs-<key>.img and node/initrd-<key>.cpio: `mmdebstrap
+//     --mode=root --variant=essential --include=systemd,systemd-sysv,udev,
+//     dbus,kmod,containerd,runc,iproute2,containernetworking-plugins,
+//     util-linux,mount,procps,iptables bookworm DIR
+//     /etc/apt/sources.list.d/debian.sources` (the host's deb822 sources
+//     file is the MIRROR, so no archive host is named anywhere; docs, man
+//     pages and locales are left out); the kernel's modules for file
+//     systems, networking, crypto and the virtio, block and char drivers,
+//     extracted from the kernel package with dpkg-deb and depmod'ed in the
+//     chroot; the baked-in files of nodevm's files.go: containerd's
+//     config.toml (runc SystemdCgroup = true, sandbox_image the local
+//     pause image, CNI bin_dir /usr/lib/cni and conf_dir /etc/cni/net.d,
+//     no registry), a fixed machine-id, a volatile journal, masks of the
+//     units that only cost time (systemd-logind, serial-getty@ttyS0,
+//     systemd-journal-flush and the rest of nodevm.Masked, each with
+//     why), the lane's unit and target; then `mkfs.ext4 -d`. The key
+//     hashes everything that goes in: the package list, mmdebstrap's
+//     arguments and version, the sources file, the kernel's package,
+//     version and release, the module selection, every baked-in file, the
+//     initrd's script, modules and busybox. A change rebuilds; the three
+//     most recently used images are kept;
+//   - crictl/v1.37.0/crictl: a static crictl
+//     (sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0, the demo's), built with
+//     CGO_ENABLED=0 go install into the cache, never into the clone;
+//   - the pause, busybox and hog images of internal/images, in their own
+//     cache (/var/cache/nodeguard-images).
+//
+// # The checks
+//
+// In order, each on the node the previous ones left (a check that needs
+// what an earlier one failed to make fails at once, saying so); every wait
+// is bounded (the constants of node_test.go, each with why):
+//
+//   - systemd reached multi-user.target;
+//   - containerd.service is active, and `crictl info` shows the runc
+//     runtime's options.SystemdCgroup = true (containerd 1.6 has no CRI
+//     RuntimeConfig), the local pause image as sandbox image, and the
+//     three images imported;
+//   - `systemctl start nodeguard` returns with the unit active (Type=notify:
+//     only READY=1 from the main process does that) within 60 s, with a
+//     STATUS= text. Before it, the node's configuration is written: the
+//     INSTALLED /etc/nodeguard/config.yaml (the shipped example) with only
+//     the node's values changed (NodeConfig): runtimeEndpoint
+//     unix:///run/containerd/containerd.sock, cgroupDriver systemd,
+//     cgroupRoot /, podManifestPath /etc/nodeguard/manifests (with a static
+//     pod in it), and systemReserved memory such that node allocatable is
+//     640 MiB;
+//   - `journalctl -u nodeguard -o json`: every line of nodeguard's has a
+//     PRIORITY, "nodeguard running" is 6 (info), and the warning a reload
+//     with a restart-only change (eviction.tick) provokes is 4; no syslog
+//     prefix is left in a message;
+//   - `systemctl reload nodeguard` with evictionHard memory.available
+//     changed to 150Mi: the journal says the thresholds were reloaded with
+//     it, and the main pid is the same;
+//   - the manifest directory's pod (BestEffort) and one applied with
+//     `nodeguard pod apply -f` (Burstable) are Running in `nodeguard pod
+//     ls -o json`;
+//   - each of their containers' processes is in
+//     /kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/
+//     cri-containerd-<id>.scope (/proc/<pid>/cgroup), a scope unit that
+//     systemd runs in that slice;
+//   - `crictl pods/ps` show one ready sandbox per pod and their containers
+//     with io.kubernetes.pod.name/namespace/uid and
+//     io.kubernetes.container.name;
+//   - SIGSTOP of the main pid: the watchdog (WatchdogSec=30 of the shipped
+//     unit) kills it ("Watchdog timeout" in the journal) and systemd starts
+//     a new one, after at least 25 s and within 100 s;
+//   - kill -9 of the main pid: systemd starts a new agent, which adopts
+//     every pod: the same pods Running, the same sandbox and container ids
+//     10 s later, no other sandbox, the pod slices' memory.max and
+//     MemoryMax and kubepods.slice's memory.max and memory.high unchanged;
+//   - a runaway pod (the hog image growing 48 MiB/s to 1 GiB) is evicted
+//     (phase Failed, reason Evicted) with no oom_kill in kubepods.slice's
+//     memory.events and no OOM kill in the kernel log, and the other pods
+//     keep their sandboxes, containers and restart counts;
+//   - after every pod is deleted (pod rm, the static pod's file removed):
+//     no pod slice, no cri-containerd scope, no cgroup named after a pod,
+//     no mount beneath <rootDir>/pods, no veth, no IP lease under
+//     nodeguard's IPAM directory (<rootDir>/cni/networks), and nothing in
+//     containerd, each a subtest.
+//
+// # Knobs
+//
+//	NODEGUARD_NODE_STAGE    the make install DESTDIR (make test-node sets it)
+//	NODEGUARD_VM_CACHE      the cache directory, shared with the VM lane
+//	NODEGUARD_NODE_TIMEOUT  per guest run, seconds or a duration; default 14m
+//	NODEGUARD_NODE_MEMORY   qemu -m; default 2G
+//	NODEGUARD_NODE_CPUS     vCPUs; default 2
+//	NODEGUARD_NODE_TCG      single (default) or multi (one host thread per vCPU)
+//	NODEGUARD_NODE_CONSOLE  1 copies the whole console to stderr after the run
+//	NODEGUARD_NODE_SOURCES  the apt sources file; default the host's debian.sources
+//
+// `make test-node NODE_FLAGS="-run 'TestNode/systemd' -v"` narrows the
+// checks and prints go test's === RUN lines too. Subtest names are the
+// sentences of TestNode with spaces as underscores.
+//
+// # Costs (2-core development machine, measured)
+//
+//   - Cold (no cache): the kernel package 1.5-2.5 s (shared with the VM
+//     lane), installing mmdebstrap ~5 s, the root filesystem 26-51 s
+//     (mmdebstrap 21-44 s, modules 4-6 s, mkfs 0.7-0.9 s; 340 MB allocated
+//     of a 2 GiB sparse image, a 5 MB initrd), crictl in parallel with it
+//     (79 s with empty Go caches, 42 s with the standard library built,
+//     4-6 s with a warm build cache). The
+//     whole lane ran in 1m50s cold against today's agent, module downloads
+//     included.
+//   - Every run: the payload disk 0.4-1 s (92 MB: the test binary, the
+//     agent, crictl, the images); under single-threaded TCG the node
+//     reaches multi-user.target 15-19 s after qemu starts (containerd is
+//     the slowest unit, 5-11 s), the payload is set up by ~26-30 s (stage
+//     copy 1.5 s, daemon-reload 2 s, imports 4-6 s), and shutdown is
+//     immediate (reboot -ff: the disks are throwaway). Multi-threaded TCG
+//     starts the checks ~8 s sooner (see nodevm.DefaultTCG for why it is
+//     not the default).
+//   - The checks: starting the agent 3-5 s, the journal and reload checks
+//     ~2 s, the watchdog check 31-35 s (WatchdogSec=30 is the shipped
+//     unit's). Warm, `make test-node` took 36-50 s against today's agent
+//     (which refuses the node's configuration, so most checks fail at
+//     once), and the guest 57-78 s for the checks up to the watchdog with
+//     an agent that starts. Passing, the pod checks should add about two
+//     minutes (a sandbox takes 2-7 s under TCG), well inside CI's budget.
+//   - qemu's RSS is about 1.1 GiB of the guest's 2 GiB.
+package nodelane

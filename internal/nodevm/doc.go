@@ -1,0 +1,29 @@
+// Package nodevm is the host side of the node lane (see package
+// internal/nodelane for the whole story, its knobs and costs): it builds
+// and caches a Debian 12 root filesystem with systemd and containerd for
+// Debian's 6.12 kernel, with a busybox initrd that mounts it; writes the
+// per-run payload disk (the test binary, the make install stage, crictl,
+// the test images); boots them in qemu; and drives `go test -tags nodelane
+// -exec nodevm`, printing one line per check and a summary. cmd/nodevm is
+// its command. It reuses the VM lane's kernel cache, host tools, exit-marker
+// stream and console handling (internal/vmtest).
+//
+// Invariants:
+//
+//   - Nothing is installed on the host except the runners' tools through
+//     apt-get; kernel packages are only downloaded and read; crictl is
+//     built into the cache, never into the clone.
+//   - The cached root filesystem is never written: qemu boots it with
+//     snapshot=on, and the payload disk read-only.
+//   - Cached things are built in a temporary directory beneath the cache
+//     under an flock and published by rename, so a concurrent run never
+//     sees half of one; a build killed midway leaves a directory the next
+//     build sweeps (by pid).
+//   - The guest has no network device; every qemu runs under timeout(1)
+//     and is stopped by its pid (SIGTERM through timeout) when the runner
+//     is interrupted or dies.
+//   - The test channel (ttyS1) carries only what the test binary wrote,
+//     ended by a marker with a fresh nonce; the console goes to a file.
+//   - Files baked into the image are written beneath it through os.Root:
+//     a symbolic link in the image never points a write at the host.
+package nodevm
