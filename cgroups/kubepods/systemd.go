@@ -55,21 +55,51 @@ func newSystemdPlacer(ctx context.Context, m *Manager) (*systemdPlacer, error) {
 		if _, err := os.Stat(systemdRuntimeDir); err != nil {
 			return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: systemd is not this host's init (%s: %w); use cgroupDriver: cgroupfs", ErrUnsupported, systemdRuntimeDir, err)
 		}
-		dctx, cancel := context.WithTimeout(ctx, dbusDialTimeout)
-		defer cancel()
-		// The private socket needs no dbus-daemon (root only); the system
-		// bus is the fallback where it is missing.
-		c, err := sddbus.NewSystemdConnectionContext(dctx)
+		c, err := dialSystemd(ctx)
 		if err != nil {
-			var berr error
-			c, berr = sddbus.NewSystemConnectionContext(dctx)
-			if berr != nil {
-				return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: connect to systemd over D-Bus: %w; %w (use cgroupDriver: cgroupfs where systemd cannot be reached)", ErrUnsupported, err, berr)
-			}
+			return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: %w (use cgroupDriver: cgroupfs where systemd cannot be reached)", ErrUnsupported, err)
 		}
 		conn = c
 	}
 	return &systemdPlacer{m: m, conn: conn}, nil
+}
+
+// dialSystemd connects to systemd: its private socket, which needs no
+// dbus-daemon (root only), else the system bus. The connection lives as
+// long as ctx (go-systemd closes it when ctx ends), so ctx is the Manager's
+// whole life; the dial alone is bounded by dbusDialTimeout.
+func dialSystemd(ctx context.Context) (*sddbus.Conn, error) {
+	type result struct {
+		c   *sddbus.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := sddbus.NewSystemdConnectionContext(ctx)
+		if err != nil {
+			var berr error
+			if c, berr = sddbus.NewSystemConnectionContext(ctx); berr != nil {
+				err = fmt.Errorf("connect to systemd over D-Bus: %w; %w", err, berr)
+			} else {
+				err = nil
+			}
+		}
+		done <- result{c, err}
+	}()
+	t := time.NewTimer(dbusDialTimeout)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.c, r.err
+	case <-t.C:
+		go func() {
+			// Close whatever the dial ends with.
+			if r := <-done; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, fmt.Errorf("connect to systemd over D-Bus: no answer within %v", dbusDialTimeout)
+	}
 }
 
 func (p *systemdPlacer) close() error {
