@@ -77,16 +77,43 @@ func Procs(dir string) ([]int, error) {
 
 // TreeProcs lists the pids in dir and every cgroup beneath it. Cgroups
 // removed while it walks are skipped.
+//
+// A cgroup.procs that cannot be read for another reason is an error, never
+// "no process": callers decide from it whether a cgroup may be removed.
 func TreeProcs(dir string) ([]int, error) {
 	var all []int
 	err := Walk(dir, func(p string) error {
 		pids, err := Procs(p)
-		if err == nil {
+		switch {
+		case err == nil:
 			all = append(all, pids...)
+		case !Gone(err):
+			return err
 		}
 		return nil
 	})
 	return all, err
+}
+
+// Populated reports whether the cgroup directory dir or any cgroup beneath
+// it holds a process: cgroup.events' "populated" on cgroup2 (one read, kept
+// by the kernel for the whole subtree), a walk of cgroup.procs on v1.
+func Populated(dir string, v2 bool) (bool, error) {
+	if v2 {
+		p := filepath.Join(dir, "cgroup.events")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", p, err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "populated "); ok {
+				return v != "0", nil
+			}
+		}
+		return false, fmt.Errorf("read %s: %w: no populated line", p, ErrMalformed)
+	}
+	pids, err := TreeProcs(dir)
+	return len(pids) > 0, err
 }
 
 // ErrPopulated reports a cgroup that still has processes, so that it cannot

@@ -905,6 +905,26 @@ func (m *Manager) removePodCgroup(ctx context.Context, parent string, kill bool)
 	}
 }
 
+// checkAdopted checks a running sandbox found for st's pod against the pod
+// cgroup the configuration makes, and applies the pod's limits again.
+func (m *Manager) checkAdopted(ctx context.Context, st *podState, sb *runtimeapi.PodSandbox) error {
+	had := sb.GetAnnotations()[AnnotationCgroupParent]
+	want, err := m.cfg.Cgroups.Parent(st.pod)
+	if err != nil {
+		return err
+	}
+	if !m.cfg.Cgroups.SameCgroup(had, want) {
+		return fmt.Errorf("it was made in %q, this configuration's pod cgroup is %q", had, want)
+	}
+	if err := m.cfg.Cgroups.CheckSandbox(want, sb.Id); err != nil {
+		return err
+	}
+	if _, err := m.cfg.Cgroups.Ensure(ctx, st.pod); err != nil {
+		return fmt.Errorf("apply its limits again: %w", err)
+	}
+	return nil
+}
+
 // syncPod drives one desired pod one step towards its spec.
 func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.PodSandbox) {
 	pod := st.pod
@@ -937,6 +957,19 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 		}
 		if err != nil {
 			m.log.Warn("adopted sandbox's network is broken; replacing it", "pod", key(pod), "sandbox", current.Id, "err", err)
+			m.teardownSandbox(ctx, current.Id, current.GetAnnotations()[AnnotationCgroupParent], orphanGrace, false)
+			current = nil
+		}
+	}
+	if current != nil && st.sandboxID != current.Id {
+		// Adopting: the sandbox must sit in the pod cgroup this
+		// configuration makes (a driver or root changed since, an
+		// upgrade from a relative root) and be placed as the driver
+		// places it; otherwise it is replaced, since its limits,
+		// statistics and kill would miss it. Kept, its limits are
+		// applied again (Ensure is idempotent).
+		if err := m.checkAdopted(ctx, st, current); err != nil {
+			m.log.Warn("adopted sandbox is not in its pod cgroup; replacing it", "pod", key(pod), "sandbox", current.Id, "err", err)
 			m.teardownSandbox(ctx, current.Id, current.GetAnnotations()[AnnotationCgroupParent], orphanGrace, false)
 			current = nil
 		}

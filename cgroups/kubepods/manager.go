@@ -362,11 +362,18 @@ func (m *Manager) Kill(parent string) (int, error) {
 }
 
 // containerCgroupNames are the names runtimes give a container's (or
-// sandbox's) cgroup beneath its parent: runc's cgroupfs driver the bare
-// id; with the systemd driver containerd's cri-containerd-<id>.scope and
-// CRI-O's crio-<id>.scope.
-func containerCgroupNames(id string) []string {
-	return []string{id, "cri-containerd-" + id + ".scope", "crio-" + id + ".scope"}
+// sandbox's) cgroup beneath its parent, and whether each is the systemd
+// driver's: runc's cgroupfs driver under containerd names it by the bare
+// id, CRI-O's cgroupfs manager crio-<id>; with the systemd driver they are
+// the scopes cri-containerd-<id>.scope and crio-<id>.scope.
+func containerCgroupNames(id string) []struct {
+	name    string
+	systemd bool
+} {
+	return []struct {
+		name    string
+		systemd bool
+	}{{id, false}, {"cri-containerd-" + id + ".scope", true}, {"crio-" + id + ".scope", true}, {"crio-" + id, false}}
 }
 
 func checkContainerID(id string) error {
@@ -386,10 +393,10 @@ func (m *Manager) containerDir(parent, id string) (dir string, scope, ok bool, e
 	if err != nil {
 		return "", false, false, err
 	}
-	for i, name := range containerCgroupNames(id) {
-		d := filepath.Join(mem.Path, name)
+	for _, n := range containerCgroupNames(id) {
+		d := filepath.Join(mem.Path, n.name)
 		if _, err := os.Stat(d); err == nil {
-			return d, i > 0, true, nil
+			return d, n.systemd, true, nil
 		}
 	}
 	return "", false, false, nil
@@ -440,6 +447,21 @@ func (m *Manager) ContainerProcs(parent, id string) ([]int, error) {
 		return nil, fmt.Errorf("list the processes of container %s: %w", id, err)
 	}
 	return pids, nil
+}
+
+// SameCgroup reports whether the names a and b (in any spelling the
+// Manager takes: relative, or absolute) are one cgroup directory in the
+// memory hierarchy.
+func (m *Manager) SameCgroup(a, b string) bool {
+	if a == b {
+		return true
+	}
+	da, err := m.layout.Memory.Resolve(a)
+	if err != nil {
+		return false
+	}
+	db, err := m.layout.Memory.Resolve(b)
+	return err == nil && da.Path == db.Path
 }
 
 // Dirs are the cgroup directories of parent in every hierarchy, for

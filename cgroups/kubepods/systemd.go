@@ -9,30 +9,25 @@ import (
 	"path"
 	"time"
 
+	"github.com/nodeguard/nodeguard/cgroups"
+
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 )
 
-// SystemdConn is the part of systemd's D-Bus API (org.freedesktop.systemd1)
-// the systemd driver uses. go-systemd's *dbus.Conn has it; tests pass a
-// fake.
-type SystemdConn interface {
-	StartTransientUnitContext(ctx context.Context, name, mode string, props []sddbus.Property, ch chan<- string) (int, error)
-	SetUnitPropertiesContext(ctx context.Context, name string, runtime bool, props ...sddbus.Property) error
-	StopUnitContext(ctx context.Context, name, mode string, ch chan<- string) (int, error)
-	ResetFailedUnitContext(ctx context.Context, name string) error
-	Close()
-}
-
 // systemdRuntimeDir exists exactly when systemd is PID 1 (sd_booted(3)).
 const systemdRuntimeDir = "/run/systemd/system"
 
-// dbusDialTimeout bounds connecting to systemd: its private socket answers
-// at once when systemd runs, and a node agent must not hang at start.
-const dbusDialTimeout = 10 * time.Second
-
 // jobTimeout bounds one start or stop job of a slice, as runc's 30 s.
 const jobTimeout = 30 * time.Second
+
+// callTimeout bounds one D-Bus call: systemd answers in milliseconds, but
+// one stalled in a reload must not hold a pod worker for ever.
+const callTimeout = 30 * time.Second
+
+// cpuQuotaPeriodVersion is the first systemd that knows CPUQuotaPeriodUSec
+// (242); older ones refuse a unit that sets it, as runc's addCPUQuota knows.
+const cpuQuotaPeriodVersion = 242
 
 // systemdPlacer is the systemd driver: the hierarchy's cgroups are
 // transient slice units that systemd makes, limits and removes, as the
@@ -42,8 +37,9 @@ const jobTimeout = 30 * time.Second
 // and ResetFailedUnit to remove). Slices take no Delegate=: delegation is
 // for the scopes the runtime makes for containers beneath them.
 type systemdPlacer struct {
-	m    *Manager
-	conn SystemdConn
+	m       *Manager
+	conn    SystemdConn
+	version int // systemd's, 0 when unknown
 }
 
 func newSystemdPlacer(ctx context.Context, m *Manager) (*systemdPlacer, error) {
@@ -55,51 +51,27 @@ func newSystemdPlacer(ctx context.Context, m *Manager) (*systemdPlacer, error) {
 		if _, err := os.Stat(systemdRuntimeDir); err != nil {
 			return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: systemd is not this host's init (%s: %w); use cgroupDriver: cgroupfs", ErrUnsupported, systemdRuntimeDir, err)
 		}
-		c, err := dialSystemd(ctx)
+		// The connection lives until Close, not until ctx ends: pods
+		// are torn down while the agent stops.
+		life := context.WithoutCancel(ctx)
+		dial := func() (SystemdConn, error) {
+			c, err := dialSystemd(life)
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		}
+		first, err := dial()
 		if err != nil {
 			return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: %w (use cgroupDriver: cgroupfs where systemd cannot be reached)", ErrUnsupported, err)
 		}
-		conn = c
+		conn = newReconnecting(first, dial)
 	}
-	return &systemdPlacer{m: m, conn: conn}, nil
-}
-
-// dialSystemd connects to systemd: its private socket, which needs no
-// dbus-daemon (root only), else the system bus. The connection lives as
-// long as ctx (go-systemd closes it when ctx ends), so ctx is the Manager's
-// whole life; the dial alone is bounded by dbusDialTimeout.
-func dialSystemd(ctx context.Context) (*sddbus.Conn, error) {
-	type result struct {
-		c   *sddbus.Conn
-		err error
+	p := &systemdPlacer{m: m, conn: conn, version: systemdVersion(conn)}
+	if p.version > 0 && p.version < cpuQuotaPeriodVersion {
+		m.log.Info("systemd before 242: pod slices get no CPUQuotaPeriodUSec (the CFS period stays systemd's 100 ms, the kubelet's too)", "systemd", p.version)
 	}
-	done := make(chan result, 1)
-	go func() {
-		c, err := sddbus.NewSystemdConnectionContext(ctx)
-		if err != nil {
-			var berr error
-			if c, berr = sddbus.NewSystemConnectionContext(ctx); berr != nil {
-				err = fmt.Errorf("connect to systemd over D-Bus: %w; %w", err, berr)
-			} else {
-				err = nil
-			}
-		}
-		done <- result{c, err}
-	}()
-	t := time.NewTimer(dbusDialTimeout)
-	defer t.Stop()
-	select {
-	case r := <-done:
-		return r.c, r.err
-	case <-t.C:
-		go func() {
-			// Close whatever the dial ends with.
-			if r := <-done; r.c != nil {
-				r.c.Close()
-			}
-		}()
-		return nil, fmt.Errorf("connect to systemd over D-Bus: no answer within %v", dbusDialTimeout)
-	}
+	return p, nil
 }
 
 func (p *systemdPlacer) close() error {
@@ -132,7 +104,10 @@ func prop(name string, v any) sddbus.Property {
 // CPUWeight, on v1 MemoryLimit and CPUShares; CPUQuotaPerSecUSec rounded up
 // to systemd's 10 ms resolution, "infinity" (MaxUint64) for no quota;
 // TasksMax.
-func resourceProperties(rc ResourceConfig, v2 bool) []sddbus.Property {
+//
+// version is systemd's (0: unknown, taken as recent): before 242 it has no
+// CPUQuotaPeriodUSec.
+func resourceProperties(rc ResourceConfig, v2 bool, version int) []sddbus.Property {
 	var props []sddbus.Property
 	if rc.Memory != nil {
 		name := "MemoryLimit"
@@ -148,14 +123,19 @@ func resourceProperties(rc ResourceConfig, v2 bool) []sddbus.Property {
 		props = append(props, prop("CPUShares", *rc.CPUShares))
 	}
 	if rc.CPUQuota != nil && rc.CPUPeriod != nil && *rc.CPUPeriod > 0 {
+		// systemd refuses 0: a quota of 0 (never made by PodResources)
+		// is no quota, as in runc.
 		perSec := uint64(math.MaxUint64)
-		if q := *rc.CPUQuota; q >= 0 {
+		if q := *rc.CPUQuota; q > 0 {
 			perSec = uint64(q) * 1000000 / *rc.CPUPeriod
 			if r := perSec % 10000; r != 0 {
 				perSec += 10000 - r
 			}
 		}
-		props = append(props, prop("CPUQuotaPeriodUSec", *rc.CPUPeriod), prop("CPUQuotaPerSecUSec", perSec))
+		if version == 0 || version >= cpuQuotaPeriodVersion {
+			props = append(props, prop("CPUQuotaPeriodUSec", *rc.CPUPeriod))
+		}
+		props = append(props, prop("CPUQuotaPerSecUSec", perSec))
 	}
 	if rc.PidsLimit != nil {
 		tasks := uint64(math.MaxUint64)
@@ -175,7 +155,7 @@ func (p *systemdPlacer) ensure(ctx context.Context, name string, lv level, rc Re
 	if err != nil {
 		return err
 	}
-	res := resourceProperties(rc, p.m.v2Memory())
+	res := resourceProperties(rc, p.m.v2Memory(), p.version)
 	if len(res) == 0 && lv != levelPod && p.hasCgroup(name) {
 		// kubepods and the QoS slices are ensured before every pod: once
 		// they are there, no D-Bus round trip.
@@ -197,7 +177,10 @@ func (p *systemdPlacer) ensure(ctx context.Context, name string, lv level, rc Re
 	if !started && len(res) > 0 {
 		// It exists (made by an earlier run): bring its settings up to
 		// date. runtime=true: the change lives in /run, like the unit.
-		if err := p.conn.SetUnitPropertiesContext(ctx, unit, true, res...); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		err := p.conn.SetUnitPropertiesContext(cctx, unit, true, res...)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("set properties of %s: %w", unit, err)
 		}
 	}
@@ -206,25 +189,42 @@ func (p *systemdPlacer) ensure(ctx context.Context, name string, lv level, rc Re
 
 // start starts the transient slice unit for the cgroup name, waiting for
 // its job. It returns false when the unit exists already with its cgroup
-// (made by an earlier run). A leftover unit of the same name without a
-// cgroup (failed, or stopping) is reset and started once more, as runc
-// does.
+// (made by an earlier run). A unit of that name without a cgroup is a
+// failed leftover (reset, and made again, as runc does) or an inactive one
+// (started again).
 func (p *systemdPlacer) start(ctx context.Context, name, unit string, props []sddbus.Property) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		ch := make(chan string, 1)
-		_, err := p.conn.StartTransientUnitContext(ctx, unit, "replace", props, ch)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		_, err := p.conn.StartTransientUnitContext(cctx, unit, "replace", props, ch)
+		cancel()
 		if err == nil {
 			return true, p.waitJob(ctx, "start", unit, ch)
 		}
 		if !isDBusError(err, "org.freedesktop.systemd1.UnitExists") {
 			return false, fmt.Errorf("start %s: %w", unit, err)
 		}
-		if p.hasCgroup(name) || attempt > 0 {
+		if p.hasCgroup(name) {
 			return false, nil
 		}
-		if err := p.conn.ResetFailedUnitContext(ctx, unit); err != nil {
-			p.m.log.Warn("reset failed slice", "unit", unit, "err", err)
+		if attempt == 0 {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			if err := p.conn.ResetFailedUnitContext(cctx, unit); err != nil {
+				p.m.log.Warn("reset failed slice", "unit", unit, "err", err)
+			}
+			cancel()
+			continue
 		}
+		// Loaded, not failed, without a cgroup: inactive. Start it as it
+		// is; the caller sets its properties next.
+		ch = make(chan string, 1)
+		cctx, cancel = context.WithTimeout(ctx, callTimeout)
+		_, err = p.conn.StartUnitContext(cctx, unit, "replace", ch)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("start the existing %s: %w", unit, err)
+		}
+		return false, p.waitJob(ctx, "start the existing", unit, ch)
 	}
 }
 
@@ -273,7 +273,7 @@ func (p *systemdPlacer) waitCgroup(ctx context.Context, name string, present boo
 		}
 		if time.Now().After(deadline) {
 			if present {
-				return fmt.Errorf("systemd started %s but made no cgroup %s", path.Base(name), d.Path)
+				return fmt.Errorf("%s is active but its cgroup %s is missing", path.Base(name), d.Path)
 			}
 			return fmt.Errorf("systemd stopped %s but its cgroup %s is still there", path.Base(name), d.Path)
 		}
@@ -288,18 +288,38 @@ func (p *systemdPlacer) waitCgroup(ctx context.Context, name string, present boo
 func (p *systemdPlacer) remove(ctx context.Context, name string, deadline time.Time) error {
 	unit, _, err := unitOf(name)
 	if err != nil {
-		return err
+		// Not a slice (a cgroupfs-named cgroup left by an earlier driver):
+		// nothing for systemd to stop.
+		return p.m.removeDirsBy(name, deadline)
+	}
+	// Stopping a slice kills what is in it, where rmdir would only
+	// refuse: look once more right before, as late as possible.
+	if d, err := p.m.layout.Memory.Resolve(name); err == nil {
+		busy, err := cgroups.Populated(d.Path, d.Hierarchy.V2())
+		switch {
+		case err != nil && !cgroups.Gone(err):
+			return err
+		case busy:
+			return fmt.Errorf("%s: %w", d.Path, ErrPopulated)
+		}
 	}
 	ch := make(chan string, 1)
-	if _, err := p.conn.StopUnitContext(ctx, unit, "replace", ch); err != nil {
-		if !isDBusError(err, "org.freedesktop.systemd1.NoSuchUnit") {
-			return fmt.Errorf("stop %s: %w", unit, err)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	_, err = p.conn.StopUnitContext(cctx, unit, "replace", ch)
+	cancel()
+	switch {
+	case isDBusError(err, "org.freedesktop.systemd1.NoSuchUnit"):
+	case err != nil:
+		return fmt.Errorf("stop %s: %w", unit, err)
+	default:
+		if err := p.waitJob(ctx, "stop", unit, ch); err != nil {
+			return err
 		}
-	} else if err := p.waitJob(ctx, "stop", unit, ch); err != nil {
-		p.m.log.Warn("stop pod slice", "unit", unit, "err", err)
 	}
 	// A failed unit stays loaded until reset; systemd then forgets it.
-	_ = p.conn.ResetFailedUnitContext(ctx, unit)
+	cctx, cancel = context.WithTimeout(ctx, callTimeout)
+	_ = p.conn.ResetFailedUnitContext(cctx, unit)
+	cancel()
 	// systemd before 240 leaves sub-cgroups, and the runtime may leave
 	// an empty container cgroup: whatever remains goes as with cgroupfs.
 	return p.m.removeDirsBy(name, deadline)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
@@ -29,11 +30,14 @@ import (
 type fakeSystemd struct {
 	mount string
 
-	mu     sync.Mutex
-	units  map[string]bool // loaded units; false: failed leftover
-	calls  []string
-	props  map[string][]sddbus.Property // by unit, the last properties given
-	failOn string                       // a unit whose start job fails
+	mu       sync.Mutex
+	units    map[string]bool // loaded units; false: failed leftover
+	calls    []string
+	props    map[string][]sddbus.Property // by unit, the last properties given
+	failOn   string                       // a unit whose start job fails
+	failStop string                       // a unit whose stop job fails
+	version  string                       // the Version property; "" is 252
+	inactive map[string]bool              // loaded units without a cgroup that StartUnit starts
 }
 
 func newFakeSystemd(mount string) *fakeSystemd {
@@ -69,6 +73,28 @@ func (f *fakeSystemd) StartTransientUnitContext(_ context.Context, name, mode st
 	return 1, nil
 }
 
+func (f *fakeSystemd) StartUnitContext(_ context.Context, name, mode string, ch chan<- string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "start-existing "+name)
+	if err := os.MkdirAll(f.dir(name), 0o755); err != nil {
+		return 0, err
+	}
+	f.units[name] = true
+	ch <- "done"
+	return 1, nil
+}
+
+func (f *fakeSystemd) GetManagerProperty(name string) (string, error) {
+	if name != "Version" {
+		return "", fmt.Errorf("no property %s", name)
+	}
+	if f.version == "" {
+		return `"252.33-1~deb12u1"`, nil
+	}
+	return f.version, nil
+}
+
 func (f *fakeSystemd) SetUnitPropertiesContext(_ context.Context, name string, runtime bool, props ...sddbus.Property) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -84,6 +110,10 @@ func (f *fakeSystemd) StopUnitContext(_ context.Context, name, mode string, ch c
 	if _, ok := f.units[name]; !ok {
 		return 0, godbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit"}
 	}
+	if name == f.failStop {
+		ch <- "failed"
+		return 1, nil
+	}
 	delete(f.units, name)
 	if err := os.Remove(f.dir(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, err
@@ -96,7 +126,7 @@ func (f *fakeSystemd) ResetFailedUnitContext(_ context.Context, name string) err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "reset-failed "+name)
-	if ok, loaded := f.units[name]; loaded && !ok {
+	if ok, loaded := f.units[name]; loaded && !ok && !f.inactive[name] {
 		delete(f.units, name)
 	}
 	return nil
@@ -339,7 +369,7 @@ func TestResourcePropertiesConvertAsRuncDoes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := map[string]any{}
-			for _, p := range resourceProperties(c.rc, c.v2) {
+			for _, p := range resourceProperties(c.rc, c.v2, 252) {
 				got[p.Name] = p.Value.Value()
 			}
 			for k, v := range c.want {
@@ -385,6 +415,7 @@ func TestCheckSandboxTellsTheRuntimesDriver(t *testing.T) {
 		{"a CRI-O scope in a systemd slice is right", sd, "crio-sb1.scope", nil},
 		{"a bare directory in a systemd slice means a cgroupfs runtime", sd, "sb1", ErrDriverMismatch},
 		{"a bare directory under cgroupfs is right", fs, "sb1", nil},
+		{"CRI-O's cgroupfs name is right under cgroupfs", fs, "crio-sb1", nil},
 		{"a scope under cgroupfs means a systemd runtime", fs, "cri-containerd-sb1.scope", ErrDriverMismatch},
 		{"no cgroup at all is a misplaced sandbox", fs, "", ErrMisplaced},
 	}
@@ -529,4 +560,166 @@ func TestParentsAreAbsoluteWhereTheRuntimeNeedsThem(t *testing.T) {
 			t.Errorf("Parent = %q, Kubepods = %q", p, k)
 		}
 	})
+}
+
+func TestSystemdBefore242GetsNoCPUQuotaPeriod(t *testing.T) {
+	i64 := func(v int64) *int64 { return &v }
+	u64 := func(v uint64) *uint64 { return &v }
+	rc := ResourceConfig{CPUQuota: i64(50000), CPUPeriod: u64(100000)}
+	for _, v := range []int{239, 241} {
+		for _, p := range resourceProperties(rc, true, v) {
+			if p.Name == "CPUQuotaPeriodUSec" {
+				t.Errorf("systemd %d was given CPUQuotaPeriodUSec, which it refuses", v)
+			}
+		}
+	}
+	var names []string
+	for _, p := range resourceProperties(rc, true, 242) {
+		names = append(names, p.Name)
+	}
+	if !slices.Contains(names, "CPUQuotaPeriodUSec") || !slices.Contains(names, "CPUQuotaPerSecUSec") {
+		t.Errorf("systemd 242: %v", names)
+	}
+	t.Run("the version is read from the manager at start", func(t *testing.T) {
+		l := v2Layout(t)
+		f := newFakeSystemd(l.Unified.Mount)
+		f.version = `"239 (239-78.el8)"`
+		m, err := New(t.Context(), l, Systemd, "/", Options{Systemd: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := resource.MustParse
+		if _, err := m.Ensure(t.Context(), testPod("0000-c239", corev1.ResourceList{"cpu": q("1"), "memory": q("1Mi")}, corev1.ResourceList{"cpu": q("1"), "memory": q("1Mi")})); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := f.prop("kubepods-pod0000_c239.slice", "CPUQuotaPeriodUSec"); ok {
+			t.Errorf("systemd 239's pod slice got CPUQuotaPeriodUSec")
+		}
+		if got, _ := f.prop("kubepods-pod0000_c239.slice", "CPUQuotaPerSecUSec"); got != uint64(1000000) {
+			t.Errorf("CPUQuotaPerSecUSec = %v", got)
+		}
+	})
+}
+
+func TestAnInactiveSliceOfThatNameIsStartedAgain(t *testing.T) {
+	m, f := newSystemdManager(t)
+	if err := m.EnsureRoot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.takeCalls()
+	f.units["kubepods-besteffort-pod0000_idle.slice"] = false
+	f.inactive = map[string]bool{"kubepods-besteffort-pod0000_idle.slice": true}
+	parent, err := m.Ensure(t.Context(), testPod("0000-idle", nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := f.takeCalls()
+	if !slices.Contains(calls, "start-existing kubepods-besteffort-pod0000_idle.slice") {
+		t.Errorf("calls %q: the inactive slice was not started", calls)
+	}
+	if d, _ := m.MemoryDir(parent); !f.hasDir(d.Path) {
+		t.Errorf("no cgroup %s", d.Path)
+	}
+}
+
+func (f *fakeSystemd) hasDir(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func TestAFailedStopJobIsAnError(t *testing.T) {
+	m, f := newSystemdManager(t)
+	parent, err := m.Ensure(t.Context(), testPod("0000-stop", nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.failStop = "kubepods-besteffort-pod0000_stop.slice"
+	err = m.Remove(t.Context(), parent)
+	if err == nil || !strings.Contains(err.Error(), `stop kubepods-besteffort-pod0000_stop.slice: systemd's job ended "failed"`) {
+		t.Fatalf("Remove = %v, want the failed stop job", err)
+	}
+	if d, _ := m.MemoryDir(parent); !f.hasDir(d.Path) {
+		t.Errorf("the cgroup of a slice systemd did not stop was removed underneath it")
+	}
+}
+
+func TestAPopulatedSliceIsRefusedRightBeforeTheStop(t *testing.T) {
+	m, f := newSystemdManager(t)
+	parent, err := m.Ensure(t.Context(), testPod("0000-late", nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A sandbox scope that appeared after the walk of cgroup.procs: the
+	// kernel's cgroup.events says so for the whole subtree.
+	d, _ := m.MemoryDir(parent)
+	if err := os.WriteFile(filepath.Join(d.Path, "cgroup.events"), []byte("populated 1\nfrozen 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.takeCalls()
+	err = m.placer.remove(t.Context(), parent, time.Now().Add(time.Second))
+	if !errors.Is(err, ErrPopulated) {
+		t.Fatalf("remove = %v, want ErrPopulated", err)
+	}
+	if calls := f.takeCalls(); len(calls) != 0 {
+		t.Errorf("calls %q: a populated slice was stopped (stopping kills what it holds)", calls)
+	}
+}
+
+// closedOnce is a SystemdConn whose every call fails with ErrClosed, as a
+// connection does once systemd re-executed itself.
+type closedOnce struct{ fakeSystemd }
+
+func (c *closedOnce) StartTransientUnitContext(context.Context, string, string, []sddbus.Property, chan<- string) (int, error) {
+	return 0, godbus.ErrClosed
+}
+func (c *closedOnce) Close() { c.calls = append(c.calls, "close") }
+
+func TestADroppedDBusConnectionIsDialledAgain(t *testing.T) {
+	l := v2Layout(t)
+	dead := &closedOnce{}
+	fresh := newFakeSystemd(l.Unified.Mount)
+	dials := 0
+	r := newReconnecting(dead, func() (SystemdConn, error) { dials++; return fresh, nil })
+	m, err := New(t.Context(), l, Systemd, "/", Options{Systemd: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Ensure(t.Context(), testPod("0000-redial", nil, nil)); err != nil {
+		t.Fatalf("Ensure after systemd closed the connection: %v", err)
+	}
+	if dials != 1 || !slices.Contains(dead.calls, "close") {
+		t.Errorf("dials %d, the dead connection closed: %v", dials, dead.calls)
+	}
+	if !slices.Contains(fresh.takeCalls(), "start kubepods-besteffort-pod0000_redial.slice") {
+		t.Errorf("the pod slice was not started on the new connection")
+	}
+	t.Run("a connection that stays closed fails, after one retry", func(t *testing.T) {
+		dead2 := &closedOnce{}
+		r := newReconnecting(dead2, func() (SystemdConn, error) { return &closedOnce{}, nil })
+		_, err := r.StartTransientUnitContext(t.Context(), "x.slice", "replace", nil, nil)
+		if !errors.Is(err, godbus.ErrClosed) {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+func TestSameCgroupComparesDirectoriesNotSpellings(t *testing.T) {
+	m, err := New(t.Context(), v2Layout(t), Cgroupfs, "nodeguard", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"nodeguard/kubepods/pod1", "/system.slice/nodeguard.service/nodeguard/kubepods/pod1", true},
+		{"nodeguard/kubepods/pod1", "nodeguard/kubepods/pod2", false},
+		{"/kubepods/pod1", "nodeguard/kubepods/pod1", false},
+		{"/kubepods.slice/kubepods-pod1.slice", "/kubepods/pod1", false},
+		{"../../escape", "nodeguard", false},
+	} {
+		if got := m.SameCgroup(c.a, c.b); got != c.same {
+			t.Errorf("SameCgroup(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
+	}
 }

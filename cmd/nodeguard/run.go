@@ -194,6 +194,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	// (Not with the private runtime: it runs in this cgroup already, see
 	// kubepods.CheckRuntimeCgroup.)
+	if !path.IsAbs(cfg.CgroupRoot) && layout.Mode == cgroups.ModeV2 {
+		if err := refuseRelativeRootInService(layout.Unified, cfg.CgroupRoot); err != nil {
+			return err
+		}
+	}
 	if !path.IsAbs(cfg.CgroupRoot) && layout.Mode == cgroups.ModeV2 && !checkNetwork {
 		// A relative root hangs from nodeguard's own cgroup, which on
 		// cgroup v2 must hold no process before controllers can be
@@ -221,9 +226,6 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	var dialOpts []cri.Option
 	if cfg.ImagePull {
 		dialOpts = append(dialOpts, cri.WithImagePull())
-	}
-	if cgm.AbsoluteParents() {
-		dialOpts = append(dialOpts, cri.WithAbsoluteCgroupParents())
 	}
 	n.status("connecting to the runtime at %s", cfg.RuntimeEndpoint)
 	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -447,6 +449,20 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return err
 	}
 	return nil
+}
+
+// refuseRelativeRootInService refuses a relative cgroup root beneath a
+// systemd service's cgroup on cgroup v2: nodeguard would enable
+// controllers in the service's cgroup (after moving itself into a leaf),
+// and then systemd could not start the next agent there after a restart
+// or crash (the kernel refuses to put a process into a cgroup whose
+// controllers are enabled for its children), so the unit would fail to
+// start for good while the pods live on.
+func refuseRelativeRootInService(h *cgroups.Hierarchy, root string) error {
+	if h == nil || !strings.HasSuffix(path.Base(h.Own), ".service") {
+		return nil
+	}
+	return fmt.Errorf("cgroupRoot %q is relative, beneath the systemd service's cgroup %s: on cgroup v2 systemd could not start the agent there again after a restart once pod cgroups hang from it; use cgroupRoot: / (the default)", root, h.Own)
 }
 
 // checkPlacement makes sure the runtime will put containers into the

@@ -56,18 +56,12 @@ type Client struct {
 type Option func(*dialOptions)
 
 type dialOptions struct {
-	pull            bool
-	absoluteCgroups bool
+	pull bool
 }
 
 // WithImagePull lets EnsureImage and PullImage pull missing images: only
 // for a node with a registry configured. Without it nothing is pulled.
 func WithImagePull() Option { return func(o *dialOptions) { o.pull = true } }
-
-// WithAbsoluteCgroupParents lets RunPodSandbox accept absolute cgroup
-// parents, for a node whose cgroup root is absolute (a production node that
-// owns its hierarchy). Development machines never use it.
-func WithAbsoluteCgroupParents() Option { return func(o *dialOptions) { o.absoluteCgroups = true } }
 
 // Dial connects to the CRI runtime at endpoint ("unix:///path" or a bare
 // socket path) and shakes hands with runtime v1 Version; timeout (if > 0)

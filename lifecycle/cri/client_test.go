@@ -343,25 +343,19 @@ func TestRunPodSandboxGuardsTheCgroupParent(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		name     string
-		parent   string
-		absolute bool
-		refused  bool
+		name    string
+		parent  string
+		refused bool
 	}{
 		{name: "a relative parent is accepted", parent: "ng/kubepods/podx"},
 		{name: "an empty parent is refused", parent: "", refused: true},
-		{name: "an absolute parent is refused by default", parent: "/kubepods/podx", refused: true},
-		{name: "an absolute parent is accepted when allowed", parent: "/kubepods/podx", absolute: true},
+		{name: "an absolute parent is accepted", parent: "/kubepods/podx"},
 		{name: "a parent climbing out is refused", parent: "ng/../../podx", refused: true},
-		{name: "a parent climbing out is refused even when absolute ones are allowed", parent: "/../podx", absolute: true, refused: true},
+		{name: "an absolute parent climbing out is refused", parent: "/../podx", refused: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var opts []Option
-			if tt.absolute {
-				opts = append(opts, WithAbsoluteCgroupParents())
-			}
-			f, c := dialFake(t, opts...)
+			f, c := dialFake(t)
 			id, err := c.RunPodSandbox(t.Context(), cfg(tt.parent))
 			ran := len(f.called()) > 1 // after Version
 			if tt.refused {

@@ -33,10 +33,8 @@
 //     ListPodSandbox and ListContainers only ever return those.
 //   - RunPodSandbox refuses a config without a cgroup parent (runc would
 //     create /k8s.io/<id> at the root of every hierarchy) and one whose
-//     parent climbs out with "..". An absolute parent is refused unless the
-//     client was dialed WithAbsoluteCgroupParents: on the development
-//     machines a pod's cgroup parent is always relative, resolved by runc
-//     against its own cgroup.
+//     parent climbs out with "..". Relative or absolute is the pod cgroup
+//     Manager's decision (cgroups/kubepods), which the lifecycle hands on.
 //   - Every sandbox gets an explicit DNSConfig, so the runtime never copies
 //     the host's resolv.conf on its own.
 //   - Nothing is pulled unless the client was dialed WithImagePull: a

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -30,8 +29,11 @@ type SandboxStatus struct {
 
 // RunPodSandbox creates and starts a sandbox (the pause container and its
 // network) and returns its ID. It refuses, before calling the runtime, a
-// config whose cgroup parent is empty, contains "..", or is absolute on a
-// client without WithAbsoluteCgroupParents (ErrBadCgroupParent).
+// config whose cgroup parent is empty or contains ".." (ErrBadCgroupParent).
+// Whether a parent is relative or absolute is the cgroups/kubepods
+// Manager's decision: it hands out absolute parents on a node, and on pure
+// cgroup v2 even for a relative root, spelled beneath this process's own
+// cgroup.
 func (c *Client) RunPodSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig) (string, error) {
 	what := sandboxName(cfg)
 	if err := c.checkCgroupParent(cfg.GetLinux().GetCgroupParent()); err != nil {
@@ -50,8 +52,6 @@ func (c *Client) checkCgroupParent(p string) error {
 		return fmt.Errorf("%w: empty (runc would create /k8s.io/<id> at the root of every hierarchy)", ErrBadCgroupParent)
 	case slices.Contains(strings.Split(p, "/"), ".."):
 		return fmt.Errorf("%w: %q climbs out with \"..\"", ErrBadCgroupParent, p)
-	case path.IsAbs(p) && !c.opts.absoluteCgroups:
-		return fmt.Errorf("%w: %q is absolute; pod cgroups must be relative here (or dial WithAbsoluteCgroupParents)", ErrBadCgroupParent, p)
 	}
 	return nil
 }
