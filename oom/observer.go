@@ -73,9 +73,10 @@ type OOMKillAttribution struct {
 	Pod *PodRef
 	// Cgroup is the victim's memory cgroup path (the snapshot's Rel), ""
 	// when unknown; Container the name of the cgroup directly beneath the
-	// pod cgroup that holds it (the container's cgroup: the runtime
-	// names it after the container id), "" when the victim was in the pod
-	// cgroup itself or not in a pod.
+	// pod cgroup that holds it (the container's cgroup, named by the
+	// runtime after the container id: the bare id with cgroupfs,
+	// cri-containerd-<id>.scope with the systemd driver), "" when the
+	// victim was in the pod cgroup itself or not in a pod.
 	Cgroup, Container string
 	PID               uint32
 	Comm              string

@@ -62,7 +62,8 @@
 //   - systemd.go: the cgroups are transient slice units that systemd makes
 //     over D-Bus (StartTransientUnit with Wants= on the parent slice,
 //     accounting on, DefaultDependencies=false, the resources as unit
-//     properties: MemoryMax, CPUWeight, CPUQuotaPerSecUSec, TasksMax),
+//     properties: MemoryMax, CPUWeight, CPUQuotaPerSecUSec, and TasksMax
+//     where a pids limit is set),
 //     updated with SetUnitProperties and removed with StopUnit, as the
 //     kubelet's systemd cgroup manager does through runc.
 //

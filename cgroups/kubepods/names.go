@@ -59,7 +59,7 @@ func ParseDriver(s string) (Driver, error) {
 	return "", fmt.Errorf("parse cgroup driver %q: %w (supported: %q, %q)", s, ErrUnknownDriver, Cgroupfs, Systemd)
 }
 
-// Kubepods returns the name of the node-allocatable cgroup that holds every
+// Name returns the name of the node-allocatable cgroup that holds every
 // pod: <root>/kubepods or /kubepods.slice (NodeAllocatableRoot).
 func Name(d Driver, root string) (string, error) {
 	parts, err := rootComponents(d, root)
@@ -134,8 +134,41 @@ func rootComponents(d Driver, root string) ([]string, error) {
 		if err := checkComponent(p); err != nil {
 			return nil, fmt.Errorf("name cgroup under root %q: %w", root, err)
 		}
+		if d == Systemd {
+			if err := checkUnitChars(p); err != nil {
+				return nil, fmt.Errorf("name cgroup under root %q: %w", root, err)
+			}
+		}
+	}
+	if d == Systemd {
+		// The longest unit the root leads is a pod slice: every root
+		// component, kubepods, the QoS class and pod<uid> (a UID is a
+		// 36-byte UUID), dash-joined.
+		n := len("kubepods-besteffort-pod") + 36 + len(systemdSuffix)
+		for _, p := range parts {
+			n += len(p) + 1
+		}
+		if n > maxUnitName {
+			return nil, fmt.Errorf("name cgroup under root %q: %w: its pod slices' names would pass systemd's %d bytes", root, ErrBadComponent, maxUnitName)
+		}
 	}
 	return parts, nil
+}
+
+// maxUnitName is systemd's UNIT_NAME_MAX: a unit name, suffix included, has
+// at most 255 bytes.
+const maxUnitName = 255
+
+// checkUnitChars refuses, for the systemd driver, a root component with a
+// byte systemd does not allow in a unit name (unit_name_is_valid: ASCII
+// letters and digits, ':', '-', '_', '.', '\\'; '-' becomes '_' here).
+func checkUnitChars(p string) error {
+	for _, r := range p {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == ':' || r == '-' || r == '.') {
+			return fmt.Errorf("%w: %q has %q, which a systemd unit name cannot hold", ErrBadComponent, p, r)
+		}
+	}
+	return nil
 }
 
 // checkComponent refuses what NewCgroupName refuses ('/' and '_'), what would
@@ -186,7 +219,11 @@ func render(d Driver, root string, parts []string) (string, error) {
 	for i, p := range parts {
 		escaped[i] = strings.ReplaceAll(p, "-", "_")
 	}
-	return expandSlice(strings.Join(escaped, "-") + systemdSuffix)
+	unit := strings.Join(escaped, "-") + systemdSuffix
+	if len(unit) > maxUnitName {
+		return "", fmt.Errorf("name systemd slice %q: %w: longer than systemd's %d bytes", unit, ErrBadComponent, maxUnitName)
+	}
+	return expandSlice(unit)
 }
 
 // expandSlice is runc's systemd ExpandSlice: "a-b-c.slice" becomes

@@ -154,3 +154,29 @@ func FuzzPodParent(f *testing.F) {
 		}
 	})
 }
+
+func TestSystemdRootsMustMakeValidUnitNames(t *testing.T) {
+	for _, c := range []struct {
+		name, root string
+		ok         bool
+	}{
+		{"the hierarchy root", "/", true},
+		{"a nested root of letters, digits, dots and dashes", "/node.pool-1", true},
+		{"a space cannot be in a unit name", "/my pods", false},
+		{"an at sign is for templates", "/pods@1", false},
+		{"a root whose pod slices would pass 255 bytes", "/" + strings.Repeat("a", 127) + "/" + strings.Repeat("b", 100), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Name(Systemd, c.root)
+			if (err == nil) != c.ok {
+				t.Errorf("Name(systemd, %q) = %v, want ok %v", c.root, err, c.ok)
+			}
+			if err != nil && !errors.Is(err, ErrBadComponent) {
+				t.Errorf("%v does not match ErrBadComponent", err)
+			}
+			if _, err := Name(Cgroupfs, c.root); err != nil && c.ok {
+				t.Errorf("cgroupfs refuses %q: %v", c.root, err)
+			}
+		})
+	}
+}

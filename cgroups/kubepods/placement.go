@@ -75,8 +75,8 @@ func (m *Manager) CheckSandbox(parent, id string) error {
 	if !ok {
 		mem, _ := m.layout.Memory.Resolve(parent)
 		hint := "the runtime resolved its cgroup parent elsewhere"
-		if !path.IsAbs(m.root) {
-			hint = "a relative cgroupRoot resolves against the runtime's own cgroup: use an absolute cgroupRoot (/ on a node)"
+		if !m.AbsoluteParents() {
+			hint = "a relative cgroup parent resolves against the runtime's own cgroup: use an absolute cgroupRoot (/ on a node)"
 		}
 		return fmt.Errorf("%w: sandbox %s has no cgroup in %s (%s)", ErrMisplaced, id, mem.Path, hint)
 	}

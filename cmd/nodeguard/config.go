@@ -233,7 +233,7 @@ func (c runConfig) Validate() error {
 	}
 	d, err := kubepods.ParseDriver(c.CgroupDriver)
 	if err != nil {
-		return fmt.Errorf("cgroupDriver: %q: want %q or %q", c.CgroupDriver, kubepods.Cgroupfs, kubepods.Systemd)
+		return fmt.Errorf("cgroupDriver: %q: %w: want %q or %q", c.CgroupDriver, kubepods.ErrUnknownDriver, kubepods.Cgroupfs, kubepods.Systemd)
 	}
 	if d == kubepods.Systemd && !filepath.IsAbs(c.CgroupRoot) {
 		return fmt.Errorf("cgroupRoot: %q: the systemd driver needs an absolute root (/ on a node): slices are absolute", c.CgroupRoot)

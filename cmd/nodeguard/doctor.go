@@ -117,7 +117,10 @@ type doctorReport struct {
 }
 
 func newDoctorCmd(g *globalFlags) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON     bool
+		configFlag string
+	)
 	opts := doctorOptions{RuntimeEndpoint: defaultDoctorRuntimeEndpoint, CgroupDriver: string(kubepods.Cgroupfs), CgroupRoot: "/"}
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -141,6 +144,26 @@ explicitly given --runtime-endpoint does not answer.`,
 				return err
 			}
 			opts.RuntimeRequired = cmd.Flags().Changed("runtime-endpoint")
+			// The agent's configuration, where there is one, says which
+			// runtime, driver and root to check; flags override it.
+			path, err := configPath(configFlag, cmd.Flags().Changed("config"))
+			if err != nil {
+				return err
+			}
+			if path != "" {
+				cfg, err := loadRunConfig(path)
+				if err != nil {
+					return err
+				}
+				set := func(flag string, dst *string, v string) {
+					if !cmd.Flags().Changed(flag) && v != "" {
+						*dst = v
+					}
+				}
+				set("runtime-endpoint", &opts.RuntimeEndpoint, cfg.RuntimeEndpoint)
+				set("cgroup-driver", &opts.CgroupDriver, cfg.CgroupDriver)
+				set("cgroup-root", &opts.CgroupRoot, cfg.CgroupRoot)
+			}
 			r := runDoctor(cmd.Context(), log, opts)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -159,6 +182,7 @@ explicitly given --runtime-endpoint does not answer.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringVar(&opts.RuntimeEndpoint, "runtime-endpoint", opts.RuntimeEndpoint, "CRI socket to check")
+	cmd.Flags().StringVar(&configFlag, "config", DefaultConfigPath, "the agent's configuration (read only if it exists): its runtime endpoint, cgroup driver and root are checked")
 	cmd.Flags().StringVar(&opts.CgroupDriver, "cgroup-driver", opts.CgroupDriver, "the agent's cgroup driver: cgroupfs or systemd")
 	cmd.Flags().StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "the agent's cgroup root")
 	return cmd
@@ -482,10 +506,13 @@ func checkPodCgroups(ctx context.Context, r *doctorReport, layout *cgroups.Layou
 		c.Status, c.Detail = stOK, "kubepods exists at "+mem.Path+" (cgroupfs driver)"
 		return c
 	}
+	// The nearest existing cgroup above: nodeguard run makes the rest.
 	parent := filepath.Dir(mem.Path)
-	if _, err := os.Stat(parent); err != nil {
-		c.Status, c.Detail, c.Fix = stFail, fmt.Sprintf("the root %s does not exist: %v", parent, err), "create it, or pass --cgroup-root /"
-		return c
+	for parent != layout.Memory.Mount && parent != "/" {
+		if _, err := os.Stat(parent); err == nil {
+			break
+		}
+		parent = filepath.Dir(parent)
 	}
 	c.Status, c.Detail = stOK, "nodeguard run creates "+mem.Path+" (cgroupfs driver)"
 	if layout.Memory.V2() && parent != layout.Memory.Mount {

@@ -192,8 +192,10 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return fmt.Errorf("discover cgroups: %w", err)
 	}
-	// (Not with the private runtime: it runs in this cgroup already, see
-	// kubepods.CheckRuntimeCgroup.)
+	// (Not with the private runtime, checkNetwork: it was started in this
+	// cgroup already, so nodeguard cannot be its only process; with it,
+	// nodeguard needs a cgroup whose children may have controllers, such
+	// as the root cgroup of the VM lane's guests.)
 	if !path.IsAbs(cfg.CgroupRoot) && layout.Mode == cgroups.ModeV2 {
 		if err := refuseRelativeRootInService(layout.Unified, cfg.CgroupRoot); err != nil {
 			return err
@@ -486,7 +488,16 @@ func checkPlacement(ctx context.Context, client *cri.Client, cgm *kubepods.Manag
 		}
 		log.Info("cgroup driver matches the runtime's", "cgroup_driver", d)
 	}
-	return cgm.CheckRuntimeCgroup(client.RuntimePID())
+	switch pid := client.RuntimePID(); {
+	case cgm.AbsoluteParents():
+	case pid == 0:
+		log.Warn("the runtime's pid is unknown (no SO_PEERCRED): cannot check that it shares nodeguard's cgroup, as a relative cgroup root needs; every sandbox's placement is checked instead")
+	case pid == 1:
+		log.Warn("the CRI socket is served by pid 1 (socket activation): cannot check the runtime's cgroup; every sandbox's placement is checked instead")
+	default:
+		return cgm.CheckRuntimeCgroup(pid)
+	}
+	return nil
 }
 
 // setOwnOOMScoreAdj gives nodeguard the kubelet's own -999, so that the OOM
