@@ -135,6 +135,9 @@ type Manager struct {
 	relisted map[string]relistEntry
 	// ephemeral: each pod's ephemeral storage at the last Storage sample.
 	ephemeral atomic.Pointer[map[types.UID]int64]
+	// qosErr: the last error setting the QoS cgroups, logged once (Run's
+	// goroutine only).
+	qosErr string
 }
 
 type backoff struct {
@@ -411,6 +414,20 @@ func (m *Manager) Forget(source string, keep map[types.UID]bool) {
 	m.poke()
 }
 
+// desiredPods are the pod specs the node runs, unevicted: what the QoS
+// cgroups' cpu shares are computed from.
+func (m *Manager) desiredPods() []*corev1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(m.pods))
+	for _, st := range m.pods {
+		if st.evicted == nil {
+			out = append(out, st.pod)
+		}
+	}
+	return out
+}
+
 // List returns every pod with its status, sorted by namespace and name.
 func (m *Manager) List() []*corev1.Pod {
 	m.mu.Lock()
@@ -497,6 +514,10 @@ func (m *Manager) Run(ctx context.Context) {
 		m.removeOrphans(ctx)
 		m.relist(ctx)
 		m.maybeGC(ctx, &wg)
+		if err := m.cfg.Cgroups.UpdateQOS(ctx, m.desiredPods()); err != nil && err.Error() != m.qosErr {
+			m.log.Warn("QoS cgroups' cpu shares", "err", err)
+			m.qosErr = err.Error()
+		}
 		select {
 		case <-ctx.Done():
 			return

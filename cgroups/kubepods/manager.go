@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -85,6 +86,9 @@ type Manager struct {
 	opts   Options
 	placer placer
 	log    *slog.Logger
+
+	qosMu   sync.Mutex
+	qosLast [2]uint64 // burstable, besteffort shares last written; 0: never
 }
 
 // New returns a Manager for driver beneath root. On a node root is
@@ -240,6 +244,37 @@ func (m *Manager) EnforceAllocatable(ctx context.Context, capacity, systemReserv
 		return rc, err
 	}
 	return rc, nil
+}
+
+// UpdateQOS sets the CPU shares (on cgroup v2 the weight) of the QoS
+// cgroups from the pods on the node, as the kubelet's QoS container
+// manager does (setCPUCgroupConfig): BestEffort the least there is,
+// Burstable the shares of the sum of its pods' cpu requests. It writes
+// only what changed since its last call, so the lifecycle may call it on
+// every pass.
+func (m *Manager) UpdateQOS(ctx context.Context, pods []*corev1.Pod) error {
+	burstable, bestEffort := QOSShares(pods)
+	m.qosMu.Lock()
+	defer m.qosMu.Unlock()
+	for i, q := range []struct {
+		class  corev1.PodQOSClass
+		shares uint64
+	}{{corev1.PodQOSBurstable, burstable}, {corev1.PodQOSBestEffort, bestEffort}} {
+		if m.qosLast[i] == q.shares {
+			continue
+		}
+		name, err := m.qosParent(q.class)
+		if err != nil {
+			return err
+		}
+		var rc ResourceConfig
+		rc.setCPUShares(q.shares, m.v2Memory())
+		if err := m.placer.ensure(ctx, name, levelQOS, rc); err != nil {
+			return fmt.Errorf("set the cpu shares of %s: %w", name, err)
+		}
+		m.qosLast[i] = q.shares
+	}
+	return nil
 }
 
 // RemoveRoot removes the (empty) kubepods tree, for tests and a node being

@@ -1,6 +1,7 @@
 package kubepods_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -288,5 +289,50 @@ func TestKillContainerEndsOnlyThatContainer(t *testing.T) {
 	}
 	if err := cmds[other].Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the pod's other container was hit: %v", err)
+	}
+}
+
+func TestUpdateQOSWritesTheQoSCgroupsCPUShares(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	sb := cgtest.New(t)
+	m, err := kubepods.New(t.Context(), sb.Layout(), kubepods.Cgroupfs, sb.Rel(), kubepods.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.RemoveRoot(context.WithoutCancel(t.Context())) })
+	if err := m.EnsureRoot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	q := resource.MustParse
+	if err := m.UpdateQOS(t.Context(), []*corev1.Pod{pod("q1", corev1.ResourceList{"cpu": q("500m")}, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, class := range []struct {
+		name   string
+		shares uint64
+	}{{"burstable", kubepods.MilliCPUToShares(500)}, {"besteffort", kubepods.MinShares}} {
+		k, _ := m.Kubepods()
+		dirs, err := m.Dirs(k + "/" + class.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dirs {
+			file, want := "cpu.shares", fmt.Sprint(class.shares)
+			if d.Hierarchy.V2() {
+				file, want = "cpu.weight", fmt.Sprint(kubepods.CPUWeight(class.shares))
+			}
+			b, err := os.ReadFile(filepath.Join(d.Path, file))
+			if err != nil {
+				continue // no cpu controller in this hierarchy
+			}
+			checked++
+			if got := strings.TrimSpace(string(b)); got != want {
+				t.Errorf("%s/%s = %s, want %s", d.Path, file, got, want)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no hierarchy has the cpu controller: nothing checked")
 	}
 }

@@ -723,3 +723,46 @@ func TestSameCgroupComparesDirectoriesNotSpellings(t *testing.T) {
 		}
 	}
 }
+
+func TestTheQoSSlicesGetTheKubeletsCPUShares(t *testing.T) {
+	m, f := newSystemdManager(t)
+	if err := m.EnsureRoot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.takeCalls()
+	q := resource.MustParse
+	pods := []*corev1.Pod{
+		testPod("0000-b1", corev1.ResourceList{"cpu": q("250m")}, nil),
+		testPod("0000-b2", corev1.ResourceList{"cpu": q("750m"), "memory": q("1Mi")}, nil),
+		testPod("0000-e1", nil, nil),
+	}
+	if err := m.UpdateQOS(t.Context(), pods); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.takeCalls(), []string{"start kubepods-burstable.slice", "set kubepods-burstable.slice runtime=true",
+		"start kubepods-besteffort.slice", "set kubepods-besteffort.slice runtime=true"}; !slices.Equal(got, want) {
+		t.Errorf("calls %q, want %q", got, want)
+	}
+	if got, _ := f.prop("kubepods-burstable.slice", "CPUWeight"); got != CPUWeight(MilliCPUToShares(1000)) {
+		t.Errorf("burstable CPUWeight = %v, want the weight of 1 CPU's shares", got)
+	}
+	if got, _ := f.prop("kubepods-besteffort.slice", "CPUWeight"); got != CPUWeight(MinShares) {
+		t.Errorf("besteffort CPUWeight = %v, want the least", got)
+	}
+	t.Run("an unchanged pod set costs no D-Bus call", func(t *testing.T) {
+		if err := m.UpdateQOS(t.Context(), pods); err != nil {
+			t.Fatal(err)
+		}
+		if calls := f.takeCalls(); len(calls) != 0 {
+			t.Errorf("calls %q", calls)
+		}
+	})
+	t.Run("a burstable pod gone lowers the burstable slice's weight", func(t *testing.T) {
+		if err := m.UpdateQOS(t.Context(), pods[1:]); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := f.prop("kubepods-burstable.slice", "CPUWeight"); got != CPUWeight(MilliCPUToShares(750)) {
+			t.Errorf("burstable CPUWeight = %v", got)
+		}
+	})
+}
