@@ -155,7 +155,15 @@
 //     no pod slice, no cri-containerd scope, no cgroup named after a pod,
 //     no mount beneath <rootDir>/pods, no veth, no IP lease under
 //     nodeguard's IPAM directory (<rootDir>/cni/networks), and nothing in
-//     containerd, each a subtest.
+//     containerd, each a subtest;
+//   - nodeguard restarted with cgroupDriver: cgroupfs on containerd's
+//     systemd driver: an applied pod gets no sandbox, its status says "set
+//     cgroupDriver: systemd" (runc's refusal of a cgroupfs parent,
+//     explained), and no cgroup of it is left once it is deleted;
+//   - containerd switched to SystemdCgroup = false and nodeguard to
+//     cgroupfs: the pod runs with its container in
+//     /kubepods/burstable/pod<uid>/<id>, its pod cgroup's memory.max is its
+//     limit, and the cgroup goes with the pod.
 //
 // # Knobs
 //

@@ -112,6 +112,8 @@ func TestNode(t *testing.T) {
 	t.Run("after kill -9 systemd restarts the agent and it adopts every pod", n.adopt)
 	t.Run("a runaway pod is evicted before the kernel OOM killer", n.evict)
 	t.Run("deleting every pod leaves nothing behind", n.cleanup)
+	t.Run("a cgroupDriver other than containerd's is refused, saying which to set", n.driverMismatch)
+	t.Run("with containerd's cgroupfs driver, nodeguard's cgroupfs driver runs the pods in /kubepods", n.cgroupfsDriver)
 }
 
 // writeConfig writes the installed configuration with v over it.

@@ -1,0 +1,185 @@
+//go:build nodelane
+
+package nodelane
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The driver checks run last, on a node without pods (the cleanup check
+// removed them): first nodeguard with the other driver than containerd's,
+// then both switched to cgroupfs.
+const (
+	// containerdConfig is where the lane's image has containerd's
+	// configuration (nodevm bakes it with SystemdCgroup = true).
+	containerdConfig = "/etc/containerd/config.toml"
+	// refusedBound: the pod's sandbox is tried, refused by runc, and its
+	// status says why, within a few sync passes under TCG.
+	refusedBound = 90 * time.Second
+	// containerdBound: containerd restarted and its CRI answering.
+	containerdBound = 60 * time.Second
+)
+
+// restartAgent writes v over the installed configuration and restarts
+// nodeguard, waiting for READY.
+func (n *node) restartAgent(t *testing.T, v NodeValues) {
+	t.Helper()
+	if err := n.writeConfig(v); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := systemctl(startCmdBound, "restart", "nodeguard"); err != nil {
+		t.Fatalf("systemctl restart nodeguard: %v %s; journal:\n%s", err, out, journalText("nodeguard", 30))
+	}
+	requireAgent(t)
+}
+
+// deletePod removes a pod through the API and waits until it is gone.
+func deletePod(t *testing.T, p podRef) {
+	t.Helper()
+	if out, err := nodeguard(cmdTimeout, "pod", "rm", "-n", p.Namespace, p.Name); err != nil && !strings.Contains(out, "not found") {
+		t.Fatalf("nodeguard pod rm %s: %v %s", p, err, out)
+	}
+	if _, err := waitFor(p.String()+" gone", deleteBound, func() (bool, string, error) {
+		l, err := listPods()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return findPod(l, p.Namespace, p.Name) == nil, describePods(l), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) driverMismatch(t *testing.T) {
+	requireAgent(t)
+	v := n.values
+	v.CgroupDriver = "cgroupfs"
+	n.restartAgent(t, v)
+	if out, err := applyPods(appliedPod.File); err != nil {
+		t.Fatalf("nodeguard pod apply -f %s: %v %s", appliedPod.File, err, out)
+	}
+	var msg, uid string
+	d, err := waitFor("the pod's status to say the driver is containerd's", refusedBound, func() (bool, string, error) {
+		l, err := listPods()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		p := findPod(l, appliedPod.Namespace, appliedPod.Name)
+		if p == nil {
+			return false, describePods(l), nil
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			return false, "", fmt.Errorf("the pod runs with cgroupDriver cgroupfs on containerd's systemd driver: %s", describePods(l))
+		}
+		msg, uid = p.Status.Message, string(p.UID)
+		return strings.Contains(msg, "cgroupDriver: systemd"), describePods(l), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; journal:\n%s", err, journalText("nodeguard", 20))
+	}
+	if sbs, err := criPods(); err == nil {
+		for _, sb := range sbs {
+			if sb.Labels[LabelPodUID] != "" && sb.State == "SANDBOX_READY" {
+				t.Errorf("a sandbox runs after the refusal: %+v", sb)
+			}
+		}
+	}
+	t.Logf("refused within %s: %q", d.Round(time.Millisecond), msg)
+	deletePod(t, appliedPod)
+	if _, err := waitFor("no cgroup of the refused pod", leftoverBound, func() (bool, string, error) {
+		left := podCgroupDirs([]string{uid})
+		return len(left) == 0, strings.Join(left, " "), nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+func (n *node) cgroupfsDriver(t *testing.T) {
+	requireAgent(t)
+	b, err := os.ReadFile(containerdConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := bytes.ReplaceAll(b, []byte("SystemdCgroup = true"), []byte("SystemdCgroup = false"))
+	if bytes.Equal(off, b) {
+		t.Fatalf("%s has no SystemdCgroup = true to turn off", containerdConfig)
+	}
+	if err := os.WriteFile(containerdConfig, off, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := systemctl(containerdBound, "restart", "containerd"); err != nil {
+		t.Fatalf("systemctl restart containerd: %v %s", err, out)
+	}
+	if _, err := waitFor("containerd's CRI with SystemdCgroup=false", containerdBound, func() (bool, string, error) {
+		info, err := crictl("info")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		systemd, _, ok, err := RuncSystemdCgroup(info)
+		return ok && err == nil && !systemd, fmt.Sprintf("systemd %v ok %v err %v", systemd, ok, err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	v := n.values
+	v.CgroupDriver = "cgroupfs"
+	n.restartAgent(t, v)
+	if out, err := applyPods(appliedPod.File); err != nil {
+		t.Fatalf("nodeguard pod apply -f %s: %v %s", appliedPod.File, err, out)
+	}
+	var pod *corev1.Pod
+	d, err := waitFor("the pod Running", podsBound, func() (bool, string, error) {
+		l, err := listPods()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pod = findPod(l, appliedPod.Namespace, appliedPod.Name)
+		return pod != nil && pod.Status.Phase == corev1.PodRunning && allReady(pod), describePods(l), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; journal:\n%s", err, journalText("nodeguard", 30))
+	}
+	uid := string(pod.UID)
+	podDir := "/kubepods/burstable/pod" + uid
+	cs, err := podContainers(uid)
+	if err != nil || len(cs) == 0 {
+		t.Fatalf("the pod's containers: %v %v", cs, err)
+	}
+	for _, c := range cs {
+		pid, err := containerPID(c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cg, err := ProcCgroupV2(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := podDir + "/" + c.ID; cg != want {
+			t.Errorf("container %s runs in %s, want %s", c.ID, cg, want)
+		}
+	}
+	if got := mustCgroup(podDir, "memory.max"); got != fmt.Sprint(64<<20) {
+		t.Errorf("%s memory.max %s, want the pod's 64Mi limit", podDir, got)
+	}
+	kmax := mustCgroup("/kubepods", "memory.max")
+	t.Logf("Running %s after the apply; container in %s/<id>, memory.max %s; /kubepods memory.max %s", d.Round(time.Millisecond),
+		podDir, mustCgroup(podDir, "memory.max"), kmax)
+	deletePod(t, appliedPod)
+	if _, err := waitFor("the pod's cgroup gone", leftoverBound, func() (bool, string, error) {
+		_, err := os.Stat(filepath.Join("/sys/fs/cgroup", podDir))
+		return os.IsNotExist(err), fmt.Sprint(err), nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
