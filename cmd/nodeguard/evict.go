@@ -215,8 +215,10 @@ type podRootTripwire struct {
 	failed bool
 }
 
-func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, log *slog.Logger) (*podRootTripwire, error) {
-	tw, err := tripwire.New(dir.Path, dir.Hierarchy.V2(), tripwire.Options{Logger: log})
+// newPodRootTripwire watches dir. stateDir (beneath nodeguard's rootDir)
+// keeps the original memory.high across crashes on v2.
+func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, stateDir string, log *slog.Logger) (*podRootTripwire, error) {
+	tw, err := tripwire.New(dir.Path, dir.Hierarchy.V2(), tripwire.Options{Logger: log, StateDir: stateDir})
 	if err != nil {
 		return nil, err
 	}

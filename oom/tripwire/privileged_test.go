@@ -3,7 +3,9 @@ package tripwire
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +197,88 @@ func TestV2MemoryHighOnARealCgroup(t *testing.T) {
 			t.Errorf("memory.high = %q after Close, want %q", got, orig)
 		}
 		t.Logf("stats %+v", tw.Stats())
+	})
+}
+
+// TestV2OriginalMemoryHighSurvivesASIGKILL arms a Tripwire in another
+// process, SIGKILLs it (no Close), and checks that the next Tripwire on the
+// same cgroup and state directory puts back the memory.high of before the
+// first Arm, not the threshold the killed one left. Without the record the
+// killed one's threshold is taken as the original and stays for good.
+func TestV2OriginalMemoryHighSurvivesASIGKILL(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeV2)
+	sb := cgtest.New(t, cgtest.WithMemoryLimit(sandboxLimit))
+	dir := sb.MemoryDir()
+	high := filepath.Join(dir, fileHigh)
+	// An original that is not the kernel's default, as a kubelet-owned
+	// kubepods may have.
+	if err := os.WriteFile(high, []byte("201326592"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), armerEnv+"="+dir+" "+state+" "+strconv.Itoa(64<<20))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	line := make(chan string, 1)
+	go func() {
+		b := make([]byte, 64)
+		n, _ := out.Read(b)
+		line <- strings.TrimSpace(string(b[:n]))
+	}()
+	select {
+	case l := <-line:
+		if l != "armed" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("armer said %q", l)
+		}
+	case <-time.After(waitBound):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("armer did not arm in time")
+	}
+	if got := readFile(t, high); got != "67108864" {
+		t.Fatalf("memory.high = %q while armed, want 67108864", got)
+	}
+	// The crash: SIGKILL by pid, no Close.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(waitBound):
+		t.Fatal("armer still running after SIGKILL")
+	}
+	if got := readFile(t, high); got != "67108864" {
+		t.Fatalf("memory.high = %q after the crash, want the armed 67108864 still there", got)
+	}
+
+	tw, err := New(dir, true, Options{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("re-arming after the crash and closing restores the true original", func(t *testing.T) {
+		if err := tw.Arm(96 << 20); err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, high); got != "201326592" {
+			t.Errorf("memory.high = %q after Close, want the original 201326592", got)
+		}
+		if left, _ := os.ReadDir(state); len(left) != 0 {
+			t.Errorf("state left behind: %v", left)
+		}
 	})
 }

@@ -128,6 +128,13 @@ type Options struct {
 	Coalesce time.Duration
 	// Buffer is C's capacity; 0 means DefaultBuffer.
 	Buffer int
+	// StateDir (v2 memory.high only) is where the memory.high found
+	// before the first Arm is recorded, durably and before that first
+	// write, in a small file keyed by the cgroup's inode: a Tripwire
+	// started after one that never closed (a crash) restores the real
+	// original on Close instead of the threshold left behind. Empty
+	// keeps the original in memory only, lost with the process.
+	StateDir string
 	// Logger receives the few lines that are not per event (a removed
 	// cgroup, a memory.high changed by someone else); nil discards.
 	Logger *slog.Logger
