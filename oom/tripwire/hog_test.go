@@ -72,7 +72,7 @@ func runArmer(spec string) int {
 		fmt.Fprintf(os.Stderr, "armer: %v\n", err)
 		return 2
 	}
-	tw, err := New(f[0], true, Options{StateDir: f[1]})
+	tw, err := New(f[0], true, Options{Mechanism: KindMemoryHigh, StateDir: f[1]})
 	if err == nil {
 		err = tw.Arm(th)
 	}

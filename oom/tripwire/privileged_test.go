@@ -152,7 +152,7 @@ func TestV2MemoryHighOnARealCgroup(t *testing.T) {
 	clock := newMonoClock()
 	orig := readFile(t, filepath.Join(dir, fileHigh))
 
-	tw, err := New(dir, true, Options{})
+	tw, err := New(dir, true, Options{Mechanism: KindMemoryHigh})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestV2OriginalMemoryHighSurvivesASIGKILL(t *testing.T) {
 		t.Fatalf("memory.high = %q after the crash, want the armed 67108864 still there", got)
 	}
 
-	tw, err := New(dir, true, Options{StateDir: state})
+	tw, err := New(dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func crashed(t *testing.T, dir, stateDir, original, armed string) {
 func TestV2RecordsTheOriginalBeforeTheFirstWrite(t *testing.T) {
 	dir := fakeV2(t, "1073741824", 0)
 	state := t.TempDir()
-	tw := mustNew(t, dir, true, Options{StateDir: state})
+	tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
 	rec := recordPath(state, dir)
 	if _, err := os.Stat(rec); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record before any Arm: %v", err)
@@ -61,7 +61,7 @@ func TestV2AfterACrash(t *testing.T) {
 		dir := fakeV2(t, "max", 0)
 		state := t.TempDir()
 		crashed(t, dir, state, "max", "67108864")
-		tw := mustNew(t, dir, true, Options{StateDir: state})
+		tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
 		if err := tw.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestV2AfterACrash(t *testing.T) {
 		dir := fakeV2(t, "max", 0)
 		state := t.TempDir()
 		crashed(t, dir, state, "max", "67108864")
-		tw := mustNew(t, dir, true, Options{StateDir: state})
+		tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
 		if err := tw.Arm(32 << 20); err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestV2AfterACrash(t *testing.T) {
 		if err := saveRecord(rec, highRecord{Dir: dir, ID: 1, Original: "max"}); err != nil {
 			t.Fatal(err)
 		}
-		tw := mustNew(t, dir, true, Options{StateDir: state})
+		tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
 		if err := tw.Arm(64 << 20); err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func TestV2AfterACrash(t *testing.T) {
 		if err := os.WriteFile(recordPath(state, dir), []byte(`{"dir":"x","id":7,"original":""}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := New(dir, true, Options{StateDir: state})
+		_, err := New(dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
 		if !errors.Is(err, ErrMalformed) {
 			t.Errorf("New = %v, want ErrMalformed", err)
 		}

@@ -1,0 +1,277 @@
+package tripwire
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/cgroups"
+)
+
+// Files of the working-set mechanism.
+const fileStat = "memory.stat"
+
+// wsPoller is the cgroup v2 Tripwire of KindWorkingSet: a one-shot timerfd
+// re-armed after every tick with a period that shrinks with the distance
+// to the line, memory.current read on every tick and memory.stat only
+// when usage is at or above the line (the working set, usage minus
+// inactive_file, is never above usage), and an upward-crossing detector
+// with hysteresis and a floor between deliveries. It writes nothing.
+type wsPoller struct {
+	*loop
+	started bool
+
+	mu        sync.Mutex // guards everything below
+	dirfd     int
+	current   int
+	stat      int
+	tfd       int
+	threshold uint64
+	above     bool      // delivered for this crossing; cleared below threshold-Hysteresis
+	lastFire  time.Time // last delivery (or drop), for the floor
+	closed    bool
+	buf       [64]byte
+	sbuf      [8192]byte
+}
+
+func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
+	l, err := newLoop(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, tfd: -1}
+	defer func() {
+		if retErr != nil {
+			t.closeAll()
+		}
+	}()
+	if t.dirfd, err = openDir(dir); err != nil {
+		return nil, fmt.Errorf("new working-set tripwire: %w", err)
+	}
+	if t.current, err = openAt(t.dirfd, dir, fileCurrent, unix.O_RDONLY); err != nil {
+		return nil, fmt.Errorf("new working-set tripwire: %w", err)
+	}
+	if t.stat, err = openAt(t.dirfd, dir, fileStat, unix.O_RDONLY); err != nil {
+		return nil, fmt.Errorf("new working-set tripwire: %w", err)
+	}
+	// A memory.high left armed by a memory.high Tripwire that never
+	// closed goes back now: this mechanism will never restore it.
+	if opts.StateDir != "" {
+		if err := restoreLeftover(t.dirfd, dir, opts); err != nil {
+			return nil, fmt.Errorf("new working-set tripwire: %w", err)
+		}
+	}
+	if t.tfd, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK); err != nil {
+		return nil, fmt.Errorf("new working-set tripwire on %s: timerfd_create: %w", dir, err)
+	}
+	if err := t.add(t.tfd, tokTimer, unix.EPOLLIN); err != nil {
+		return nil, fmt.Errorf("new working-set tripwire: %w", err)
+	}
+	t.started = true
+	go t.run(t.handle)
+	return t, nil
+}
+
+// Arm sets the line and schedules a tick at once. A working set already
+// above a new line fires on that tick (once: the floor and the crossing
+// state hold after it).
+func (t *wsPoller) Arm(threshold uint64) error {
+	if err := checkThreshold(threshold, t.dir+"/"+fileCurrent); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return fmt.Errorf("arm tripwire on %s: %w", t.dir, ErrClosed)
+	}
+	if threshold == t.threshold {
+		return nil
+	}
+	t.threshold, t.above = threshold, false
+	return t.schedule(t.opts.MinPeriod)
+}
+
+// schedule sets the one-shot timer. Callers hold mu.
+func (t *wsPoller) schedule(d time.Duration) error {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	if err := unix.TimerfdSettime(t.tfd, 0, &spec, nil); err != nil {
+		return fmt.Errorf("watch %s: timerfd_settime %v: %w", t.dir, d, err)
+	}
+	return nil
+}
+
+// wsStep is the pure decision of one tick: the working set (or the usage
+// bound) against the line, the crossing state, and the floor.
+type wsStep struct {
+	deliver  bool          // hand a Fire to C
+	wait     bool          // an upward crossing within the floor: retry
+	downward bool          // crossed back below threshold-Hysteresis
+	above    bool          // the crossing state after this tick
+	next     time.Duration // until the next tick
+}
+
+// decideWS decides a tick: ws is the working set (or the usage when that
+// is below the line), sinceFire the time since the last delivery (negative
+// when there was none).
+func decideWS(o Options, threshold, ws uint64, above bool, sinceFire time.Duration) wsStep {
+	s := wsStep{above: above}
+	var dist uint64
+	switch {
+	case ws >= threshold:
+		dist = ws - threshold
+		if !above {
+			if sinceFire >= 0 && sinceFire < o.Floor {
+				s.wait   = true
+			} else {
+				s.deliver, s.above = true, true
+			}
+		}
+	default:
+		dist = threshold - ws
+		if above && dist > o.Hysteresis {
+			s.downward, s.above = true, false
+		}
+	}
+	s.next = periodFor(o, dist)
+	switch {
+	case s.wait:
+		s.next = min(s.next, o.Floor-sinceFire)
+	case s.above:
+		// The consumer has this crossing; only its end matters, and
+		// the next crossing starts from below, ticked at the floor.
+		s.next = max(s.next, o.Floor)
+	}
+	s.next = max(s.next, o.MinPeriod)
+	return s
+}
+
+// periodFor is the tick period at dist bytes from the line: the time a
+// ramp at MaxRate needs to cover it, within [MinPeriod, MaxPeriod].
+func periodFor(o Options, dist uint64) time.Duration {
+	ns := float64(dist) / float64(o.MaxRate) * 1e9
+	if ns >= float64(o.MaxPeriod) {
+		return o.MaxPeriod
+	}
+	return max(time.Duration(ns), o.MinPeriod)
+}
+
+func (t *wsPoller) handle(_ int32, _ uint32, at time.Time) error {
+	var b [8]byte
+	if _, err := unix.Read(t.tfd, b[:]); err != nil {
+		return nil // EAGAIN: re-armed by Arm since
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.threshold == 0 || t.closed {
+		return nil
+	}
+	threshold := t.threshold
+	ws, err := t.read(threshold)
+	switch {
+	case err != nil && cgroups.Gone(err):
+		return fmt.Errorf("watch %s: %w: %w", t.dir, ErrGone, err)
+	case err != nil:
+		t.readErrs.Add(1)
+		return t.schedule(t.opts.MinPeriod)
+	}
+	since := time.Duration(-1)
+	if !t.lastFire.IsZero() {
+		since = at.Sub(t.lastFire)
+	}
+	s := decideWS(t.opts, threshold, ws, t.above, since)
+	t.above = s.above
+	switch {
+	case s.deliver:
+		t.lastFire = at
+		select {
+		case t.c <- Fire{At: at, Dir: t.dir, Kind: KindWorkingSet, Threshold: threshold, WorkingSet: ws}:
+			t.fired.Add(1)
+		default:
+			t.dropped.Add(1)
+		}
+	case s.wait:
+		t.coalesced.Add(1)
+	case s.downward:
+		t.downward.Add(1)
+	default:
+		t.ignored.Add(1)
+	}
+	return t.schedule(s.next)
+}
+
+// read returns the working set, or the usage when that is below the
+// threshold (the working set is then below it too). Callers hold mu.
+func (t *wsPoller) read(threshold uint64) (uint64, error) {
+	raw, err := pread(t.current, t.buf[:])
+	if err != nil {
+		return 0, fmt.Errorf("read %s/%s: %w", t.dir, fileCurrent, err)
+	}
+	usage, err := ParseUint(raw, t.dir+"/"+fileCurrent)
+	if err != nil || usage < threshold {
+		return usage, err
+	}
+	raw, err = pread(t.stat, t.sbuf[:])
+	if err != nil {
+		return 0, fmt.Errorf("read %s/%s: %w", t.dir, fileStat, err)
+	}
+	inactive, err := ParseEventCounter(raw, "inactive_file", t.dir+"/"+fileStat)
+	if err != nil {
+		return 0, err
+	}
+	if inactive >= usage {
+		return 0, nil
+	}
+	return usage - inactive, nil
+}
+
+// Close implements Tripwire.
+func (t *wsPoller) Close() error {
+	if !t.shutdown(&t.mu, &t.closed, t.started) {
+		return nil
+	}
+	return t.closeAll()
+}
+
+func (t *wsPoller) closeAll() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closeWith(&t.tfd, &t.stat, &t.current, &t.dirfd)
+}
+
+// restoreLeftover puts back the memory.high recorded in opts.StateDir for
+// this very cgroup by a memory.high Tripwire that never closed, and
+// removes the record.
+func restoreLeftover(dirfd int, dir string, opts Options) error {
+	path := recordPath(opts.StateDir, dir)
+	r, ok, err := loadRecord(path)
+	if err != nil || !ok {
+		return err
+	}
+	id, err := dirID(dirfd, dir)
+	if err != nil {
+		return err
+	}
+	if r.ID == id {
+		fd, err := openAt(dirfd, dir, fileHigh, unix.O_RDONLY)
+		if err != nil {
+			return err
+		}
+		var buf [64]byte
+		raw, err := pread(fd, buf[:])
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("read %s/%s: %w", dir, fileHigh, err)
+		}
+		if now := string(bytes.TrimSpace(raw)); now != r.Original {
+			if err := writeValue(dirfd, dir, fileHigh, r.Original); err != nil {
+				return fmt.Errorf("restore memory.high left armed: %w", err)
+			}
+			opts.Logger.Info("memory.high left armed by a tripwire that did not close, restored",
+				"dir", dir, "found", now, "original", r.Original, "state", path)
+		}
+	}
+	return removeRecord(path)
+}
