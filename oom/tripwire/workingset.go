@@ -124,7 +124,7 @@ func decideWS(o Options, threshold, ws uint64, above bool, sinceFire time.Durati
 		dist = ws - threshold
 		if !above {
 			if sinceFire >= 0 && sinceFire < o.Floor {
-				s.wait   = true
+				s.wait = true
 			} else {
 				s.deliver, s.above = true, true
 			}
