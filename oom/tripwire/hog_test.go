@@ -52,6 +52,12 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(armerEnv); spec != "" {
 		os.Exit(runArmer(spec))
 	}
+	if spec := os.Getenv(rampEnv); spec != "" {
+		os.Exit(runRamp(spec))
+	}
+	if spec := os.Getenv(probeEnv); spec != "" {
+		os.Exit(runProbe(spec))
+	}
 	os.Exit(m.Run())
 }
 
