@@ -55,7 +55,11 @@ func BenchmarkV2Mechanisms(b *testing.B) {
 	logTracepoints(b)
 	kube := cgtest.New(b)
 	start := time.Now()
-	for i := range benchPods {
+	pods := benchPods
+	if n, err := strconv.Atoi(os.Getenv("NODEGUARD_TRIPWIRE_BENCH_PODS")); err == nil && n > 0 {
+		pods = n // a smaller run, to try the bench out
+	}
+	for i := range pods {
 		pod := kube.Child(b, fmt.Sprintf("pod%03d", i))
 		cmd := exec.Command("sleep", "3600")
 		if err := pod.Start(b, cmd); err != nil {
@@ -63,6 +67,7 @@ func BenchmarkV2Mechanisms(b *testing.B) {
 		}
 		go cmd.Wait() // killed by the sandbox's cleanup
 	}
+	progress("%d pods in %v", pods, time.Since(start))
 	guaranteed := kube.Child(b, "guaranteed")
 	if err := guaranteed.SetMemoryLimit(64 << 20); err != nil {
 		b.Fatal(err)
@@ -78,7 +83,7 @@ func BenchmarkV2Mechanisms(b *testing.B) {
 	base := readUint(b, filepath.Join(dir, fileCurrent))
 	line := base + 96<<20
 	b.Logf("%d pod cgroups with a sleeping process each, set up in %v; kubepods usage %d MiB, line %d MiB; guest load %s",
-		benchPods, time.Since(start).Round(time.Millisecond), base>>20, line>>20, loadavg())
+		pods, time.Since(start).Round(time.Millisecond), base>>20, line>>20, loadavg())
 
 	env := &mechEnv{dir: dir, line: line, dev: dev, cache: cache, hog: hogCG, probe: probe, clock: newMonoClock()}
 	for _, m := range []string{"none", KindMemoryHigh, "psi", KindWorkingSet} {
@@ -97,7 +102,8 @@ const (
 	// comes first (a throttled probe can take seconds per sample).
 	probeSamples = 200
 	probeFor     = 20 * time.Second
-	rampTrials   = 5
+	rampTrials   = 10
+	idleFor      = 5 * time.Second
 	rampMargin   = 64 << 20 // kubepods memory.max - line
 )
 
@@ -134,26 +140,39 @@ func (e *mechEnv) open(b *testing.B, m string) benchWire {
 	return w
 }
 
+// progress goes to stderr at once (a benchmark's log comes at its end),
+// so a slow guest shows where it is.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
 func (e *mechEnv) run(b *testing.B, m string) {
+	progress("%s: idle", m)
 	w := e.open(b, m)
 	if w != nil {
 		b.Cleanup(func() { w.Close() })
-		if err := w.Arm(e.line); err != nil {
-			b.Fatal(err)
+	}
+	arm := func(at uint64) {
+		if w != nil {
+			if err := w.Arm(at); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
-	fires := func() int { return drain(w) }
 	highFile := filepath.Join(e.dir, fileEventsLocal)
 
-	// Idle: armed, nothing moving.
+	// Idle: armed 1 GiB above usage (an idle node), nothing moving.
+	arm(e.line - 96<<20 + 1<<30)
 	time.Sleep(500 * time.Millisecond)
-	fires()
+	drain(w)
 	cpu0, t0 := cpuTime(), time.Now()
-	time.Sleep(3 * time.Second)
+	time.Sleep(idleFor)
 	idleCPU := float64(cpuTime()-cpu0) / float64(time.Since(t0))
-	idleFires := fires()
+	idleFires := drain(w)
+	arm(e.line)
 
 	// Page cache above the line.
+	progress("%s: cache state", m)
 	reader := exec.Command("sh", "-c", "while :; do dd if="+e.dev+" of=/dev/null bs=1M 2>/dev/null; done")
 	if err := e.cache.Start(b, reader); err != nil {
 		b.Fatal(err)
@@ -161,7 +180,27 @@ func (e *mechEnv) run(b *testing.B, m string) {
 	readerDone := make(chan struct{})
 	go func() { reader.Wait(); close(readerDone) }()
 	time.Sleep(3 * time.Second)
-	fires()
+	drain(w)
+	// The consumer: takes every fire as it comes, as the manager does.
+	stop, counted := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		var c <-chan Fire
+		if w != nil {
+			c = w.C()
+		}
+		for {
+			select {
+			case <-c:
+				n++
+			case <-stop:
+				counted <- n
+				return
+			}
+		}
+	}()
+	var sampled samples
+	stopSampling := sampled.run(b, e.dir)
 	h0 := readCounter(b, highFile, "high")
 	cpu0, t0 = cpuTime(), time.Now()
 	var lats []time.Duration
@@ -171,17 +210,24 @@ func (e *mechEnv) run(b *testing.B, m string) {
 	}
 	window := time.Since(t0)
 	cacheCPU := float64(cpuTime()-cpu0) / float64(window)
-	wakes := float64(fires()) / window.Seconds()
+	close(stop)
+	wakes := float64(<-counted) / window.Seconds()
 	highs := float64(readCounter(b, highFile, "high")-h0) / window.Seconds()
-	usage := readUint(b, filepath.Join(e.dir, fileCurrent))
-	inactive := readCounter(b, filepath.Join(e.dir, fileStat), "inactive_file")
-	b.Logf("%s: cache state: kubepods usage %d MiB, working set %d MiB, line %d MiB; memory.high %s",
-		m, usage>>20, (usage-min(usage, inactive))>>20, e.line>>20, readString(b, filepath.Join(e.dir, fileHigh)))
-	if err := e.cache.Kill(); err != nil {
+	stopSampling()
+	b.Logf("%s: cache state: kubepods usage %s MiB, working set %s MiB (min/mean/max of %d samples), line %d MiB; memory.high %s",
+		m, sampled.usage, sampled.ws, sampled.n, e.line>>20, readString(b, filepath.Join(e.dir, fileHigh)))
+	progress("%s: stopping the reader", m)
+	if err := os.WriteFile(filepath.Join(e.cache.MemoryDir(), "cgroup.kill"), []byte("1"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	<-readerDone
-	reclaim(e.cache.MemoryDir())
+	select {
+	case <-readerDone:
+	case <-time.After(10 * time.Second):
+		b.Fatal("reader alive 10 s after cgroup.kill")
+	}
+	progress("%s: reader stopped", m)
+	dropCache(b, e.dev)
+	progress("%s: reader stopped, cache at %d MiB", m, readUint(b, filepath.Join(e.cache.MemoryDir(), fileCurrent))>>20)
 	slices.Sort(lats)
 
 	b.ReportMetric(pct(lats, 0.50), "alloc-p50-µs")
@@ -191,13 +237,14 @@ func (e *mechEnv) run(b *testing.B, m string) {
 	b.ReportMetric(idleCPU*100, "idle-cpu-%")
 	b.ReportMetric(cacheCPU*100, "cache-cpu-%")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("%s: fault-in %d MiB in the Guaranteed cgroup: n %d p50 %.0f µs p99 %.0f µs; %.1f wake-ups/s (%d while idle), %.1f kernel high events/s; CPU idle %.3f%%, in the cache state %.3f%%; guest load %s",
+	b.Logf("%s: fault-in %d MiB in the Guaranteed cgroup: n %d p50 %.0f µs p99 %.0f µs; %.1f wake-ups/s (%d while idle), %.1f kernel high events/s; CPU idle (line 1 GiB away) %.3f%%, in the cache state %.3f%%; guest load %s",
 		m, probeMiB, len(lats), pct(lats, 0.5), pct(lats, 0.99), wakes, idleFires, highs, idleCPU*100, cacheCPU*100, loadavg())
 
 	if w == nil {
 		return
 	}
 	// Ramps to the limit.
+	progress("%s: ramps", m)
 	maxFile := filepath.Join(e.dir, "memory.max")
 	if err := os.WriteFile(maxFile, []byte(strconv.FormatUint(e.line+rampMargin, 10)), 0o644); err != nil {
 		b.Fatal(err)
@@ -208,18 +255,23 @@ func (e *mechEnv) run(b *testing.B, m string) {
 		bps  uint64
 	}{{"200MiB/s", 200 << 20}, {"1GiB/s", 1 << 30}} {
 		var lats []time.Duration
-		ooms, missed := 0, 0
+		ooms, missed, early := 0, 0, 0
 		var achieved float64
-		for range rampTrials {
+		for i := range rampTrials {
 			r := e.ramp(b, w, rate.bps)
-			achieved += r.rate / rampTrials
+			progress("%s: ramp %s trial %d: %+v", m, rate.name, i, r)
 			switch {
 			case r.oom:
 				ooms++
 			case !r.fired:
 				missed++
+			case r.early:
+				early++
 			default:
 				lats = append(lats, r.lat)
+			}
+			if r.rate > 0 {
+				achieved = max(achieved, r.rate)
 			}
 		}
 		slices.Sort(lats)
@@ -227,13 +279,15 @@ func (e *mechEnv) run(b *testing.B, m string) {
 		b.ReportMetric(pct(lats, 0.5), key+"-p50-µs")
 		b.ReportMetric(pct(lats, 0.99), key+"-p99-µs")
 		b.ReportMetric(float64(ooms), key+"-oom-first")
-		b.Logf("%s: ramp %s (achieved %.0f MiB/s): %d trials, crossing to fire p50 %.0f µs p99 %.0f µs (all %v), kernel OOM kill first %d, no fire %d; guest load %s",
-			m, rate.name, achieved, rampTrials, pct(lats, 0.5), pct(lats, 0.99), lats, ooms, missed, loadavg())
+		b.ReportMetric(float64(early), key+"-early")
+		b.Logf("%s: ramp %s (achieved up to %.0f MiB/s): %d trials, crossing to fire p50 %.0f µs p99 %.0f µs (%v), fired before the hog read usage at the line %d, kernel OOM kill first %d, no fire %d; guest load %s",
+			m, rate.name, achieved, rampTrials, pct(lats, 0.5), pct(lats, 0.99), lats, early, ooms, missed, loadavg())
 	}
 }
 
 type rampResult struct {
 	fired, oom bool
+	early      bool // fired before the hog read a usage at the line
 	lat        time.Duration
 	rate       float64 // MiB/s the hog achieved up to the crossing
 }
@@ -307,7 +361,7 @@ func (e *mechEnv) ramp(b *testing.B, w benchWire, bps uint64) rampResult {
 	if res.fired && cross != 0 {
 		res.lat = time.Duration(e.clock.of(fire.At) - cross)
 	} else if res.fired {
-		res.lat = 0 // fired before the hog read a usage at the line
+		res.early = true // killed before its next read
 	}
 	if res.oom {
 		res.fired = false
@@ -453,10 +507,9 @@ func (p *probe) fault(b *testing.B) time.Duration {
 // psiWire is the PSI candidate: a trigger on memory.pressure, polled for
 // POLLPRI by a goroutine.
 type psiWire struct {
-	fd   int
-	c    chan Fire
-	stop chan struct{}
-	done chan struct{}
+	fd, stop int // the trigger, and an eventfd that stops the poller
+	c        chan Fire
+	done     chan struct{}
 }
 
 // psiTrigger: 10 ms of "some" stall within 500 ms, the shortest window
@@ -473,7 +526,12 @@ func newPSIWire(dir string) (*psiWire, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("write %q to %s: %w", psiTrigger, name, err)
 	}
-	w := &psiWire{fd: fd, c: make(chan Fire, DefaultBuffer), stop: make(chan struct{}), done: make(chan struct{})}
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	w := &psiWire{fd: fd, stop: stop, c: make(chan Fire, DefaultBuffer), done: make(chan struct{})}
 	go w.run(dir)
 	return w, nil
 }
@@ -481,15 +539,15 @@ func newPSIWire(dir string) (*psiWire, error) {
 func (w *psiWire) run(dir string) {
 	defer close(w.done)
 	for {
-		select {
-		case <-w.stop:
+		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLPRI}, {Fd: int32(w.stop), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
 			return
-		default:
 		}
-		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLPRI}}
-		n, err := unix.Poll(fds, 50)
-		if err != nil || n == 0 {
-			continue
+		if fds[1].Revents != 0 || fds[0].Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
+			return
 		}
 		if fds[0].Revents&unix.POLLPRI != 0 {
 			select {
@@ -497,17 +555,16 @@ func (w *psiWire) run(dir string) {
 			default:
 			}
 		}
-		if fds[0].Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
-			return
-		}
 	}
 }
 
 func (w *psiWire) Arm(uint64) error { return nil } // a PSI trigger has no line
 func (w *psiWire) C() <-chan Fire   { return w.c }
 func (w *psiWire) Close() error {
-	close(w.stop)
+	var one = [8]byte{1}
+	unix.Write(w.stop, one[:])
 	<-w.done
+	unix.Close(w.stop)
 	return unix.Close(w.fd)
 }
 
@@ -562,6 +619,49 @@ func logTracepoints(b *testing.B) {
 	var u unix.Utsname
 	unix.Uname(&u)
 	b.Logf("kernel %s: memcg tracepoints: %s", unix.ByteSliceToString(u.Release[:]), strings.Join(found, ", "))
+}
+
+// samples are kubepods' usage and working set, read every 250 ms.
+type samples struct {
+	n         int
+	usage, ws string // "min/mean/max" in MiB
+}
+
+func (s *samples) run(b *testing.B, dir string) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		var us, ws []uint64
+		for {
+			raw, err1 := os.ReadFile(filepath.Join(dir, fileCurrent))
+			st, err2 := os.ReadFile(filepath.Join(dir, fileStat))
+			if err1 == nil && err2 == nil {
+				u, e1 := ParseUint(raw, fileCurrent)
+				in, e2 := ParseEventCounter(st, "inactive_file", fileStat)
+				if e1 == nil && e2 == nil {
+					us, ws = append(us, u), append(ws, u-min(u, in))
+				}
+			}
+			select {
+			case <-quit:
+				s.n, s.usage, s.ws = len(us), mmm(us), mmm(ws)
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+func mmm(v []uint64) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	var sum uint64
+	for _, x := range v {
+		sum += x
+	}
+	return fmt.Sprintf("%d/%d/%d", slices.Min(v)>>20, (sum/uint64(len(v)))>>20, slices.Max(v)>>20)
 }
 
 func drain(w benchWire) int {
@@ -622,13 +722,16 @@ func readCounter(b *testing.B, name, key string) uint64 {
 	return v
 }
 
-// reclaim drops what a cgroup holds (memory.reclaim, 5.19+), so the next
-// phase starts without the cache.
-func reclaim(dir string) {
-	for range 8 {
-		if err := os.WriteFile(filepath.Join(dir, "memory.reclaim"), []byte("1G"), 0o644); err == nil {
-			return
-		}
+// dropCache drops the page cache of the RAM disk (POSIX_FADV_DONTNEED on
+// the block device), so the next phase starts without it.
+func dropCache(b *testing.B, dev string) {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+		b.Fatalf("drop the page cache of %s: %v", dev, err)
 	}
 }
 
