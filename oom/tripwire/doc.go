@@ -1,8 +1,10 @@
-// Package tripwire tells, within milliseconds, that the memory usage of one
-// cgroup (the pod root, "kubepods") reached a byte threshold, from an event
-// the kernel raises at the charge, instead of at the next poll. It only
-// senses: what a crossing means is decided by package oom, which confirms
-// every Fire on a fresh snapshot.
+// Package tripwire tells, within milliseconds, that the memory of one
+// cgroup (the pod root, "kubepods") reached a byte threshold: its usage on
+// cgroup v1, from an event the kernel raises at the charge; its working
+// set on cgroup v2, from a poll whose period shrinks with the distance to
+// the line (an event at the charge exists there only as memory.high, which
+// throttles every pod). It only senses: what a crossing means is decided
+// by package oom, which confirms every Fire on a fresh snapshot.
 //
 // # Mechanisms
 //
@@ -26,8 +28,35 @@
 // When the cgroup is removed the kernel signals the eventfd one last time;
 // usage is then unreadable, and the Tripwire stops with ErrGone.
 //
-// cgroup v2 (v2=true; Kind "memory.high"): there is no usage threshold
-// event, so Arm writes memory.high = threshold. Above memory.high the
+// cgroup v2, the default (v2=true; Kind "working_set"): the kernels of
+// the production nodes (Debian's 6.1 and 6.12) have no usage threshold
+// event and no per-charge memcg tracepoint (only
+// vmscan/mm_vmscan_memcg_reclaim_*, which fire when a limit already makes
+// the cgroup reclaim), so the Tripwire polls, adaptively: a one-shot
+// timerfd re-armed after every tick for the time a ramp at
+// Options.MaxRate (2 GiB/s) needs to cover the distance to the line,
+// within [Options.MinPeriod, Options.MaxPeriod] (1 ms, 100 ms). Each tick
+// reads memory.current; only when usage is at or above the line does it
+// read memory.stat, since the working set (usage minus inactive_file,
+// the kubelet's and cAdvisor's) is never above usage. A ramp at or below
+// MaxRate cannot cross between two ticks by more than MinPeriod of
+// allocation, so the ticks close in on a crossing; a faster one is seen
+// within the period of the last tick before it. The Tripwire fires when
+// the working set reaches the line (Fire.WorkingSet), once: it fires
+// again only after the working set has come back below the line minus
+// Options.Hysteresis (2 MiB, counted as Downward), and never sooner than
+// Options.Floor (20 ms) after the previous fire (a crossing within the
+// floor is counted as Coalesced and delivered when the floor has passed,
+// if the working set is still above). Page cache that holds usage above
+// the line neither fires nor slows anyone, and a line the consumer has
+// judged does not wake it again while the working set stays there. It
+// writes no cgroup file, except once at New, with Options.StateDir: a
+// memory.high recorded there by a memory.high Tripwire of the same cgroup
+// that never closed is put back (see below). BenchmarkV2Mechanisms
+// measures it against the alternatives; the README has the figures.
+//
+// cgroup v2 with Options.Mechanism KindMemoryHigh (Kind "memory.high"):
+// Arm writes memory.high = threshold. Above memory.high the
 // kernel throttles the cgroup's allocators (reclaim on return to user
 // space, then a sleep that grows with the square of the overage, up to 2 s
 // per attempt) and increments "high" in memory.events.local (each time
@@ -46,17 +75,25 @@
 // opens the file with O_NONBLOCK, which recent kernels take as "set the
 // limit, skip the reclaim" and older ones ignore). Close writes back the
 // memory.high that was there before the first Arm (usually "max"), unless
-// someone else changed it since, which is logged and left alone.
+// someone else changed it since, which is logged and left alone. With
+// Options.StateDir that original is recorded durably before the first
+// write (a JSON file named after the path and holding the cgroup's inode,
+// written to a synced temporary file and renamed), so that a Tripwire
+// started after one that was killed takes the recorded original, not the
+// threshold left behind, and restores it on Close; a record of another
+// cgroup that had the same path (another inode) is ignored and removed;
+// the record is removed once the original is back. Its costs (every pod
+// below the cgroup throttled while page cache holds usage above the line,
+// a "high" event per charge batch) are why it is not the default.
 //
-// With Options.LeaveHigh (v2 only) memory.high is never written; since v2
-// then has no usage event at all, the Tripwire polls memory.current every
-// Options.PollEvery (Kind "poll") and fires on each upward crossing. That
-// is the fallback for a pod root whose memory.high belongs to someone else,
-// with the poll's latency.
+// With Options.LeaveHigh or Mechanism KindPoll (v2), the Tripwire polls
+// memory.current every Options.PollEvery (Kind "poll") and fires on each
+// upward crossing of usage, with the poll's fixed latency and cost.
 //
-// Fires are coalesced to at most one per Options.Coalesce (default 1 ms):
+// Fires of the event-driven mechanisms (v1, memory.high) and of the fixed
+// poll are coalesced to at most one per Options.Coalesce (default 1 ms):
 // kernel signals closer together are counted (Stats.Coalesced), not
-// delivered.
+// delivered. The working-set poll has its floor and hysteresis instead.
 //
 // Invariants:
 //
@@ -65,7 +102,15 @@
 //     logs.
 //   - Files are opened beneath the directory by fixed names (openat on a
 //     directory descriptor); nothing is written but cgroup.event_control
-//     (v1) and memory.high (v2, unless LeaveHigh) of that one directory.
+//     (v1) and memory.high (v2 KindMemoryHigh; and, by the working-set
+//     poll, only to put back an original recorded in StateDir) of that one
+//     directory, and the record in Options.StateDir.
+//   - With StateDir, the original memory.high is on disk before the first
+//     write to memory.high, and a record is only ever used for the cgroup
+//     whose inode it names.
+//   - The working-set poll delivers a line once per crossing: again only
+//     after the working set went below threshold - Hysteresis, and never
+//     two fires within Floor. Its tick is never shorter than MinPeriod.
 //   - Close stops the reader goroutine, waits for it, closes every
 //     descriptor (on v1 this removes the kernel registration), and then
 //     closes C; Done is closed when the reader has returned. Close is

@@ -173,7 +173,13 @@ func (e *mechEnv) run(b *testing.B, m string) {
 
 	// Page cache above the line.
 	progress("%s: cache state", m)
+	// The reader on CPU 1, the probe on CPU 0 (a Guaranteed pod with the
+	// static CPU manager has its cores to itself): the probe measures the
+	// memory path, not CPU contention with dd.
 	reader := exec.Command("sh", "-c", "while :; do dd if="+e.dev+" of=/dev/null bs=1M 2>/dev/null; done")
+	if ts, err := exec.LookPath("taskset"); err == nil {
+		reader = exec.Command(ts, "2", "sh", "-c", "while :; do dd if="+e.dev+" of=/dev/null bs=1M 2>/dev/null; done")
+	}
 	if err := e.cache.Start(b, reader); err != nil {
 		b.Fatal(err)
 	}
@@ -280,7 +286,7 @@ func (e *mechEnv) run(b *testing.B, m string) {
 		b.ReportMetric(pct(lats, 0.99), key+"-p99-µs")
 		b.ReportMetric(float64(ooms), key+"-oom-first")
 		b.ReportMetric(float64(early), key+"-early")
-		b.Logf("%s: ramp %s (achieved up to %.0f MiB/s): %d trials, crossing to fire p50 %.0f µs p99 %.0f µs (%v), fired before the hog read usage at the line %d, kernel OOM kill first %d, no fire %d; guest load %s",
+		b.Logf("%s: ramp %s (achieved up to %.0f MiB/s): %d trials, crossing to fire p50 %.0f µs p99 %.0f µs (%v), fired before the hog read a usage near the line %d, kernel OOM kill first %d, no fire %d; guest load %s",
 			m, rate.name, achieved, rampTrials, pct(lats, 0.5), pct(lats, 0.99), lats, early, ooms, missed, loadavg())
 	}
 }
@@ -349,19 +355,33 @@ func (e *mechEnv) ramp(b *testing.B, w benchWire, bps uint64) rampResult {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	var cross int64
+	// The crossing: the hog's last read below the line plus the time its
+	// pace needs for the rest, or its first read at the line if sooner
+	// (a hog throttled by memory.high reads late).
+	var cross, below int64
+	var belowUsage uint64
 	for l := range lines {
 		f := strings.Fields(l)
-		if len(f) == 3 && f[0] == "cross" {
+		switch {
+		case len(f) == 3 && f[0] == "cross":
 			cross, _ = strconv.ParseInt(f[1], 10, 64)
 			res.rate, _ = strconv.ParseFloat(f[2], 64)
+		case len(f) == 3 && f[0] == "below":
+			below, _ = strconv.ParseInt(f[1], 10, 64)
+			belowUsage, _ = strconv.ParseUint(f[2], 10, 64)
+		}
+	}
+	if below != 0 {
+		est := below + int64(float64(e.line-belowUsage)/float64(bps)*1e9)
+		if cross == 0 || est < cross {
+			cross = est
 		}
 	}
 	res.oom = readCounter(b, filepath.Join(hogDir, fileEvents), "oom_kill") > oom0
 	if res.fired && cross != 0 {
 		res.lat = time.Duration(e.clock.of(fire.At) - cross)
 	} else if res.fired {
-		res.early = true // killed before its next read
+		res.early = true // killed before it read a usage near the line
 	}
 	if res.oom {
 		res.fired = false
@@ -380,8 +400,9 @@ func (e *mechEnv) ramp(b *testing.B, w benchWire, bps uint64) rampResult {
 // rampEnv makes the test binary a ramping hog: "USAGEFILE THRESHOLD BPS
 // MIB": it maps MIB MiB and touches it 256 KiB at a time, paced at BPS
 // bytes a second (as fast as it can when it cannot keep up), reading
-// USAGEFILE after each step; at the first usage >= THRESHOLD it prints
-// "cross <CLOCK_MONOTONIC ns> <MiB/s so far>" and goes on until the
+// USAGEFILE after each step; within 16 MiB below THRESHOLD it prints
+// "below <CLOCK_MONOTONIC ns> <usage>" after each read, at the first usage
+// >= THRESHOLD "cross <ns> <MiB/s so far>", and goes on until the
 // mapping is used up or it is killed; then it waits (at most hogHold).
 const rampEnv = "NODEGUARD_TRIPWIRE_RAMP"
 
@@ -415,10 +436,15 @@ func runRamp(spec string) int {
 		if !crossed {
 			raw, err := pread(ufd, buf[:])
 			if err == nil {
-				if u, err := ParseUint(raw, f[0]); err == nil && u >= threshold {
-					now := monotonicNow()
+				u, err := ParseUint(raw, f[0])
+				now := monotonicNow()
+				switch {
+				case err != nil:
+				case u >= threshold:
 					crossed = true
 					fmt.Printf("cross %d %.0f\n", now, float64(off+step)/(1<<20)/(float64(now-begin)/1e9))
+				case u+16<<20 >= threshold:
+					fmt.Printf("below %d %d\n", now, u)
 				}
 			}
 		}
@@ -448,6 +474,9 @@ func runProbe(spec string) int {
 		return 2
 	}
 	go func() { time.Sleep(10 * hogHold); os.Exit(3) }()
+	var cpu0 unix.CPUSet
+	cpu0.Set(0)
+	_ = unix.SchedSetaffinity(0, &cpu0) // best effort, see the reader
 	mem, err := unix.Mmap(-1, 0, mib<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "probe: mmap: %v\n", err)
