@@ -360,19 +360,23 @@ func (e *mechEnv) ramp(b *testing.B, w benchWire, bps uint64) rampResult {
 	// (a hog throttled by memory.high reads late).
 	var cross, below int64
 	var belowUsage uint64
+	pace := float64(bps)
 	for l := range lines {
 		f := strings.Fields(l)
 		switch {
 		case len(f) == 3 && f[0] == "cross":
 			cross, _ = strconv.ParseInt(f[1], 10, 64)
 			res.rate, _ = strconv.ParseFloat(f[2], 64)
-		case len(f) == 3 && f[0] == "below":
+		case len(f) == 4 && f[0] == "below":
 			below, _ = strconv.ParseInt(f[1], 10, 64)
 			belowUsage, _ = strconv.ParseUint(f[2], 10, 64)
+			if r, err := strconv.ParseFloat(f[3], 64); err == nil && r > 0 {
+				pace = min(float64(bps), r) // what it achieves under TCG
+			}
 		}
 	}
 	if below != 0 {
-		est := below + int64(float64(e.line-belowUsage)/float64(bps)*1e9)
+		est := below + int64(float64(e.line-belowUsage)/pace*1e9)
 		if cross == 0 || est < cross {
 			cross = est
 		}
@@ -401,7 +405,7 @@ func (e *mechEnv) ramp(b *testing.B, w benchWire, bps uint64) rampResult {
 // MIB": it maps MIB MiB and touches it 256 KiB at a time, paced at BPS
 // bytes a second (as fast as it can when it cannot keep up), reading
 // USAGEFILE after each step; within 16 MiB below THRESHOLD it prints
-// "below <CLOCK_MONOTONIC ns> <usage>" after each read, at the first usage
+// "below <CLOCK_MONOTONIC ns> <usage> <bytes/s so far>" after each read, at the first usage
 // >= THRESHOLD "cross <ns> <MiB/s so far>", and goes on until the
 // mapping is used up or it is killed; then it waits (at most hogHold).
 const rampEnv = "NODEGUARD_TRIPWIRE_RAMP"
@@ -444,7 +448,7 @@ func runRamp(spec string) int {
 					crossed = true
 					fmt.Printf("cross %d %.0f\n", now, float64(off+step)/(1<<20)/(float64(now-begin)/1e9))
 				case u+16<<20 >= threshold:
-					fmt.Printf("below %d %d\n", now, u)
+					fmt.Printf("below %d %d %.0f\n", now, u, float64(off+step)/(float64(now-begin)/1e9))
 				}
 			}
 		}
