@@ -39,7 +39,8 @@ var (
 // Fire is one crossing: when the kernel told us, and what.
 type Fire struct {
 	// At is when the reader saw the kernel's signal (right after its
-	// wake-up, before any file was re-read).
+	// wake-up, before any file was re-read); for KindWorkingSet, when it
+	// had read the usage that crossed.
 	At time.Time
 	// Dir is the watched directory.
 	Dir string

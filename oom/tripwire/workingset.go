@@ -32,6 +32,9 @@ type wsPoller struct {
 	threshold uint64
 	above     bool      // delivered for this crossing; cleared below threshold-Hysteresis
 	lastFire  time.Time // last delivery (or drop), for the floor
+	inactive  uint64    // inactive_file at the last memory.stat read
+	statOK    bool      // inactive is known
+	statAt    time.Time // when it was read
 	closed    bool
 	buf       [64]byte
 	sbuf      [8192]byte
@@ -169,7 +172,11 @@ func (t *wsPoller) handle(_ int32, _ uint32, at time.Time) error {
 		return nil
 	}
 	threshold := t.threshold
-	ws, err := t.read(threshold)
+	ws, err := t.read(threshold, at)
+	// A poll's crossing is seen when the files are read, not when the
+	// timer woke the reader: a reader delayed in between must not date
+	// its fire before the usage it read.
+	at = t.opts.Now()
 	switch {
 	case err != nil && cgroups.Gone(err):
 		return fmt.Errorf("watch %s: %w: %w", t.dir, ErrGone, err)
@@ -202,16 +209,36 @@ func (t *wsPoller) handle(_ int32, _ uint32, at time.Time) error {
 	return t.schedule(s.next)
 }
 
+// statEvery is how often the working-set poll refreshes inactive_file
+// while usage is below the line but within MaxRate x MaxPeriod of it: at
+// most 10 memory.stat reads a second, only near the line, so that the tick
+// that sees usage cross knows whether the cgroup holds page cache.
+const statEvery = 100 * time.Millisecond
+
 // read returns the working set, or the usage when that is below the
-// threshold (the working set is then below it too). Callers hold mu.
-func (t *wsPoller) read(threshold uint64) (uint64, error) {
+// threshold (the working set is then below it too). memory.stat (costly:
+// the kernel flushes the subtree's statistics for it) is read on every
+// tick at or above the line, except on the fast path of a new crossing:
+// when usage minus the inactive_file read less than statEvery ago is at
+// the line, that is the working set, without waiting for memory.stat; the
+// tick after a fire reads memory.stat again, so page cache that grew
+// within that time costs at most one early fire. Below the line it is
+// refreshed every statEvery when near. Callers hold mu.
+func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 	raw, err := pread(t.current, t.buf[:])
 	if err != nil {
 		return 0, fmt.Errorf("read %s/%s: %w", t.dir, fileCurrent, err)
 	}
 	usage, err := ParseUint(raw, t.dir+"/"+fileCurrent)
-	if err != nil || usage < threshold {
-		return usage, err
+	if err != nil {
+		return 0, err
+	}
+	near := usage+t.opts.MaxRate/uint64(time.Second/t.opts.MaxPeriod) >= threshold
+	switch {
+	case usage < threshold && (!near || at.Sub(t.statAt) < statEvery):
+		return usage, nil
+	case usage >= threshold && !t.above && t.statOK && at.Sub(t.statAt) < statEvery && usage-min(usage, t.inactive) >= threshold:
+		return usage - min(usage, t.inactive), nil
 	}
 	raw, err = pread(t.stat, t.sbuf[:])
 	if err != nil {
@@ -221,10 +248,11 @@ func (t *wsPoller) read(threshold uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if inactive >= usage {
-		return 0, nil
+	t.inactive, t.statOK, t.statAt = inactive, true, at
+	if usage < threshold {
+		return usage, nil
 	}
-	return usage - inactive, nil
+	return usage - min(usage, inactive), nil
 }
 
 // Close implements Tripwire.
