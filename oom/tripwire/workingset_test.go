@@ -96,3 +96,38 @@ func TestWorkingSetRestoresAMemoryHighLeftArmed(t *testing.T) {
 		t.Error("the record is still there")
 	}
 }
+
+func TestWorkingSetFastPathCostsAtMostOneEarlyFire(t *testing.T) {
+	dir := fakeV2(t, "max", 0)
+	// MaxRate x MaxPeriod = 128 MiB: the 64 MiB line is near, so
+	// inactive_file is refreshed every 100 ms below it.
+	tw := mustNew(t, dir, true, Options{MaxRate: 64 << 30, MinPeriod: time.Millisecond, MaxPeriod: 2 * time.Millisecond, Floor: time.Millisecond})
+	const th = 64 << 20
+	usage := func(u, inactive uint64) {
+		writeFake(t, dir, fileStat, stat(inactive))
+		writeFake(t, dir, fileCurrent, fmt.Sprintf("%010d\n", u))
+	}
+	usage(32<<20, 0)
+	if err := tw.Arm(th); err != nil {
+		t.Fatal(err)
+	}
+	waitStat(t, tw, "ticks", func(s Stats) bool { return s.Ignored > 5 })
+	t.Run("a crossing without page cache fires on usage", func(t *testing.T) {
+		usage(80<<20, 0)
+		if f := waitFire(t, tw); f.WorkingSet != 80<<20 {
+			t.Errorf("fire %+v", f)
+		}
+		usage(32<<20, 0)
+		waitStat(t, tw, "downward", func(s Stats) bool { return s.Downward == 1 })
+	})
+	t.Run("page cache that grew since the last memory.stat fires once, then not again", func(t *testing.T) {
+		usage(96<<20, 64<<20) // working set 32 MiB
+		select {
+		case f := <-tw.C():
+			t.Logf("early fire %+v (the inactive_file it used was < 100 ms old)", f)
+			waitStat(t, tw, "the next tick's correction", func(s Stats) bool { return s.Downward == 2 })
+		case <-time.After(50 * time.Millisecond):
+		}
+		noFire(t, tw, 150*time.Millisecond)
+	})
+}
