@@ -1,7 +1,6 @@
 package tripwire
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,11 +36,7 @@ type v2 struct {
 	dirfd     int
 	ifd       int // inotify
 	evfd      int // the events file, for re-reads
-	orig      string
-	written   string // memory.high as read back after the last Arm; "" before
-	record    string // the state file (Options.StateDir); "" without
-	id        uint64 // the directory's inode, for the record
-	recorded  bool   // the record of orig is on disk
+	hk        highKeeper
 	threshold uint64
 	lastHigh  uint64
 	closed    bool
@@ -65,23 +60,9 @@ func newV2(dir string, opts Options) (_ *v2, retErr error) {
 	}
 	// memory.high must exist and be writable later; keep its value to
 	// restore.
-	fd, err := openAt(t.dirfd, dir, fileHigh, unix.O_RDONLY)
-	if err != nil {
+	t.hk = highKeeper{dir: dir, dirfd: t.dirfd, log: t.log, stateDir: opts.StateDir}
+	if err := t.hk.load(); err != nil {
 		return nil, fmt.Errorf("new v2 tripwire: %w", err)
-	}
-	raw, err := pread(fd, t.buf[:])
-	unix.Close(fd)
-	if err != nil {
-		return nil, fmt.Errorf("new v2 tripwire: read %s/%s: %w", dir, fileHigh, err)
-	}
-	t.orig = string(bytes.TrimSpace(raw))
-	if t.orig == "" {
-		return nil, fmt.Errorf("new v2 tripwire: read %s/%s: %w: empty", dir, fileHigh, ErrMalformed)
-	}
-	if opts.StateDir != "" {
-		if err := t.recover(); err != nil {
-			return nil, fmt.Errorf("new v2 tripwire: %w", err)
-		}
 	}
 	t.events = fileEventsLocal
 	t.evfd, err = openAt(t.dirfd, dir, fileEventsLocal, unix.O_RDONLY)
@@ -137,42 +118,14 @@ func (t *v2) Arm(threshold uint64) error {
 	// threshold, the write itself raises a "high" event, which is a
 	// crossing of this threshold and must fire.
 	base, berr := t.readHigh()
-	if t.record != "" && !t.recorded {
-		// Durably, before the first write: a crash after it leaves the
-		// original where the next Tripwire finds it.
-		if err := saveRecord(t.record, highRecord{Dir: t.dir, ID: t.id, Original: t.orig}); err != nil {
-			return fmt.Errorf("arm tripwire: %w", err)
-		}
-		t.recorded = true
-	}
-	v := strconv.FormatUint(threshold, 10)
-	if err := writeValue(t.dirfd, t.dir, fileHigh, v); err != nil {
+	if _, err := t.hk.write(strconv.FormatUint(threshold, 10)); err != nil {
 		return fmt.Errorf("arm tripwire: %w", err)
 	}
-	// The kernel rounds down to pages; remember what it shows, so that
-	// Close can tell whether someone else changed it since.
-	got, err := t.readFile(fileHigh)
-	if err != nil {
-		return fmt.Errorf("arm tripwire: %w", err)
-	}
-	t.written, t.threshold = got, threshold
+	t.threshold = threshold
 	if berr == nil {
 		t.lastHigh = base
 	}
 	return nil
-}
-
-func (t *v2) readFile(name string) (string, error) {
-	fd, err := openAt(t.dirfd, t.dir, name, unix.O_RDONLY)
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(fd)
-	raw, err := pread(fd, t.buf[:])
-	if err != nil {
-		return "", fmt.Errorf("read %s/%s: %w", t.dir, name, err)
-	}
-	return string(bytes.TrimSpace(raw)), nil
 }
 
 // handle drains the inotify queue and re-reads the high counter; an
@@ -185,7 +138,7 @@ func (t *v2) handle(_ int32, _ uint32, at time.Time) error {
 		return fmt.Errorf("watch %s/%s: %w", t.dir, t.events, ErrGone)
 	}
 	h, err := t.readHigh()
-	armed, threshold, last := t.written != "", t.threshold, t.lastHigh
+	armed, threshold, last := t.hk.written != "", t.threshold, t.lastHigh
 	if err == nil && h > last {
 		t.lastHigh = h
 	}
@@ -237,79 +190,10 @@ func (t *v2) Close() error {
 	return errors.Join(rerr, t.closeAll())
 }
 
-// restore writes back the memory.high found before the first Arm (or
-// recorded by a Tripwire that did not Close), unless the cgroup is gone or
-// someone else has changed it since our last Arm; then it removes the
-// record. A failed write keeps the record, for the next Tripwire.
 func (t *v2) restore() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.written == "" || t.dirfd < 0 {
-		return t.forget()
-	}
-	now, err := t.readFile(fileHigh)
-	if err != nil {
-		if cgroups.Gone(err) {
-			return t.forget()
-		}
-		return fmt.Errorf("restore %s/%s to %q: %w", t.dir, fileHigh, t.orig, err)
-	}
-	if now != t.written {
-		t.log.Warn("memory.high changed by someone else, not restoring it",
-			"dir", t.dir, "ours", t.written, "found", now, "original", t.orig)
-		return t.forget()
-	}
-	if err := writeValue(t.dirfd, t.dir, fileHigh, t.orig); err != nil {
-		if cgroups.Gone(err) {
-			return t.forget()
-		}
-		return fmt.Errorf("restore memory.high: %w", err)
-	}
-	t.written = ""
-	return t.forget()
-}
-
-// forget removes the record, if there is one. Callers hold mu.
-func (t *v2) forget() error {
-	if t.record == "" || !t.recorded {
-		return nil
-	}
-	t.recorded = false
-	return removeRecord(t.record)
-}
-
-// recover reads the record of dir in Options.StateDir. A record of this
-// very cgroup (same inode) was left by a Tripwire that did not Close (a
-// crash): its original is the original, and the memory.high found now,
-// when it differs, is that Tripwire's threshold, which Close restores. A
-// record of another cgroup that had the same path is stale and removed.
-// Callers own t alone.
-func (t *v2) recover() error {
-	t.record = recordPath(t.opts.StateDir, t.dir)
-	id, err := dirID(t.dirfd, t.dir)
-	if err != nil {
-		return err
-	}
-	t.id = id
-	r, ok, err := loadRecord(t.record)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		return nil
-	case r.ID != id:
-		t.log.Info("tripwire state of a removed cgroup at the same path, ignored",
-			"dir", t.dir, "state", t.record, "state_id", r.ID, "id", id)
-		return removeRecord(t.record)
-	}
-	t.recorded = true
-	if r.Original != t.orig {
-		t.log.Info("memory.high left armed by a tripwire that did not close, the recorded original will be restored",
-			"dir", t.dir, "found", t.orig, "original", r.Original, "state", t.record)
-		t.written = t.orig
-	}
-	t.orig = r.Original
-	return nil
+	return t.hk.restore()
 }
 
 func (t *v2) closeAll() error {
