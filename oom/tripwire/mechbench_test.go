@@ -30,7 +30,10 @@ import (
 //     memory.events.local (KindMemoryHigh);
 //   - psi: a PSI trigger "some 10ms per 500ms" on kubepods' memory.pressure
 //     (implemented here; the tripwire package has none);
-//   - working_set: the adaptive working-set poll (KindWorkingSet).
+//   - working_set_poll: the adaptive working-set poll alone
+//     (KindWorkingSet with NoAssist);
+//   - working_set: the same with its memory.high assist (KindWorkingSet,
+//     the default): memory.high kept at the line + inactive_file.
 //
 // For each it measures, in this order: the CPU of this process while idle
 // (armed, no load); then, while a streaming reader in a Burstable pod
@@ -97,7 +100,7 @@ func BenchmarkV2Mechanisms(b *testing.B) {
 	slices.Sort(st)
 	b.Logf("a read of kubepods' memory.stat (open, read, parse): p50 %.0f µs, max %.0f µs (20 reads, idle)", pct(st, 0.5), pct(st, 1))
 	env := &mechEnv{dir: dir, line: line, dev: dev, cache: cache, hog: hogCG, probe: probe, clock: newMonoClock()}
-	mechs := []string{"none", KindMemoryHigh, "psi", KindWorkingSet}
+	mechs := []string{"none", KindMemoryHigh, "psi", kindWorkingSetPoll, KindWorkingSet}
 	if v := os.Getenv("NODEGUARD_TRIPWIRE_BENCH_MECHS"); v != "" {
 		mechs = strings.Split(v, ",") // a subset, to try the bench out
 	}
@@ -107,6 +110,10 @@ func BenchmarkV2Mechanisms(b *testing.B) {
 		})
 	}
 }
+
+// kindWorkingSetPoll names the working-set poll without its memory.high
+// assist (Options.NoAssist) in BenchmarkV2Mechanisms.
+const kindWorkingSetPoll = "working_set_poll"
 
 // Shape of BenchmarkV2Mechanisms.
 const (
@@ -148,7 +155,11 @@ func (e *mechEnv) open(b *testing.B, m string) benchWire {
 		}
 		return w
 	}
-	w, err := New(e.dir, true, Options{Mechanism: m})
+	opts := Options{Mechanism: m}
+	if m == kindWorkingSetPoll {
+		opts = Options{Mechanism: KindWorkingSet, NoAssist: true}
+	}
+	w, err := New(e.dir, true, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -160,6 +160,10 @@ type Options struct {
 	// DefaultMaxPeriod.
 	MaxRate              uint64
 	MinPeriod, MaxPeriod time.Duration
+	// NoAssist (KindWorkingSet) never writes memory.high: the poll
+	// alone, without the kernel event at the charge that reaches the
+	// line (see the package documentation).
+	NoAssist bool
 	// Floor is the least spacing of working-set fires (0 means
 	// DefaultFloor); Hysteresis how far below the line the working set
 	// must return before it fires again (0 means DefaultHysteresis).

@@ -159,9 +159,13 @@ func (t *v2) handle(_ int32, _ uint32, at time.Time) error {
 
 // drainInotify reads every queued inotify event and reports whether the
 // watch went away (the file, so the cgroup, was removed).
-func (t *v2) drainInotify() (removed bool) {
+func (t *v2) drainInotify() bool { return drainInotify(t.ifd, t.ibuf[:]) }
+
+// drainInotify reads every event queued on the inotify descriptor ifd
+// into buf and reports whether a watch went away.
+func drainInotify(ifd int, buf []byte) (removed bool) {
 	for {
-		n, err := unix.Read(t.ifd, t.ibuf[:])
+		n, err := unix.Read(ifd, buf)
 		if err == unix.EINTR {
 			continue
 		}
@@ -172,11 +176,11 @@ func (t *v2) drainInotify() (removed bool) {
 		// then len bytes of name; decoded by hand, so no alignment
 		// assumption about the buffer.
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			mask := binary.NativeEndian.Uint32(t.ibuf[off+4:])
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
 			if mask&(unix.IN_IGNORED|unix.IN_DELETE_SELF) != 0 {
 				removed = true
 			}
-			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(t.ibuf[off+12:]))
+			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
 		}
 	}
 }

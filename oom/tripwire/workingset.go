@@ -2,7 +2,10 @@ package tripwire
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,7 +38,18 @@ type wsPoller struct {
 	inactive  uint64    // inactive_file at the last memory.stat read
 	statOK    bool      // inactive is known
 	statAt    time.Time // when it was read
-	closed    bool
+	usage     uint64    // memory.current at the last read
+	// The memory.high assist (unless Options.NoAssist): memory.high kept
+	// at the usage where the working set reaches the line, so that the
+	// charge that gets there raises a kernel event (inotify on
+	// memory.events.local) instead of waiting for the next tick.
+	assist bool
+	hk     highKeeper
+	ifd    int    // inotify on the events file
+	events string // fileEventsLocal, or fileEvents on old kernels
+	high   uint64 // memory.high as last written; 0 before
+	ibuf   [4096]byte
+	closed bool
 	buf       [64]byte
 	sbuf      [8192]byte
 }
@@ -45,7 +59,7 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, tfd: -1}
+	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, tfd: -1, ifd: -1, assist: !opts.NoAssist}
 	defer func() {
 		if retErr != nil {
 			t.closeAll()
@@ -60,9 +74,20 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 	if t.stat, err = openAt(t.dirfd, dir, fileStat, unix.O_RDONLY); err != nil {
 		return nil, fmt.Errorf("new working-set tripwire: %w", err)
 	}
-	// A memory.high left armed by a memory.high Tripwire that never
-	// closed goes back now: this mechanism will never restore it.
-	if opts.StateDir != "" {
+	switch {
+	case t.assist:
+		// memory.high is ours to write: keep the original (and, with
+		// StateDir, the one a crashed Tripwire recorded) to restore.
+		t.hk = highKeeper{dir: dir, dirfd: t.dirfd, log: t.log, stateDir: opts.StateDir}
+		if err := t.hk.load(); err != nil {
+			return nil, fmt.Errorf("new working-set tripwire: %w", err)
+		}
+		if err := t.watchEvents(); err != nil {
+			return nil, fmt.Errorf("new working-set tripwire: %w", err)
+		}
+	case opts.StateDir != "":
+		// A memory.high left armed by a Tripwire that never closed
+		// goes back now: this one will never write or restore it.
 		if err := restoreLeftover(t.dirfd, dir, opts); err != nil {
 			return nil, fmt.Errorf("new working-set tripwire: %w", err)
 		}
@@ -161,18 +186,59 @@ func periodFor(o Options, dist uint64) time.Duration {
 	return max(time.Duration(ns), o.MinPeriod)
 }
 
-func (t *wsPoller) handle(_ int32, _ uint32, at time.Time) error {
-	var b [8]byte
-	if _, err := unix.Read(t.tfd, b[:]); err != nil {
-		return nil // EAGAIN: re-armed by Arm since
+// tokEvents is the working-set poll's inotify token (tokTimer is 0).
+const tokEvents = 1
+
+// eventEvery is the least spacing of the exact reads that kernel events
+// cause: memory.events.local also changes for "max" on every charge batch
+// of a cgroup at its limit (up to 100 notifications a second), and an
+// event within it only brings the next tick forward.
+const eventEvery = 2 * time.Millisecond
+
+// watchEvents sets up inotify on memory.events.local (memory.events on
+// kernels without it). Callers own t alone.
+func (t *wsPoller) watchEvents() error {
+	t.events = fileEventsLocal
+	if err := unix.Faccessat(t.dirfd, fileEventsLocal, unix.F_OK, 0); err != nil {
+		t.events = fileEvents
+	}
+	var err error
+	if t.ifd, err = unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err != nil {
+		return fmt.Errorf("inotify_init1: %w", err)
+	}
+	name := t.dir + "/" + t.events
+	if _, err := unix.InotifyAddWatch(t.ifd, name, unix.IN_MODIFY); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w: %w", ErrUnsupported, err)
+		}
+		return fmt.Errorf("inotify_add_watch %s: %w", name, err)
+	}
+	return t.add(t.ifd, tokEvents, unix.EPOLLIN)
+}
+
+func (t *wsPoller) handle(tok int32, _ uint32, at time.Time) error {
+	exact := false
+	if tok == tokEvents {
+		if drainInotify(t.ifd, t.ibuf[:]) {
+			return fmt.Errorf("watch %s/%s: %w", t.dir, t.events, ErrGone)
+		}
+		exact = true
+	} else {
+		var b [8]byte
+		if _, err := unix.Read(t.tfd, b[:]); err != nil {
+			return nil // EAGAIN: re-armed by Arm since
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.threshold == 0 || t.closed {
 		return nil
 	}
+	if exact && at.Sub(t.statAt) < eventEvery {
+		return t.schedule(t.opts.MinPeriod)
+	}
 	threshold := t.threshold
-	ws, err := t.read(threshold, at)
+	ws, err := t.read(threshold, at, exact)
 	// A poll's crossing is seen when the files are read, not when the
 	// timer woke the reader: a reader delayed in between must not date
 	// its fire before the usage it read.
@@ -206,7 +272,37 @@ func (t *wsPoller) handle(_ int32, _ uint32, at time.Time) error {
 	default:
 		t.ignored.Add(1)
 	}
+	if t.assist {
+		t.moveHigh(threshold)
+	}
 	return t.schedule(s.next)
+}
+
+// moveHigh keeps memory.high where usage will be when the working set
+// reaches the line, threshold + inactive_file, and never within 1 MiB
+// above usage or below it: page cache above the line is above the line,
+// not above memory.high, and is neither reclaimed nor throttled by it. It
+// moves only by more than Hysteresis. While the working set is above the
+// line memory.high stays where the crossing put it, so the allocators are
+// slowed while the consumer acts. A failed write is counted and retried
+// on the next tick. Callers hold mu.
+func (t *wsPoller) moveHigh(threshold uint64) {
+	if t.above && t.high != 0 {
+		return
+	}
+	want := threshold
+	if t.statOK {
+		want += t.inactive
+	}
+	want = max(want, t.usage+1<<20)
+	if t.high != 0 && want+t.opts.Hysteresis > t.high && want < t.high+t.opts.Hysteresis {
+		return
+	}
+	if _, err := t.hk.write(strconv.FormatUint(want, 10)); err != nil {
+		t.readErrs.Add(1)
+		return
+	}
+	t.high = want
 }
 
 // statEvery is how often the working-set poll refreshes inactive_file
@@ -224,7 +320,7 @@ const statEvery = 100 * time.Millisecond
 // tick after a fire reads memory.stat again, so page cache that grew
 // within that time costs at most one early fire. Below the line it is
 // refreshed every statEvery when near. Callers hold mu.
-func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
+func (t *wsPoller) read(threshold uint64, at time.Time, exact bool) (uint64, error) {
 	raw, err := pread(t.current, t.buf[:])
 	if err != nil {
 		return 0, fmt.Errorf("read %s/%s: %w", t.dir, fileCurrent, err)
@@ -233,8 +329,10 @@ func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	t.usage = usage
 	near := usage+t.opts.MaxRate/uint64(time.Second/t.opts.MaxPeriod) >= threshold
 	switch {
+	case exact:
 	case usage < threshold && (!near || at.Sub(t.statAt) < statEvery):
 		return usage, nil
 	case usage >= threshold && !t.above && t.statOK && at.Sub(t.statAt) < statEvery && usage-min(usage, t.inactive) >= threshold:
@@ -255,18 +353,24 @@ func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 	return usage - min(usage, inactive), nil
 }
 
-// Close implements Tripwire.
+// Close implements Tripwire; with the assist it restores memory.high.
 func (t *wsPoller) Close() error {
 	if !t.shutdown(&t.mu, &t.closed, t.started) {
 		return nil
 	}
-	return t.closeAll()
+	var rerr error
+	if t.assist {
+		t.mu.Lock()
+		rerr = t.hk.restore()
+		t.mu.Unlock()
+	}
+	return errors.Join(rerr, t.closeAll())
 }
 
 func (t *wsPoller) closeAll() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.closeWith(&t.tfd, &t.stat, &t.current, &t.dirfd)
+	return t.closeWith(&t.ifd, &t.tfd, &t.stat, &t.current, &t.dirfd)
 }
 
 // restoreLeftover puts back the memory.high recorded in opts.StateDir for

@@ -39,7 +39,7 @@ func TestDecideWS(t *testing.T) {
 
 func TestWorkingSetFiresOnTheWorkingSetNotOnPageCache(t *testing.T) {
 	dir := fakeV2(t, "max", 0)
-	tw := mustNew(t, dir, true, Options{MinPeriod: time.Millisecond, MaxPeriod: 2 * time.Millisecond, Floor: time.Millisecond})
+	tw := mustNew(t, dir, true, Options{NoAssist: true, MinPeriod: time.Millisecond, MaxPeriod: 2 * time.Millisecond, Floor: time.Millisecond})
 	const th = 64 << 20
 	usage := func(u, inactive uint64) {
 		writeFake(t, dir, fileStat, stat(inactive))
@@ -77,7 +77,7 @@ func TestWorkingSetFiresOnTheWorkingSetNotOnPageCache(t *testing.T) {
 		usage(70<<20, 0)
 		waitFire(t, tw)
 	})
-	t.Run("it never writes memory.high", func(t *testing.T) {
+	t.Run("without the assist it never writes memory.high", func(t *testing.T) {
 		if got := readFake(t, dir, fileHigh); got != "max\n" {
 			t.Errorf("memory.high = %q", got)
 		}
@@ -85,16 +85,87 @@ func TestWorkingSetFiresOnTheWorkingSetNotOnPageCache(t *testing.T) {
 }
 
 func TestWorkingSetRestoresAMemoryHighLeftArmed(t *testing.T) {
+	t.Run("without the assist at New", func(t *testing.T) {
+		dir := fakeV2(t, "max", 0)
+		state := t.TempDir()
+		crashed(t, dir, state, "max", "67108864")
+		mustNew(t, dir, true, Options{NoAssist: true, StateDir: state})
+		if got := readFake(t, dir, fileHigh); got != "max" {
+			t.Errorf("memory.high = %q after New, want the recorded original max", got)
+		}
+		if _, ok, _ := loadRecord(recordPath(state, dir)); ok {
+			t.Error("the record is still there")
+		}
+	})
+	t.Run("with the assist on Close", func(t *testing.T) {
+		dir := fakeV2(t, "max", 0)
+		state := t.TempDir()
+		crashed(t, dir, state, "max", "67108864")
+		tw := mustNew(t, dir, true, Options{StateDir: state})
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFake(t, dir, fileHigh); got != "max" {
+			t.Errorf("memory.high = %q after Close, want the recorded original max", got)
+		}
+		if _, ok, _ := loadRecord(recordPath(state, dir)); ok {
+			t.Error("the record is still there")
+		}
+	})
+}
+
+func TestWorkingSetAssistKeepsMemoryHighAboveUsage(t *testing.T) {
 	dir := fakeV2(t, "max", 0)
 	state := t.TempDir()
-	crashed(t, dir, state, "max", "67108864")
-	mustNew(t, dir, true, Options{StateDir: state})
-	if got := readFake(t, dir, fileHigh); got != "max" {
-		t.Errorf("memory.high = %q after New, want the recorded original max", got)
+	tw := mustNew(t, dir, true, Options{StateDir: state, MinPeriod: time.Millisecond, MaxPeriod: 2 * time.Millisecond, Floor: time.Millisecond})
+	const th = 64 << 20
+	usage := func(u, inactive uint64) {
+		writeFake(t, dir, fileStat, stat(inactive))
+		writeFake(t, dir, fileCurrent, fmt.Sprintf("%010d\n", u))
 	}
-	if _, ok, _ := loadRecord(recordPath(state, dir)); ok {
-		t.Error("the record is still there")
+	high := func() uint64 {
+		v, err := ParseUint([]byte(readFake(t, dir, fileHigh)), fileHigh)
+		if err != nil {
+			return 0
+		}
+		return v
 	}
+	waitHigh := func(what string, want uint64) {
+		t.Helper()
+		deadline := time.Now().Add(waitBound)
+		for high() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: memory.high = %d, want %d", what, high(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	usage(32<<20, 0)
+	if err := tw.Arm(th); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("without page cache memory.high is the line", func(t *testing.T) {
+		waitHigh("no cache", th)
+		if _, ok, _ := loadRecord(recordPath(state, dir)); !ok {
+			t.Error("no record of the original before the write")
+		}
+	})
+	t.Run("page cache above the line moves memory.high above usage by the working set's headroom", func(t *testing.T) {
+		usage(96<<20, 64<<20) // working set 32 MiB
+		waitHigh("cache", th+64<<20)
+		noFire(t, tw, 20*time.Millisecond)
+	})
+	t.Run("Close restores the original and removes the record", func(t *testing.T) {
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFake(t, dir, fileHigh); got != "max" {
+			t.Errorf("memory.high = %q after Close", got)
+		}
+		if _, ok, _ := loadRecord(recordPath(state, dir)); ok {
+			t.Error("the record is still there")
+		}
+	})
 }
 
 func TestWorkingSetFastPathCostsAtMostOneEarlyFire(t *testing.T) {
