@@ -282,6 +282,9 @@ func (e *mechEnv) run(b *testing.B, m string) {
 		b.Fatal(err)
 	}
 	defer os.WriteFile(maxFile, []byte("max"), 0o644)
+	if tw, ok := w.(Tripwire); ok {
+		defer func() { b.Logf("%s: tripwire stats after the ramps %+v", m, tw.Stats()) }()
+	}
 	for _, rate := range []struct {
 		name string
 		bps  uint64
