@@ -293,8 +293,9 @@ func (e *mechEnv) run(b *testing.B, m string) {
 		ooms, missed, early := 0, 0, 0
 		var achieved float64
 		for i := range rampTrials {
+			high0 := readString(b, filepath.Join(e.dir, fileHigh))
 			r := e.ramp(b, w, rate.bps)
-			progress("%s: ramp %s trial %d: %+v", m, rate.name, i, r)
+			progress("%s: ramp %s trial %d (memory.high %s before): %+v", m, rate.name, i, high0, r)
 			switch {
 			case r.oom:
 				ooms++

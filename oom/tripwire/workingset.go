@@ -35,10 +35,18 @@ type wsPoller struct {
 	threshold uint64
 	above     bool      // delivered for this crossing; cleared below threshold-Hysteresis
 	lastFire  time.Time // last delivery (or drop), for the floor
-	inactive  uint64    // inactive_file at the last memory.stat read
-	statOK    bool      // inactive is known
-	statAt    time.Time // when it was read
+	// smu guards the last memory.stat reading, which the refresher
+	// goroutine writes without holding mu (the read can take long).
+	smu      sync.Mutex
+	inactive uint64    // inactive_file at the last memory.stat read
+	statOK   bool      // inactive is known
+	statAt   time.Time // when it was read
+	statBG   int       // the refresher's own memory.stat
+	bgStop   chan struct{}
+	bgDone   chan struct{}
+	bgBuf    [8192]byte
 	usage     uint64    // memory.current at the last read
+	readAt    time.Time // when the last tick read
 	// The memory.high assist (unless Options.NoAssist): memory.high kept
 	// at the usage where the working set reaches the line, so that the
 	// charge that gets there raises a kernel event (inotify on
@@ -59,7 +67,8 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, tfd: -1, ifd: -1, assist: !opts.NoAssist}
+	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, statBG: -1, tfd: -1, ifd: -1, assist: !opts.NoAssist,
+		bgStop: make(chan struct{}), bgDone: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
 			t.closeAll()
@@ -72,6 +81,9 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 		return nil, fmt.Errorf("new working-set tripwire: %w", err)
 	}
 	if t.stat, err = openAt(t.dirfd, dir, fileStat, unix.O_RDONLY); err != nil {
+		return nil, fmt.Errorf("new working-set tripwire: %w", err)
+	}
+	if t.statBG, err = openAt(t.dirfd, dir, fileStat, unix.O_RDONLY); err != nil {
 		return nil, fmt.Errorf("new working-set tripwire: %w", err)
 	}
 	switch {
@@ -100,7 +112,52 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 	}
 	t.started = true
 	go t.run(t.handle)
+	go t.refresh()
 	return t, nil
+}
+
+// refresh is the refresher goroutine: every statEvery, while usage is
+// below the line but within MaxRate x MaxPeriod of it, it reads
+// memory.stat, so that the tick that sees usage cross knows the cgroup's
+// page cache without reading it then (under a fast charger that read
+// costs a flush of every statistic it changed: milliseconds, and tens of
+// them under emulation), and the assist knows where to put memory.high.
+// It never holds mu while reading.
+func (t *wsPoller) refresh() {
+	defer close(t.bgDone)
+	tick := time.NewTicker(statEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.bgStop:
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		usage, threshold := t.usage, t.threshold
+		t.mu.Unlock()
+		if threshold == 0 || usage >= threshold || usage+t.opts.MaxRate/uint64(time.Second/t.opts.MaxPeriod) < threshold {
+			continue // above: the ticks read it; far: not needed
+		}
+		raw, err := pread(t.statBG, t.bgBuf[:])
+		if err != nil {
+			continue // the reader's own reads report errors
+		}
+		inactive, err := ParseEventCounter(raw, "inactive_file", t.dir+"/"+fileStat)
+		if err != nil {
+			continue
+		}
+		t.smu.Lock()
+		t.inactive, t.statOK, t.statAt = inactive, true, t.opts.Now()
+		t.smu.Unlock()
+	}
+}
+
+// lastStat returns the last memory.stat reading.
+func (t *wsPoller) lastStat() (inactive uint64, ok bool, at time.Time) {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	return t.inactive, t.statOK, t.statAt
 }
 
 // Arm sets the line and schedules a tick at once. A working set already
@@ -189,10 +246,14 @@ func periodFor(o Options, dist uint64) time.Duration {
 // tokEvents is the working-set poll's inotify token (tokTimer is 0).
 const tokEvents = 1
 
-// eventEvery is the least spacing of the exact reads that kernel events
-// cause: memory.events.local also changes for "max" on every charge batch
-// of a cgroup at its limit (up to 100 notifications a second), and an
-// event within it only brings the next tick forward.
+// eventEvery is the least spacing of the reads that kernel events cause:
+// memory.events.local also changes for "max" on every charge batch of a
+// cgroup at its limit (up to 100 notifications a second), and an event
+// within it of the last read only brings the next tick forward. An event
+// is read as a tick: memory.stat only when the inactive_file read less
+// than statEvery ago does not already put the working set at the line
+// (reading memory.stat under a fast charger costs the kernel a flush of
+// every statistic it changed).
 const eventEvery = 2 * time.Millisecond
 
 // watchEvents sets up inotify on memory.events.local (memory.events on
@@ -234,11 +295,12 @@ func (t *wsPoller) handle(tok int32, _ uint32, at time.Time) error {
 	if t.threshold == 0 || t.closed {
 		return nil
 	}
-	if exact && at.Sub(t.statAt) < eventEvery {
+	if exact && at.Sub(t.readAt) < eventEvery {
 		return t.schedule(t.opts.MinPeriod)
 	}
+	t.readAt = at
 	threshold := t.threshold
-	ws, err := t.read(threshold, at, exact)
+	ws, err := t.read(threshold, at)
 	// A poll's crossing is seen when the files are read, not when the
 	// timer woke the reader: a reader delayed in between must not date
 	// its fire before the usage it read.
@@ -278,11 +340,15 @@ func (t *wsPoller) handle(tok int32, _ uint32, at time.Time) error {
 	return t.schedule(s.next)
 }
 
+// highMargin is the least distance of the assist's memory.high above
+// usage: one charge batch, 64 pages, on a CPU.
+const highMargin = 256 << 10
+
 // moveHigh keeps memory.high where usage will be when the working set
-// reaches the line, threshold + inactive_file, and never within 1 MiB
-// above usage or below it: page cache above the line is above the line,
+// reaches the line, threshold + inactive_file, and never within
+// highMargin above usage or below it: page cache above the line is above the line,
 // not above memory.high, and is neither reclaimed nor throttled by it. It
-// moves only by more than Hysteresis. While the working set is above the
+// moves down at once and up only by more than Hysteresis. While the working set is above the
 // line memory.high stays where the crossing put it, so the allocators are
 // slowed while the consumer acts. A failed write is counted and retried
 // on the next tick. Callers hold mu.
@@ -291,11 +357,16 @@ func (t *wsPoller) moveHigh(threshold uint64) {
 		return
 	}
 	want := threshold
-	if t.statOK {
-		want += t.inactive
+	if inactive, ok, _ := t.lastStat(); ok {
+		want += inactive
 	}
-	want = max(want, t.usage+1<<20)
-	if t.high != 0 && want+t.opts.Hysteresis > t.high && want < t.high+t.opts.Hysteresis {
+	// One charge batch (64 pages a CPU) above usage at least: never a
+	// memory.high the writer would have to reclaim down to.
+	want = max(want, t.usage+highMargin)
+	// Down at once (a memory.high above where the working set meets
+	// the line delays the event), up only by more than Hysteresis (one
+	// too low costs an early event, read and answered by moving it).
+	if t.high != 0 && want+highMargin > t.high && want < t.high+t.opts.Hysteresis {
 		return
 	}
 	if _, err := t.hk.write(strconv.FormatUint(want, 10)); err != nil {
@@ -305,22 +376,19 @@ func (t *wsPoller) moveHigh(threshold uint64) {
 	t.high = want
 }
 
-// statEvery is how often the working-set poll refreshes inactive_file
-// while usage is below the line but within MaxRate x MaxPeriod of it: at
-// most 10 memory.stat reads a second, only near the line, so that the tick
-// that sees usage cross knows whether the cgroup holds page cache.
+// statEvery is how often the refresher reads inactive_file while usage
+// is below the line but within MaxRate x MaxPeriod of it: at most 10
+// memory.stat reads a second, only near the line.
 const statEvery = 100 * time.Millisecond
 
 // read returns the working set, or the usage when that is below the
-// threshold (the working set is then below it too). memory.stat (costly:
-// the kernel flushes the subtree's statistics for it) is read on every
-// tick at or above the line, except on the fast path of a new crossing:
-// when usage minus the inactive_file read less than statEvery ago is at
-// the line, that is the working set, without waiting for memory.stat; the
-// tick after a fire reads memory.stat again, so page cache that grew
-// within that time costs at most one early fire. Below the line it is
-// refreshed every statEvery when near. Callers hold mu.
-func (t *wsPoller) read(threshold uint64, at time.Time, exact bool) (uint64, error) {
+// threshold (the working set is then below it too). memory.stat is read
+// on every tick at or above the line, except on the fast path of a new
+// crossing: when usage minus the refresher's inactive_file (at most two
+// statEvery old) is at the line, that is the working set; the tick after
+// a fire reads memory.stat itself, so page cache that grew within that
+// time costs at most one early fire. Callers hold mu.
+func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 	raw, err := pread(t.current, t.buf[:])
 	if err != nil {
 		return 0, fmt.Errorf("read %s/%s: %w", t.dir, fileCurrent, err)
@@ -330,13 +398,11 @@ func (t *wsPoller) read(threshold uint64, at time.Time, exact bool) (uint64, err
 		return 0, err
 	}
 	t.usage = usage
-	near := usage+t.opts.MaxRate/uint64(time.Second/t.opts.MaxPeriod) >= threshold
-	switch {
-	case exact:
-	case usage < threshold && (!near || at.Sub(t.statAt) < statEvery):
+	if usage < threshold {
 		return usage, nil
-	case usage >= threshold && !t.above && t.statOK && at.Sub(t.statAt) < statEvery && usage-min(usage, t.inactive) >= threshold:
-		return usage - min(usage, t.inactive), nil
+	}
+	if in, ok, when := t.lastStat(); !t.above && ok && at.Sub(when) < 2*statEvery && usage-min(usage, in) >= threshold {
+		return usage - min(usage, in), nil
 	}
 	raw, err = pread(t.stat, t.sbuf[:])
 	if err != nil {
@@ -346,10 +412,9 @@ func (t *wsPoller) read(threshold uint64, at time.Time, exact bool) (uint64, err
 	if err != nil {
 		return 0, err
 	}
-	t.inactive, t.statOK, t.statAt = inactive, true, at
-	if usage < threshold {
-		return usage, nil
-	}
+	t.smu.Lock()
+	t.inactive, t.statOK, t.statAt = inactive, true, t.opts.Now()
+	t.smu.Unlock()
 	return usage - min(usage, inactive), nil
 }
 
@@ -358,6 +423,8 @@ func (t *wsPoller) Close() error {
 	if !t.shutdown(&t.mu, &t.closed, t.started) {
 		return nil
 	}
+	close(t.bgStop)
+	<-t.bgDone
 	var rerr error
 	if t.assist {
 		t.mu.Lock()
@@ -370,7 +437,7 @@ func (t *wsPoller) Close() error {
 func (t *wsPoller) closeAll() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.closeWith(&t.ifd, &t.tfd, &t.stat, &t.current, &t.dirfd)
+	return t.closeWith(&t.ifd, &t.tfd, &t.statBG, &t.stat, &t.current, &t.dirfd)
 }
 
 // restoreLeftover puts back the memory.high recorded in opts.StateDir for
