@@ -334,7 +334,7 @@ type rampResult struct {
 	// and how far below it was.
 	belowAgo  time.Duration
 	belowLeft uint64
-	rate       float64 // MiB/s the hog achieved up to the crossing
+	rate      float64 // MiB/s the hog achieved up to the crossing
 }
 
 // ramp runs one hog trial: start, wait for a fire, kill the hog's cgroup,

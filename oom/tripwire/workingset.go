@@ -44,9 +44,10 @@ type wsPoller struct {
 	statBG   int       // the refresher's own memory.stat
 	bgStop   chan struct{}
 	bgDone   chan struct{}
+	nearC    chan struct{} // wakes the refresher when usage comes near
 	bgBuf    [8192]byte
-	usage     uint64    // memory.current at the last read
-	readAt    time.Time // when the last tick read
+	usage    uint64    // memory.current at the last read
+	readAt   time.Time // when the last tick read
 	// The memory.high assist (unless Options.NoAssist): memory.high kept
 	// at the usage where the working set reaches the line, so that the
 	// charge that gets there raises a kernel event (inotify on
@@ -58,8 +59,8 @@ type wsPoller struct {
 	high   uint64 // memory.high as last written; 0 before
 	ibuf   [4096]byte
 	closed bool
-	buf       [64]byte
-	sbuf      [8192]byte
+	buf    [64]byte
+	sbuf   [8192]byte
 }
 
 func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
@@ -68,7 +69,7 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 		return nil, err
 	}
 	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, statBG: -1, tfd: -1, ifd: -1, assist: !opts.NoAssist,
-		bgStop: make(chan struct{}), bgDone: make(chan struct{})}
+		bgStop: make(chan struct{}), bgDone: make(chan struct{}), nearC: make(chan struct{}, 1)}
 	defer func() {
 		if retErr != nil {
 			t.closeAll()
@@ -136,8 +137,18 @@ func (t *wsPoller) refresh() {
 		t.mu.Lock()
 		usage, threshold := t.usage, t.threshold
 		t.mu.Unlock()
-		if threshold == 0 || usage >= threshold || usage+t.opts.MaxRate/uint64(time.Second/t.opts.MaxPeriod) < threshold {
-			continue // above: the ticks read it; far: not needed
+		if threshold == 0 || !t.near(usage, threshold) {
+			// Far (or not armed): sleep until the reader sees usage
+			// come near, with no ticks meanwhile.
+			select {
+			case <-t.bgStop:
+				return
+			case <-t.nearC:
+			}
+			continue
+		}
+		if usage >= threshold {
+			continue // at or above: the ticks read it themselves
 		}
 		raw, err := pread(t.statBG, t.bgBuf[:])
 		if err != nil {
@@ -151,6 +162,12 @@ func (t *wsPoller) refresh() {
 		t.inactive, t.statOK, t.statAt = inactive, true, t.opts.Now()
 		t.smu.Unlock()
 	}
+}
+
+// near tells whether usage is within MaxRate x MaxPeriod of the line (or
+// past it).
+func (t *wsPoller) near(usage, threshold uint64) bool {
+	return usage+t.opts.MaxRate/uint64(time.Second/t.opts.MaxPeriod) >= threshold
 }
 
 // lastStat returns the last memory.stat reading.
@@ -398,6 +415,12 @@ func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 		return 0, err
 	}
 	t.usage = usage
+	if t.near(usage, threshold) {
+		select {
+		case t.nearC <- struct{}{}:
+		default:
+		}
+	}
 	if usage < threshold {
 		return usage, nil
 	}
