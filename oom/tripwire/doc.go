@@ -32,28 +32,51 @@
 // the production nodes (Debian's 6.1 and 6.12) have no usage threshold
 // event and no per-charge memcg tracepoint (only
 // vmscan/mm_vmscan_memcg_reclaim_*, which fire when a limit already makes
-// the cgroup reclaim), so the Tripwire polls, adaptively: a one-shot
-// timerfd re-armed after every tick for the time a ramp at
-// Options.MaxRate (2 GiB/s) needs to cover the distance to the line,
-// within [Options.MinPeriod, Options.MaxPeriod] (1 ms, 100 ms). Each tick
-// reads memory.current; only when usage is at or above the line does it
-// read memory.stat, since the working set (usage minus inactive_file,
-// the kubelet's and cAdvisor's) is never above usage. A ramp at or below
-// MaxRate cannot cross between two ticks by more than MinPeriod of
-// allocation, so the ticks close in on a crossing; a faster one is seen
-// within the period of the last tick before it. The Tripwire fires when
-// the working set reaches the line (Fire.WorkingSet), once: it fires
+// the cgroup reclaim). The only event at the charge is memory.high, which
+// throttles every cgroup below once usage is past it; so the Tripwire
+// watches the working set (usage minus inactive_file, the kubelet's and
+// cAdvisor's) with two things together:
+//
+//   - An adaptive poll: a one-shot timerfd re-armed after every tick for
+//     the time a ramp at Options.MaxRate (2 GiB/s) needs to cover the
+//     distance to the line, within [Options.MinPeriod, Options.MaxPeriod]
+//     (1 ms, 100 ms). Each tick reads memory.current; memory.stat is read
+//     on the reader's path only at or above the line (the working set is
+//     never above usage), and near the line (within MaxRate x MaxPeriod)
+//     a goroutine of its own refreshes inactive_file every 100 ms, off
+//     the reader's path (the kernel flushes the subtree's statistics for
+//     every memory.stat read, which under a fast charger takes long), so
+//     that the tick that sees usage cross can fire on usage minus that
+//     inactive_file at once. A ramp at or below MaxRate cannot cross
+//     between two ticks by more than MinPeriod of allocation.
+//   - The memory.high assist (unless Options.NoAssist): memory.high kept
+//     at the usage where the working set meets the line, the line plus
+//     inactive_file, never less than one charge batch above usage (moved
+//     down at once, up only by more than Hysteresis), and inotify on
+//     memory.events.local: the charge that brings the working set to the
+//     line raises "high", which is read as a tick at once (at most every
+//     2 ms). Page cache that holds usage above the line is then below
+//     memory.high, neither reclaimed nor throttled by it; a page cache
+//     growth that reaches memory.high costs one event and a move up. While
+//     the working set is above the line memory.high stays where the
+//     crossing put it, which slows the allocators while the consumer acts.
+//     Close restores the original memory.high (recorded with StateDir, see
+//     below).
+//
+// It fires when the working set reaches the line (Fire.WorkingSet), once:
 // again only after the working set has come back below the line minus
 // Options.Hysteresis (2 MiB, counted as Downward), and never sooner than
 // Options.Floor (20 ms) after the previous fire (a crossing within the
 // floor is counted as Coalesced and delivered when the floor has passed,
-// if the working set is still above). Page cache that holds usage above
-// the line neither fires nor slows anyone, and a line the consumer has
-// judged does not wake it again while the working set stays there. It
-// writes no cgroup file, except once at New, with Options.StateDir: a
-// memory.high recorded there by a memory.high Tripwire of the same cgroup
-// that never closed is put back (see below). BenchmarkV2Mechanisms
-// measures it against the alternatives; the README has the figures.
+// if the working set is still above). A line the consumer has judged does
+// not wake it again while the working set stays there, and page cache
+// above the line never wakes it. Page cache that grew by more than the
+// working set's headroom within the 100 ms since the last refresh can
+// cost one early fire, corrected on the next tick. With NoAssist and
+// StateDir it puts back, at New, a memory.high recorded there by a
+// Tripwire of the same cgroup that never closed. BenchmarkV2Mechanisms
+// measures it (with and without the assist) against memory.high and PSI;
+// the README has the figures.
 //
 // cgroup v2 with Options.Mechanism KindMemoryHigh (Kind "memory.high"):
 // Arm writes memory.high = threshold. Above memory.high the
@@ -102,18 +125,23 @@
 //     logs.
 //   - Files are opened beneath the directory by fixed names (openat on a
 //     directory descriptor); nothing is written but cgroup.event_control
-//     (v1) and memory.high (v2 KindMemoryHigh; and, by the working-set
-//     poll, only to put back an original recorded in StateDir) of that one
-//     directory, and the record in Options.StateDir.
+//     (v1) and memory.high (v2: KindMemoryHigh, the working-set assist,
+//     and restoring an original) of that one directory, and the record in
+//     Options.StateDir.
+//   - The working-set assist never writes a memory.high below usage plus
+//     one charge batch, so it never makes the writer reclaim and never
+//     throttles page cache held above the line.
 //   - With StateDir, the original memory.high is on disk before the first
 //     write to memory.high, and a record is only ever used for the cgroup
 //     whose inode it names.
 //   - The working-set poll delivers a line once per crossing: again only
 //     after the working set went below threshold - Hysteresis, and never
-//     two fires within Floor. Its tick is never shorter than MinPeriod.
-//   - Close stops the reader goroutine, waits for it, closes every
-//     descriptor (on v1 this removes the kernel registration), and then
-//     closes C; Done is closed when the reader has returned. Close is
+//     two fires within Floor. Its tick is never shorter than MinPeriod,
+//     and its reader never waits for a memory.stat read below the line.
+//   - Close stops the reader goroutine (and the working-set refresher),
+//     waits for them, restores memory.high where it was written, closes
+//     every descriptor (on v1 this removes the kernel registration), and
+//     then closes C; Done is closed when the reader has returned. Close is
 //     idempotent.
 //   - Errors name the file and, for writes, the value. A missing directory
 //     matches fs.ErrNotExist; a directory without the files of the asked
