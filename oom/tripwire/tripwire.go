@@ -132,6 +132,13 @@ const (
 	// reader's wake-up, far inside the 10 ms detection target, at one
 	// pread (plus memory.stat above usage) per ms only while that close.
 	DefaultMinPeriod = time.Millisecond
+	// DefaultAssistMinPeriod is the shortest tick with the memory.high
+	// assist: the kernel's event at the charge sees an anonymous ramp
+	// reach the line, and the poll is the net for what it cannot see (page
+	// cache turning into anonymous memory at a limit, with usage flat), so
+	// it need not tick 1000 times a second near the line; 5 ms keeps that
+	// net inside the 10 ms detection target.
+	DefaultAssistMinPeriod = 5 * time.Millisecond
 	// DefaultMaxPeriod is the longest tick, from 200 MiB away: 10 reads
 	// of memory.current a second on an idle node.
 	DefaultMaxPeriod = 100 * time.Millisecond
@@ -156,8 +163,8 @@ type Options struct {
 	Mechanism string
 	// MaxRate, MinPeriod and MaxPeriod shape the working-set poll's
 	// tick: distance to the line / MaxRate (bytes per second), within
-	// [MinPeriod, MaxPeriod]. 0 means DefaultMaxRate, DefaultMinPeriod,
-	// DefaultMaxPeriod.
+	// [MinPeriod, MaxPeriod]. 0 means DefaultMaxRate, DefaultMinPeriod
+	// (DefaultAssistMinPeriod with the assist), DefaultMaxPeriod.
 	MaxRate              uint64
 	MinPeriod, MaxPeriod time.Duration
 	// NoAssist (KindWorkingSet) never writes memory.high: the poll
@@ -212,6 +219,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MinPeriod <= 0 {
 		o.MinPeriod = DefaultMinPeriod
+		if o.Mechanism == KindWorkingSet && !o.NoAssist {
+			o.MinPeriod = DefaultAssistMinPeriod
+		}
 	}
 	if o.MaxPeriod <= 0 {
 		o.MaxPeriod = DefaultMaxPeriod

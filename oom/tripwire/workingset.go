@@ -312,8 +312,8 @@ func (t *wsPoller) handle(tok int32, _ uint32, at time.Time) error {
 	if t.threshold == 0 || t.closed {
 		return nil
 	}
-	if exact && at.Sub(t.readAt) < eventEvery {
-		return t.schedule(t.opts.MinPeriod)
+	if since := at.Sub(t.readAt); exact && since < eventEvery {
+		return t.schedule(eventEvery - since)
 	}
 	t.readAt = at
 	threshold := t.threshold
