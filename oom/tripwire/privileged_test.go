@@ -282,3 +282,74 @@ func TestV2OriginalMemoryHighSurvivesASIGKILL(t *testing.T) {
 		}
 	})
 }
+
+func TestV2WorkingSetOnARealCgroup(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeV2)
+	sb := cgtest.New(t, cgtest.WithMemoryLimit(sandboxLimit))
+	dir := sb.MemoryDir()
+	h := startHog(t, sb, filepath.Join(dir, fileCurrent), hogMiB)
+	clock := newMonoClock()
+	orig := readFile(t, filepath.Join(dir, fileHigh))
+	state := t.TempDir()
+
+	tw, err := New(dir, true, Options{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tw.Close() })
+	const threshold = 64 << 20
+	if err := tw.Arm(threshold); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the assist puts memory.high at the line, above usage", func(t *testing.T) {
+		deadline := time.Now().Add(waitBound)
+		for {
+			got := readFile(t, filepath.Join(dir, fileHigh))
+			v, err := ParseUint([]byte(got), fileHigh)
+			// inactive_file of a cgroup with only an anonymous hog is
+			// near 0: memory.high is the line plus that.
+			if err == nil && v >= threshold && v < threshold+4<<20 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("memory.high = %q, want the line %d plus the cgroup's inactive_file", got, threshold)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	t.Run("the working set reaching the line fires once", func(t *testing.T) {
+		r := h.up(t, threshold+2<<20, threshold, 256<<10)
+		if r.Cross == 0 {
+			t.Fatalf("hog never saw memory.current reach the line: %+v", r)
+		}
+		f := waitFire(t, tw)
+		lat := time.Duration(clock.of(f.At) - r.Cross)
+		t.Logf("fire %+v; the hog's crossing to Fire.At: %v", f, lat)
+		if f.Kind != KindWorkingSet || f.Threshold != threshold || f.WorkingSet < threshold {
+			t.Errorf("fire %+v", f)
+		}
+		if lat >= sanityLatency {
+			t.Errorf("Fire.At is %v after the crossing, want < %v", lat, sanityLatency)
+		}
+		noFire(t, tw, quiet) // still above: judged, not again
+	})
+	t.Run("below the line and up again fires again", func(t *testing.T) {
+		h.down(t)
+		waitStat(t, tw, "downward", func(s Stats) bool { return s.Downward >= 1 })
+		h.up(t, threshold+2<<20, threshold, 256<<10)
+		waitFire(t, tw)
+	})
+	t.Run("Close restores memory.high and removes the record", func(t *testing.T) {
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, tw)
+		if got := readFile(t, filepath.Join(dir, fileHigh)); got != orig {
+			t.Errorf("memory.high = %q after Close, want %q", got, orig)
+		}
+		if left, _ := os.ReadDir(state); len(left) != 0 {
+			t.Errorf("state left behind: %v", left)
+		}
+		t.Logf("stats %+v", tw.Stats())
+	})
+}
