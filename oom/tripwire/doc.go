@@ -40,9 +40,10 @@
 //   - An adaptive poll: a one-shot timerfd re-armed after every tick for
 //     the time a ramp at Options.MaxRate (2 GiB/s) needs to cover the
 //     distance to the line, within [Options.MinPeriod, Options.MaxPeriod]
-//     (1 ms, 100 ms). Each tick reads memory.current; memory.stat is read
-//     on the reader's path only at or above the line (the working set is
-//     never above usage), and near the line (within MaxRate x MaxPeriod)
+//     (5 ms with the assist, 1 ms without; 100 ms). Each tick reads
+//     memory.current; memory.stat is read on the reader's path only at or
+//     above the line (the working set is never above usage), and near the
+//     line (within MaxRate x MaxPeriod)
 //     a goroutine of its own refreshes inactive_file every 100 ms, off
 //     the reader's path (the kernel flushes the subtree's statistics for
 //     every memory.stat read, which under a fast charger takes long), so

@@ -127,10 +127,11 @@ const (
 	// so the ticks close in on a crossing and the last one lands within
 	// MinPeriod of it.
 	DefaultMaxRate = 2 << 30
-	// DefaultMinPeriod is the shortest tick, within 2 MiB of the line
-	// (DefaultMaxRate x 1 ms): a crossing is seen within ~1 ms plus the
-	// reader's wake-up, far inside the 10 ms detection target, at one
-	// pread (plus memory.stat above usage) per ms only while that close.
+	// DefaultMinPeriod is the shortest tick of the poll without the
+	// assist (NoAssist), within 2 MiB of the line (DefaultMaxRate x 1
+	// ms): a crossing is seen within ~1 ms plus the reader's wake-up, far
+	// inside the 10 ms detection target, at one pread (plus memory.stat
+	// above usage) per ms only while that close.
 	DefaultMinPeriod = time.Millisecond
 	// DefaultAssistMinPeriod is the shortest tick with the memory.high
 	// assist: the kernel's event at the charge sees an anonymous ramp
