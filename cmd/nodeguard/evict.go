@@ -206,11 +206,13 @@ func (a *admitter) admit(p *corev1.Pod) error {
 // podRootTripwire keeps a tripwire on the pod cgroup root armed at the
 // usage where the nearest memory threshold would be crossed, recomputed
 // from every snapshot, and wakes the manager when it fires. On cgroup v2
-// the tripwire is the working-set poll (tripwire.KindWorkingSet): it fires
-// when the pods' working set, not their usage, reaches the line, so page
-// cache above the line neither fires nor throttles anyone; and a line it
-// has fired for does not fire again until the working set has come back
-// below it (with hysteresis), with at least 20 ms between fires.
+// the tripwire is the working set (tripwire.KindWorkingSet, with its
+// memory.high assist): it fires when the pods' working set, not their
+// usage, reaches the line, so page cache above the line neither fires nor
+// throttles anyone (memory.high sits above usage by the working set's
+// headroom); and a line it has fired for does not fire again until the
+// working set has come back below it (with hysteresis), with at least 20
+// ms between fires.
 type podRootTripwire struct {
 	tw tripwire.Tripwire
 	// chase keeps the line just above usage once usage is past it: on
