@@ -7,7 +7,7 @@ BPF2GO_CFLAGS ?= -O2 -g -Wall -Werror
 BIN           ?= bin/nodeguard
 export BPF2GO_CC BPF2GO_STRIP BPF2GO_CFLAGS
 
-.PHONY: all build install generate vmlinux deps test test-vm test-node fuzz bench lint check-generate demo clean
+.PHONY: all build install generate vmlinux deps test test-vm test-node fuzz bench bench-tripwire-vm lint check-generate demo clean
 
 all: build
 
@@ -127,6 +127,18 @@ bench: build
 	./$(BIN) bench events --out out/bench
 	./$(BIN) bench churn --pods 50 --parallel 8 --out out/bench --log-level warn
 	./$(BIN) bench net --pods 50 --out out/bench --log-level warn
+
+# The pod-root tripwire's v2 mechanisms side by side (oom/tripwire
+# BenchmarkV2Mechanisms) in the VM lane's guests, one run per kernel of
+# VM_KERNELS; brd.ko (page cache without a disk) is copied out of each
+# cached kernel package first. Figures are under TCG.
+bench-tripwire-vm:
+	$(GO) build -o $(VMRUN) ./internal/vmtest/cmd/vmrun
+	$(abspath $(VMRUN)) -lane -go '$(GO)' -kernels '$(VM_KERNELS)' ./oom/tripwire >/dev/null
+	./scripts/vm-modules.sh oom/tripwire/testdata/modules brd
+	for k in $(VM_KERNELS); do uptime; \
+		(cd oom/tripwire && CGO_ENABLED=0 NODEGUARD_VM_KERNEL=$$k NODEGUARD_VM_MEMORY=1G NODEGUARD_VM_TIMEOUT=900s \
+		$(GO) test -count=1 -exec $(abspath $(VMRUN)) -run '^$$' -bench V2Mechanisms -benchtime 1x -v .) || exit 1; uptime; done
 
 demo: deps build
 	./scripts/demo.sh

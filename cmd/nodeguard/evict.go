@@ -205,9 +205,23 @@ func (a *admitter) admit(p *corev1.Pod) error {
 
 // podRootTripwire keeps a tripwire on the pod cgroup root armed at the
 // usage where the nearest memory threshold would be crossed, recomputed
-// from every snapshot, and wakes the manager when it fires.
+// from every snapshot, and wakes the manager when it fires. On cgroup v2
+// the tripwire is the working set (tripwire.KindWorkingSet, with its
+// memory.high assist): it fires when the pods' working set, not their
+// usage, reaches the line, so page cache above the line neither fires nor
+// throttles anyone (memory.high sits above usage by the working set's
+// headroom); and a line it has fired for does not fire again until the
+// working set has come back below it (with hysteresis), with at least 20
+// ms between fires.
 type podRootTripwire struct {
-	tw     tripwire.Tripwire
+	tw tripwire.Tripwire
+	// chase keeps the line just above usage once usage is past it: on
+	// v2 with tripwire.KindMemoryHigh, where a memory.high below usage
+	// would make the writer reclaim synchronously, and on v1 as it always
+	// was (a usage threshold armed below usage fires only after usage
+	// went down and up again). Not for the working-set poll, whose line
+	// stays where the threshold is.
+	chase  bool
 	th     []oom.Threshold
 	log    *slog.Logger
 	mu     sync.Mutex
@@ -215,12 +229,18 @@ type podRootTripwire struct {
 	failed bool
 }
 
-func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, log *slog.Logger) (*podRootTripwire, error) {
-	tw, err := tripwire.New(dir.Path, dir.Hierarchy.V2(), tripwire.Options{Logger: log})
+// newPodRootTripwire watches dir with the package's default mechanism (v1:
+// the usage threshold eventfd; v2: the working-set poll). stateDir
+// (beneath nodeguard's rootDir) keeps the original memory.high across
+// crashes where memory.high is written, and lets the working-set poll put
+// back one that a crashed older nodeguard left armed.
+func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, stateDir string, log *slog.Logger) (*podRootTripwire, error) {
+	opts := tripwire.Options{Logger: log, StateDir: stateDir}
+	tw, err := tripwire.New(dir.Path, dir.Hierarchy.V2(), opts)
 	if err != nil {
 		return nil, err
 	}
-	return &podRootTripwire{tw: tw, th: th, log: log}, nil
+	return &podRootTripwire{tw: tw, th: th, log: log, chase: !dir.Hierarchy.V2() || opts.Mechanism == tripwire.KindMemoryHigh}, nil
 }
 
 // target is the pod root usage at which the nearest memory threshold is
@@ -264,10 +284,12 @@ func (p *podRootTripwire) rearm(s *pressure.Snapshot) {
 	if !ok {
 		return
 	}
-	if usage := s.Node.Pods.Usage; at <= usage {
-		// Already over: the manager is evaluating anyway. On cgroup2 a
+	if usage := s.Node.Pods.Usage; p.chase && at <= usage {
+		// Already over: the manager is evaluating anyway. A
 		// memory.high below usage would reclaim synchronously in the
-		// writer: keep the wire just above.
+		// writer: keep the wire just above. (The working-set poll
+		// stays at the line: usage above it is page cache, or a
+		// crossing it has fired for.)
 		at = usage + 1<<20
 	}
 	p.mu.Lock()

@@ -392,7 +392,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		adm.policy.Store(em.Policy())
 		evictMgr.Store(em)
 		if d, err := layout.Memory.Resolve(kube); err == nil {
-			if w, err := newPodRootTripwire(d, policy.Thresholds, log); err != nil {
+			if w, err := newPodRootTripwire(d, policy.Thresholds, filepath.Join(cfg.RootDir, "tripwire"), log); err != nil {
 				log.Warn("no tripwire on the pod root: the safety tick and PSI triggers drive evictions", "err", err)
 			} else {
 				defer w.tw.Close()

@@ -1,6 +1,7 @@
 package tripwire
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -89,4 +90,59 @@ func BenchmarkTripwireLatency(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	s := tw.Stats()
 	b.Logf("%d fires (v2 %v): p50 %.0f µs, p99 %.0f µs, min %v, max %v; stats %+v", len(lats), v2, q(0.5), q(0.99), lats[0], lats[len(lats)-1], s)
+}
+
+// BenchmarkWorkingSetIdle measures the CPU the working-set poll costs this
+// process on an idle node (line 1 GiB away: a tick every MaxPeriod), on a
+// fake cgroup directory, so it runs anywhere: the ticks' own cost, not the
+// kernel's generation of memory.current (BenchmarkV2Mechanisms measures
+// that on real cgroups in the VM lane). "none" is the same process without
+// a tripwire. Each iteration is one second.
+func BenchmarkWorkingSetIdle(b *testing.B) {
+	for _, armed := range []bool{false, true} {
+		name := "none"
+		if armed {
+			name = "working_set"
+		}
+		b.Run(name, func(b *testing.B) { benchIdle(b, armed) })
+	}
+}
+
+func benchIdle(b *testing.B, armed bool) {
+	dir := b.TempDir()
+	for name, content := range map[string]string{
+		fileHigh: "max\n", fileCurrent: "0104857600\n", fileEventsLocal: events(0, 0), fileStat: stat(0),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var tw Tripwire
+	if armed {
+		var err error
+		if tw, err = New(dir, true, Options{}); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { tw.Close() })
+		if err := tw.Arm(100<<20 + 1<<30); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ticks := func() uint64 {
+		if tw == nil {
+			return 0
+		}
+		return tw.Stats().Ignored
+	}
+	time.Sleep(200 * time.Millisecond)
+	cpu0, t0, ticks0 := cpuTime(), time.Now(), ticks()
+	for b.Loop() {
+		time.Sleep(time.Second)
+	}
+	wall := time.Since(t0)
+	n := ticks() - ticks0
+	cpu := cpuTime() - cpu0
+	b.ReportMetric(float64(cpu)/float64(wall)*100, "cpu-%")
+	b.ReportMetric(float64(n)/wall.Seconds(), "ticks/s")
+	b.ReportMetric(0, "ns/op")
 }

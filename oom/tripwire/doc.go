@@ -1,8 +1,10 @@
-// Package tripwire tells, within milliseconds, that the memory usage of one
-// cgroup (the pod root, "kubepods") reached a byte threshold, from an event
-// the kernel raises at the charge, instead of at the next poll. It only
-// senses: what a crossing means is decided by package oom, which confirms
-// every Fire on a fresh snapshot.
+// Package tripwire tells, within milliseconds, that the memory of one
+// cgroup (the pod root, "kubepods") reached a byte threshold: its usage on
+// cgroup v1, from an event the kernel raises at the charge; its working
+// set on cgroup v2, from a poll whose period shrinks with the distance to
+// the line (an event at the charge exists there only as memory.high, which
+// throttles every pod). It only senses: what a crossing means is decided
+// by package oom, which confirms every Fire on a fresh snapshot.
 //
 // # Mechanisms
 //
@@ -26,8 +28,59 @@
 // When the cgroup is removed the kernel signals the eventfd one last time;
 // usage is then unreadable, and the Tripwire stops with ErrGone.
 //
-// cgroup v2 (v2=true; Kind "memory.high"): there is no usage threshold
-// event, so Arm writes memory.high = threshold. Above memory.high the
+// cgroup v2, the default (v2=true; Kind "working_set"): the kernels of
+// the production nodes (Debian's 6.1 and 6.12) have no usage threshold
+// event and no per-charge memcg tracepoint (only
+// vmscan/mm_vmscan_memcg_reclaim_*, which fire when a limit already makes
+// the cgroup reclaim). The only event at the charge is memory.high, which
+// throttles every cgroup below once usage is past it; so the Tripwire
+// watches the working set (usage minus inactive_file, the kubelet's and
+// cAdvisor's) with two things together:
+//
+//   - An adaptive poll: a one-shot timerfd re-armed after every tick for
+//     the time a ramp at Options.MaxRate (2 GiB/s) needs to cover the
+//     distance to the line, within [Options.MinPeriod, Options.MaxPeriod]
+//     (5 ms with the assist, 1 ms without; 100 ms). Each tick reads
+//     memory.current; memory.stat is read on the reader's path only at or
+//     above the line (the working set is never above usage), and near the
+//     line (within MaxRate x MaxPeriod)
+//     a goroutine of its own refreshes inactive_file every 100 ms, off
+//     the reader's path (the kernel flushes the subtree's statistics for
+//     every memory.stat read, which under a fast charger takes long), so
+//     that the tick that sees usage cross can fire on usage minus that
+//     inactive_file at once. A ramp at or below MaxRate cannot cross
+//     between two ticks by more than MinPeriod of allocation.
+//   - The memory.high assist (unless Options.NoAssist): memory.high kept
+//     at the usage where the working set meets the line, the line plus
+//     inactive_file, never less than one charge batch above usage (moved
+//     down at once, up only by more than Hysteresis), and inotify on
+//     memory.events.local: the charge that brings the working set to the
+//     line raises "high", which is read as a tick at once (at most every
+//     2 ms). Page cache that holds usage above the line is then below
+//     memory.high, neither reclaimed nor throttled by it; a page cache
+//     growth that reaches memory.high costs one event and a move up. While
+//     the working set is above the line memory.high stays where the
+//     crossing put it, which slows the allocators while the consumer acts.
+//     Close restores the original memory.high (recorded with StateDir, see
+//     below).
+//
+// It fires when the working set reaches the line (Fire.WorkingSet), once:
+// again only after the working set has come back below the line minus
+// Options.Hysteresis (2 MiB, counted as Downward), and never sooner than
+// Options.Floor (20 ms) after the previous fire (a crossing within the
+// floor is counted as Coalesced and delivered when the floor has passed,
+// if the working set is still above). A line the consumer has judged does
+// not wake it again while the working set stays there, and page cache
+// above the line never wakes it. Page cache that grew by more than the
+// working set's headroom within the 100 ms since the last refresh can
+// cost one early fire, corrected on the next tick. With NoAssist and
+// StateDir it puts back, at New, a memory.high recorded there by a
+// Tripwire of the same cgroup that never closed. BenchmarkV2Mechanisms
+// measures it (with and without the assist) against memory.high and PSI;
+// the README has the figures.
+//
+// cgroup v2 with Options.Mechanism KindMemoryHigh (Kind "memory.high"):
+// Arm writes memory.high = threshold. Above memory.high the
 // kernel throttles the cgroup's allocators (reclaim on return to user
 // space, then a sleep that grows with the square of the overage, up to 2 s
 // per attempt) and increments "high" in memory.events.local (each time
@@ -46,17 +99,25 @@
 // opens the file with O_NONBLOCK, which recent kernels take as "set the
 // limit, skip the reclaim" and older ones ignore). Close writes back the
 // memory.high that was there before the first Arm (usually "max"), unless
-// someone else changed it since, which is logged and left alone.
+// someone else changed it since, which is logged and left alone. With
+// Options.StateDir that original is recorded durably before the first
+// write (a JSON file named after the path and holding the cgroup's inode,
+// written to a synced temporary file and renamed), so that a Tripwire
+// started after one that was killed takes the recorded original, not the
+// threshold left behind, and restores it on Close; a record of another
+// cgroup that had the same path (another inode) is ignored and removed;
+// the record is removed once the original is back. Its costs (every pod
+// below the cgroup throttled while page cache holds usage above the line,
+// a "high" event per charge batch) are why it is not the default.
 //
-// With Options.LeaveHigh (v2 only) memory.high is never written; since v2
-// then has no usage event at all, the Tripwire polls memory.current every
-// Options.PollEvery (Kind "poll") and fires on each upward crossing. That
-// is the fallback for a pod root whose memory.high belongs to someone else,
-// with the poll's latency.
+// With Options.LeaveHigh or Mechanism KindPoll (v2), the Tripwire polls
+// memory.current every Options.PollEvery (Kind "poll") and fires on each
+// upward crossing of usage, with the poll's fixed latency and cost.
 //
-// Fires are coalesced to at most one per Options.Coalesce (default 1 ms):
+// Fires of the event-driven mechanisms (v1, memory.high) and of the fixed
+// poll are coalesced to at most one per Options.Coalesce (default 1 ms):
 // kernel signals closer together are counted (Stats.Coalesced), not
-// delivered.
+// delivered. The working-set poll has its floor and hysteresis instead.
 //
 // Invariants:
 //
@@ -65,10 +126,23 @@
 //     logs.
 //   - Files are opened beneath the directory by fixed names (openat on a
 //     directory descriptor); nothing is written but cgroup.event_control
-//     (v1) and memory.high (v2, unless LeaveHigh) of that one directory.
-//   - Close stops the reader goroutine, waits for it, closes every
-//     descriptor (on v1 this removes the kernel registration), and then
-//     closes C; Done is closed when the reader has returned. Close is
+//     (v1) and memory.high (v2: KindMemoryHigh, the working-set assist,
+//     and restoring an original) of that one directory, and the record in
+//     Options.StateDir.
+//   - The working-set assist never writes a memory.high below usage plus
+//     one charge batch, so it never makes the writer reclaim and never
+//     throttles page cache held above the line.
+//   - With StateDir, the original memory.high is on disk before the first
+//     write to memory.high, and a record is only ever used for the cgroup
+//     whose inode it names.
+//   - The working-set poll delivers a line once per crossing: again only
+//     after the working set went below threshold - Hysteresis, and never
+//     two fires within Floor. Its tick is never shorter than MinPeriod,
+//     and its reader never waits for a memory.stat read below the line.
+//   - Close stops the reader goroutine (and the working-set refresher),
+//     waits for them, restores memory.high where it was written, closes
+//     every descriptor (on v1 this removes the kernel registration), and
+//     then closes C; Done is closed when the reader has returned. Close is
 //     idempotent.
 //   - Errors name the file and, for writes, the value. A missing directory
 //     matches fs.ErrNotExist; a directory without the files of the asked

@@ -24,6 +24,7 @@ func fakeV2(t *testing.T, high string, highCount int) string {
 	writeFake(t, dir, fileHigh, high+"\n")
 	writeFake(t, dir, fileCurrent, fmt.Sprintf("%010d\n", 1<<20))
 	writeFake(t, dir, fileEventsLocal, events(highCount, 0))
+	writeFake(t, dir, fileStat, stat(0))
 	return dir
 }
 
@@ -40,6 +41,11 @@ func fakeV1(t *testing.T) string {
 // empty file.
 func events(high, max int) string {
 	return fmt.Sprintf("low 0\nhigh %06d\nmax %06d\noom 0\noom_kill 0\noom_group_kill 0\n", high, max)
+}
+
+// stat renders memory.stat with a fixed-width inactive_file, as events.
+func stat(inactiveFile uint64) string {
+	return fmt.Sprintf("anon 4096\nfile 8192\nactive_file 0\ninactive_file %012d\nunevictable 0\n", inactiveFile)
 }
 
 // writeFake writes content over the start of dir/name in one write,
@@ -131,10 +137,12 @@ func TestNewRejectsBadDirectories(t *testing.T) {
 		{"a missing directory is not found (v2)", missing, true, Options{}, fs.ErrNotExist, missing},
 		{"a missing directory is not found (poll)", missing, true, Options{LeaveHigh: true}, fs.ErrNotExist, missing},
 		{"a directory without v1 memory files is unsupported", empty, false, Options{}, ErrUnsupported, filepath.Join(empty, fileUsage)},
-		{"a directory without v2 memory files is unsupported", empty, true, Options{}, ErrUnsupported, filepath.Join(empty, fileHigh)},
+		{"a directory without v2 memory files is unsupported", empty, true, Options{Mechanism: KindMemoryHigh}, ErrUnsupported, filepath.Join(empty, fileHigh)},
+		{"a directory without v2 memory files is unsupported by the working-set poll", empty, true, Options{}, ErrUnsupported, filepath.Join(empty, fileCurrent)},
+		{"an unknown mechanism is unsupported", fakeV2(t, "max", 0), true, Options{Mechanism: "bpf"}, ErrUnsupported, `"bpf"`},
 		{"a directory without memory.current cannot be polled", empty, true, Options{LeaveHigh: true}, ErrUnsupported, filepath.Join(empty, fileCurrent)},
 		{"a v2 directory is not a v1 one", fakeV2(t, "max", 0), false, Options{}, ErrUnsupported, fileUsage},
-		{"a malformed high counter is malformed", badEvents, true, Options{}, ErrMalformed, filepath.Join(badEvents, fileEventsLocal)},
+		{"a malformed high counter is malformed", badEvents, true, Options{Mechanism: KindMemoryHigh}, ErrMalformed, filepath.Join(badEvents, fileEventsLocal)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,7 +170,8 @@ func TestArmRejectsBadThresholds(t *testing.T) {
 		file string
 	}{
 		{"v1", fakeV1(t), false, Options{}, fileControl},
-		{"v2", fakeV2(t, "max", 0), true, Options{}, fileHigh},
+		{"v2", fakeV2(t, "max", 0), true, Options{Mechanism: KindMemoryHigh}, fileHigh},
+		{"working-set", fakeV2(t, "max", 0), true, Options{}, fileCurrent},
 		{"poll", fakeV2(t, "max", 0), true, Options{LeaveHigh: true}, fileCurrent},
 	} {
 		for _, th := range []uint64{0, 1 << 63} {
@@ -179,7 +188,7 @@ func TestArmRejectsBadThresholds(t *testing.T) {
 
 func TestV2FiresOnHighEvents(t *testing.T) {
 	dir := fakeV2(t, "max", 3)
-	tw := mustNew(t, dir, true, Options{Coalesce: -1})
+	tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh, Coalesce: -1})
 
 	t.Run("events before Arm are not fires", func(t *testing.T) {
 		writeFake(t, dir, fileEventsLocal, events(4, 0))
@@ -245,7 +254,7 @@ func TestV2FiresOnHighEvents(t *testing.T) {
 
 func TestV2LeavesAMemoryHighChangedBySomeoneElse(t *testing.T) {
 	dir := fakeV2(t, "1073741824", 0)
-	tw := mustNew(t, dir, true, Options{})
+	tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh})
 	if err := tw.Arm(64 << 20); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +269,7 @@ func TestV2LeavesAMemoryHighChangedBySomeoneElse(t *testing.T) {
 
 func TestV2RestoresTheOriginalValue(t *testing.T) {
 	dir := fakeV2(t, "1073741824", 0)
-	tw := mustNew(t, dir, true, Options{})
+	tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh})
 	for _, th := range []uint64{64 << 20, 32 << 20} {
 		if err := tw.Arm(th); err != nil {
 			t.Fatal(err)
@@ -280,7 +289,7 @@ func TestFiresAreCoalescedAndDropped(t *testing.T) {
 		now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 		clock := func() time.Time { return time.Unix(0, now.Load()) }
 		dir := fakeV2(t, "max", 0)
-		tw := mustNew(t, dir, true, Options{Now: clock})
+		tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh, Now: clock})
 		if err := tw.Arm(1 << 20); err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +306,7 @@ func TestFiresAreCoalescedAndDropped(t *testing.T) {
 	})
 	t.Run("a fire that does not fit in C is dropped and counted", func(t *testing.T) {
 		dir := fakeV2(t, "max", 0)
-		tw := mustNew(t, dir, true, Options{Buffer: 1, Coalesce: -1})
+		tw := mustNew(t, dir, true, Options{Mechanism: KindMemoryHigh, Buffer: 1, Coalesce: -1})
 		if err := tw.Arm(1 << 20); err != nil {
 			t.Fatal(err)
 		}

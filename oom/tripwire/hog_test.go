@@ -49,7 +49,46 @@ func TestMain(m *testing.M) {
 	if usage := os.Getenv(hogEnv); usage != "" {
 		os.Exit(runHog(usage, os.Getenv(hogMiBEnv)))
 	}
+	if spec := os.Getenv(armerEnv); spec != "" {
+		os.Exit(runArmer(spec))
+	}
+	if spec := os.Getenv(rampEnv); spec != "" {
+		os.Exit(runRamp(spec))
+	}
+	if spec := os.Getenv(probeEnv); spec != "" {
+		os.Exit(runProbe(spec))
+	}
 	os.Exit(m.Run())
+}
+
+// armerEnv makes the test binary an armer: "DIR STATEDIR THRESHOLD": it
+// arms a v2 Tripwire on DIR with Options.StateDir STATEDIR, prints
+// "armed", and waits (at most hogHold) for the test to SIGKILL it, the
+// crash that TestV2OriginalMemoryHighSurvivesASIGKILL recovers from.
+const armerEnv = "NODEGUARD_TRIPWIRE_ARMER"
+
+func runArmer(spec string) int {
+	f := strings.Fields(spec)
+	if len(f) != 3 {
+		fmt.Fprintf(os.Stderr, "armer: bad %s=%q\n", armerEnv, spec)
+		return 2
+	}
+	th, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "armer: %v\n", err)
+		return 2
+	}
+	tw, err := New(f[0], true, Options{Mechanism: KindMemoryHigh, StateDir: f[1]})
+	if err == nil {
+		err = tw.Arm(th)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "armer: %v\n", err)
+		return 1
+	}
+	fmt.Println("armed")
+	time.Sleep(hogHold)
+	return 3
 }
 
 func monotonicNow() int64 {

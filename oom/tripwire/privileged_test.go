@@ -3,7 +3,9 @@ package tripwire
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +152,7 @@ func TestV2MemoryHighOnARealCgroup(t *testing.T) {
 	clock := newMonoClock()
 	orig := readFile(t, filepath.Join(dir, fileHigh))
 
-	tw, err := New(dir, true, Options{})
+	tw, err := New(dir, true, Options{Mechanism: KindMemoryHigh})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +195,160 @@ func TestV2MemoryHighOnARealCgroup(t *testing.T) {
 		waitDone(t, tw)
 		if got := readFile(t, filepath.Join(dir, fileHigh)); got != orig {
 			t.Errorf("memory.high = %q after Close, want %q", got, orig)
+		}
+		t.Logf("stats %+v", tw.Stats())
+	})
+}
+
+// TestV2OriginalMemoryHighSurvivesASIGKILL arms a Tripwire in another
+// process, SIGKILLs it (no Close), and checks that the next Tripwire on the
+// same cgroup and state directory puts back the memory.high of before the
+// first Arm, not the threshold the killed one left. Without the record the
+// killed one's threshold is taken as the original and stays for good.
+func TestV2OriginalMemoryHighSurvivesASIGKILL(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeV2)
+	sb := cgtest.New(t, cgtest.WithMemoryLimit(sandboxLimit))
+	dir := sb.MemoryDir()
+	high := filepath.Join(dir, fileHigh)
+	// An original that is not the kernel's default, as a kubelet-owned
+	// kubepods may have.
+	if err := os.WriteFile(high, []byte("201326592"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), armerEnv+"="+dir+" "+state+" "+strconv.Itoa(64<<20))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	line := make(chan string, 1)
+	go func() {
+		b := make([]byte, 64)
+		n, _ := out.Read(b)
+		line <- strings.TrimSpace(string(b[:n]))
+	}()
+	select {
+	case l := <-line:
+		if l != "armed" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("armer said %q", l)
+		}
+	case <-time.After(waitBound):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("armer did not arm in time")
+	}
+	if got := readFile(t, high); got != "67108864" {
+		t.Fatalf("memory.high = %q while armed, want 67108864", got)
+	}
+	// The crash: SIGKILL by pid, no Close.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(waitBound):
+		t.Fatal("armer still running after SIGKILL")
+	}
+	if got := readFile(t, high); got != "67108864" {
+		t.Fatalf("memory.high = %q after the crash, want the armed 67108864 still there", got)
+	}
+
+	tw, err := New(dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("re-arming after the crash and closing restores the true original", func(t *testing.T) {
+		if err := tw.Arm(96 << 20); err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, high); got != "201326592" {
+			t.Errorf("memory.high = %q after Close, want the original 201326592", got)
+		}
+		if left, _ := os.ReadDir(state); len(left) != 0 {
+			t.Errorf("state left behind: %v", left)
+		}
+	})
+}
+
+func TestV2WorkingSetOnARealCgroup(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeV2)
+	sb := cgtest.New(t, cgtest.WithMemoryLimit(sandboxLimit))
+	dir := sb.MemoryDir()
+	h := startHog(t, sb, filepath.Join(dir, fileCurrent), hogMiB)
+	clock := newMonoClock()
+	orig := readFile(t, filepath.Join(dir, fileHigh))
+	state := t.TempDir()
+
+	tw, err := New(dir, true, Options{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tw.Close() })
+	const threshold = 64 << 20
+	if err := tw.Arm(threshold); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the assist puts memory.high at the line, above usage", func(t *testing.T) {
+		deadline := time.Now().Add(waitBound)
+		for {
+			got := readFile(t, filepath.Join(dir, fileHigh))
+			v, err := ParseUint([]byte(got), fileHigh)
+			// inactive_file of a cgroup with only an anonymous hog is
+			// near 0: memory.high is the line plus that.
+			if err == nil && v >= threshold && v < threshold+4<<20 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("memory.high = %q, want the line %d plus the cgroup's inactive_file", got, threshold)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	t.Run("the working set reaching the line fires once", func(t *testing.T) {
+		r := h.up(t, threshold+2<<20, threshold, 256<<10)
+		if r.Cross == 0 {
+			t.Fatalf("hog never saw memory.current reach the line: %+v", r)
+		}
+		f := waitFire(t, tw)
+		lat := time.Duration(clock.of(f.At) - r.Cross)
+		t.Logf("fire %+v; the hog's crossing to Fire.At: %v", f, lat)
+		if f.Kind != KindWorkingSet || f.Threshold != threshold || f.WorkingSet < threshold {
+			t.Errorf("fire %+v", f)
+		}
+		if lat >= sanityLatency {
+			t.Errorf("Fire.At is %v after the crossing, want < %v", lat, sanityLatency)
+		}
+		noFire(t, tw, quiet) // still above: judged, not again
+	})
+	t.Run("below the line and up again fires again", func(t *testing.T) {
+		h.down(t)
+		waitStat(t, tw, "downward", func(s Stats) bool { return s.Downward >= 1 })
+		h.up(t, threshold+2<<20, threshold, 256<<10)
+		waitFire(t, tw)
+	})
+	t.Run("Close restores memory.high and removes the record", func(t *testing.T) {
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, tw)
+		if got := readFile(t, filepath.Join(dir, fileHigh)); got != orig {
+			t.Errorf("memory.high = %q after Close, want %q", got, orig)
+		}
+		if left, _ := os.ReadDir(state); len(left) != 0 {
+			t.Errorf("state left behind: %v", left)
 		}
 		t.Logf("stats %+v", tw.Stats())
 	})

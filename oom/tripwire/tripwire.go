@@ -17,6 +17,9 @@ const (
 	// KindPoll is an upward crossing seen by polling memory.current (v2
 	// with Options.LeaveHigh).
 	KindPoll = "poll"
+	// KindWorkingSet is an upward crossing of the working set (usage
+	// minus inactive_file) seen by the adaptive poll, the v2 default.
+	KindWorkingSet = "working_set"
 )
 
 var (
@@ -36,11 +39,13 @@ var (
 // Fire is one crossing: when the kernel told us, and what.
 type Fire struct {
 	// At is when the reader saw the kernel's signal (right after its
-	// wake-up, before any file was re-read).
+	// wake-up, before any file was re-read); for KindWorkingSet, when it
+	// had read the usage that crossed.
 	At time.Time
 	// Dir is the watched directory.
 	Dir string
-	// Kind is KindUsageThreshold (v1), KindMemoryHigh (v2) or KindPoll.
+	// Kind is KindUsageThreshold (v1), KindWorkingSet, KindMemoryHigh
+	// or KindPoll (v2).
 	Kind string
 	// Count is, for KindMemoryHigh, the "high" counter of
 	// memory.events.local (memory.events on old kernels) that confirmed
@@ -48,6 +53,9 @@ type Fire struct {
 	Count uint64
 	// Threshold is the threshold armed when the signal was handled.
 	Threshold uint64
+	// WorkingSet is, for KindWorkingSet, the working set that crossed;
+	// 0 for the other kinds.
+	WorkingSet uint64
 }
 
 // Stats counts what a Tripwire's reader did. Every kernel signal ends in
@@ -58,7 +66,9 @@ type Stats struct {
 	// Dropped counts fires lost because C was full.
 	Dropped uint64
 	// Coalesced counts upward signals within Options.Coalesce of the
-	// previous fire, not delivered.
+	// previous fire, not delivered (KindWorkingSet: ticks that saw a
+	// crossing within Options.Floor of the previous fire; it is
+	// delivered when the floor has passed, if still above).
 	Coalesced uint64
 	// Downward counts v1 and poll crossings from above to below the
 	// threshold, not delivered.
@@ -110,10 +120,63 @@ const (
 	// memory.current every 5 ms costs a few µs of CPU per 5 ms and
 	// keeps the latency well under the ~50 ms to an OOM.
 	DefaultPollEvery = 5 * time.Millisecond
+
+	// DefaultMaxRate is the fastest ramp the working-set poll plans for,
+	// twice the 1 GiB/s the eviction path must survive: a tick comes
+	// before a ramp at or below it can cover the distance to the line,
+	// so the ticks close in on a crossing and the last one lands within
+	// MinPeriod of it.
+	DefaultMaxRate = 2 << 30
+	// DefaultMinPeriod is the shortest tick of the poll without the
+	// assist (NoAssist), within 2 MiB of the line (DefaultMaxRate x 1
+	// ms): a crossing is seen within ~1 ms plus the reader's wake-up, far
+	// inside the 10 ms detection target, at one pread (plus memory.stat
+	// above usage) per ms only while that close.
+	DefaultMinPeriod = time.Millisecond
+	// DefaultAssistMinPeriod is the shortest tick with the memory.high
+	// assist: the kernel's event at the charge sees an anonymous ramp
+	// reach the line, and the poll is the net for what it cannot see (page
+	// cache turning into anonymous memory at a limit, with usage flat), so
+	// it need not tick 1000 times a second near the line; 5 ms keeps that
+	// net inside the 10 ms detection target.
+	DefaultAssistMinPeriod = 5 * time.Millisecond
+	// DefaultMaxPeriod is the longest tick, from 200 MiB away: 10 reads
+	// of memory.current a second on an idle node.
+	DefaultMaxPeriod = 100 * time.Millisecond
+	// DefaultFloor is the least spacing of working-set fires: at most 50
+	// a second even for a working set that keeps crossing the line, and
+	// shorter than any useful reaction of the consumer (one snapshot
+	// and decision take ~1 ms, an eviction's release tens of ms).
+	DefaultFloor = 20 * time.Millisecond
+	// DefaultHysteresis is how far below the line the working set must
+	// come back before the next crossing fires: more than memory.current's
+	// per-CPU charge caching (64 pages a CPU) and a freed mapping's
+	// jitter, so a line the consumer has judged does not fire again
+	// while the working set hovers at it.
+	DefaultHysteresis = 2 << 20
 )
 
 // Options configures New. The zero value is the design default.
 type Options struct {
+	// Mechanism picks the v2 mechanism: KindWorkingSet (the default,
+	// "" too), KindMemoryHigh or KindPoll (also chosen by LeaveHigh).
+	// Ignored on v1, which has only KindUsageThreshold.
+	Mechanism string
+	// MaxRate, MinPeriod and MaxPeriod shape the working-set poll's
+	// tick: distance to the line / MaxRate (bytes per second), within
+	// [MinPeriod, MaxPeriod]. 0 means DefaultMaxRate, DefaultMinPeriod
+	// (DefaultAssistMinPeriod with the assist), DefaultMaxPeriod.
+	MaxRate              uint64
+	MinPeriod, MaxPeriod time.Duration
+	// NoAssist (KindWorkingSet) never writes memory.high: the poll
+	// alone, without the kernel event at the charge that reaches the
+	// line (see the package documentation).
+	NoAssist bool
+	// Floor is the least spacing of working-set fires (0 means
+	// DefaultFloor); Hysteresis how far below the line the working set
+	// must return before it fires again (0 means DefaultHysteresis).
+	Floor      time.Duration
+	Hysteresis uint64
 	// LeaveHigh (v2 only) never writes memory.high: the Tripwire polls
 	// memory.current every PollEvery instead (Kind KindPoll). By default
 	// (false) Arm writes memory.high = threshold, which both raises the
@@ -128,6 +191,13 @@ type Options struct {
 	Coalesce time.Duration
 	// Buffer is C's capacity; 0 means DefaultBuffer.
 	Buffer int
+	// StateDir (v2 memory.high only) is where the memory.high found
+	// before the first Arm is recorded, durably and before that first
+	// write, in a small file keyed by the cgroup's inode: a Tripwire
+	// started after one that never closed (a crash) restores the real
+	// original on Close instead of the threshold left behind. Empty
+	// keeps the original in memory only, lost with the process.
+	StateDir string
 	// Logger receives the few lines that are not per event (a removed
 	// cgroup, a memory.high changed by someone else); nil discards.
 	Logger *slog.Logger
@@ -138,6 +208,31 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.PollEvery <= 0 {
 		o.PollEvery = DefaultPollEvery
+	}
+	if o.Mechanism == "" {
+		o.Mechanism = KindWorkingSet
+	}
+	if o.LeaveHigh {
+		o.Mechanism = KindPoll
+	}
+	if o.MaxRate == 0 {
+		o.MaxRate = DefaultMaxRate
+	}
+	if o.MinPeriod <= 0 {
+		o.MinPeriod = DefaultMinPeriod
+		if o.Mechanism == KindWorkingSet && !o.NoAssist {
+			o.MinPeriod = DefaultAssistMinPeriod
+		}
+	}
+	if o.MaxPeriod <= 0 {
+		o.MaxPeriod = DefaultMaxPeriod
+	}
+	o.MaxPeriod = max(o.MaxPeriod, o.MinPeriod)
+	if o.Floor <= 0 {
+		o.Floor = DefaultFloor
+	}
+	if o.Hysteresis == 0 {
+		o.Hysteresis = DefaultHysteresis
 	}
 	if o.Coalesce == 0 {
 		o.Coalesce = DefaultCoalesce
@@ -164,10 +259,14 @@ func New(dir string, v2 bool, opts Options) (Tripwire, error) {
 	switch {
 	case !v2:
 		return newV1(dir, opts)
-	case opts.LeaveHigh:
+	case opts.Mechanism == KindPoll:
 		return newPoll(dir, opts)
-	default:
+	case opts.Mechanism == KindMemoryHigh:
 		return newV2(dir, opts)
+	case opts.Mechanism == KindWorkingSet:
+		return newWorkingSet(dir, opts)
+	default:
+		return nil, fmt.Errorf("new tripwire on %s: %w: mechanism %q", dir, ErrUnsupported, opts.Mechanism)
 	}
 }
 

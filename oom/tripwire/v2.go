@@ -1,7 +1,6 @@
 package tripwire
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,8 +36,7 @@ type v2 struct {
 	dirfd     int
 	ifd       int // inotify
 	evfd      int // the events file, for re-reads
-	orig      string
-	written   string // memory.high as read back after the last Arm; "" before
+	hk        highKeeper
 	threshold uint64
 	lastHigh  uint64
 	closed    bool
@@ -62,18 +60,9 @@ func newV2(dir string, opts Options) (_ *v2, retErr error) {
 	}
 	// memory.high must exist and be writable later; keep its value to
 	// restore.
-	fd, err := openAt(t.dirfd, dir, fileHigh, unix.O_RDONLY)
-	if err != nil {
+	t.hk = highKeeper{dir: dir, dirfd: t.dirfd, log: t.log, stateDir: opts.StateDir}
+	if err := t.hk.load(); err != nil {
 		return nil, fmt.Errorf("new v2 tripwire: %w", err)
-	}
-	raw, err := pread(fd, t.buf[:])
-	unix.Close(fd)
-	if err != nil {
-		return nil, fmt.Errorf("new v2 tripwire: read %s/%s: %w", dir, fileHigh, err)
-	}
-	t.orig = string(bytes.TrimSpace(raw))
-	if t.orig == "" {
-		return nil, fmt.Errorf("new v2 tripwire: read %s/%s: %w: empty", dir, fileHigh, ErrMalformed)
 	}
 	t.events = fileEventsLocal
 	t.evfd, err = openAt(t.dirfd, dir, fileEventsLocal, unix.O_RDONLY)
@@ -129,34 +118,14 @@ func (t *v2) Arm(threshold uint64) error {
 	// threshold, the write itself raises a "high" event, which is a
 	// crossing of this threshold and must fire.
 	base, berr := t.readHigh()
-	v := strconv.FormatUint(threshold, 10)
-	if err := writeValue(t.dirfd, t.dir, fileHigh, v); err != nil {
+	if _, err := t.hk.write(strconv.FormatUint(threshold, 10)); err != nil {
 		return fmt.Errorf("arm tripwire: %w", err)
 	}
-	// The kernel rounds down to pages; remember what it shows, so that
-	// Close can tell whether someone else changed it since.
-	got, err := t.readFile(fileHigh)
-	if err != nil {
-		return fmt.Errorf("arm tripwire: %w", err)
-	}
-	t.written, t.threshold = got, threshold
+	t.threshold = threshold
 	if berr == nil {
 		t.lastHigh = base
 	}
 	return nil
-}
-
-func (t *v2) readFile(name string) (string, error) {
-	fd, err := openAt(t.dirfd, t.dir, name, unix.O_RDONLY)
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(fd)
-	raw, err := pread(fd, t.buf[:])
-	if err != nil {
-		return "", fmt.Errorf("read %s/%s: %w", t.dir, name, err)
-	}
-	return string(bytes.TrimSpace(raw)), nil
 }
 
 // handle drains the inotify queue and re-reads the high counter; an
@@ -169,7 +138,7 @@ func (t *v2) handle(_ int32, _ uint32, at time.Time) error {
 		return fmt.Errorf("watch %s/%s: %w", t.dir, t.events, ErrGone)
 	}
 	h, err := t.readHigh()
-	armed, threshold, last := t.written != "", t.threshold, t.lastHigh
+	armed, threshold, last := t.hk.written != "", t.threshold, t.lastHigh
 	if err == nil && h > last {
 		t.lastHigh = h
 	}
@@ -190,9 +159,13 @@ func (t *v2) handle(_ int32, _ uint32, at time.Time) error {
 
 // drainInotify reads every queued inotify event and reports whether the
 // watch went away (the file, so the cgroup, was removed).
-func (t *v2) drainInotify() (removed bool) {
+func (t *v2) drainInotify() bool { return drainInotify(t.ifd, t.ibuf[:]) }
+
+// drainInotify reads every event queued on the inotify descriptor ifd
+// into buf and reports whether a watch went away.
+func drainInotify(ifd int, buf []byte) (removed bool) {
 	for {
-		n, err := unix.Read(t.ifd, t.ibuf[:])
+		n, err := unix.Read(ifd, buf)
 		if err == unix.EINTR {
 			continue
 		}
@@ -203,11 +176,11 @@ func (t *v2) drainInotify() (removed bool) {
 		// then len bytes of name; decoded by hand, so no alignment
 		// assumption about the buffer.
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			mask := binary.NativeEndian.Uint32(t.ibuf[off+4:])
+			mask := binary.NativeEndian.Uint32(buf[off+4:])
 			if mask&(unix.IN_IGNORED|unix.IN_DELETE_SELF) != 0 {
 				removed = true
 			}
-			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(t.ibuf[off+12:]))
+			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
 		}
 	}
 }
@@ -221,34 +194,10 @@ func (t *v2) Close() error {
 	return errors.Join(rerr, t.closeAll())
 }
 
-// restore writes back the memory.high found before the first Arm, unless
-// the cgroup is gone or someone else has changed it since our last Arm.
 func (t *v2) restore() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.written == "" || t.dirfd < 0 {
-		return nil
-	}
-	now, err := t.readFile(fileHigh)
-	if err != nil {
-		if cgroups.Gone(err) {
-			return nil
-		}
-		return fmt.Errorf("restore %s/%s to %q: %w", t.dir, fileHigh, t.orig, err)
-	}
-	if now != t.written {
-		t.log.Warn("memory.high changed by someone else, not restoring it",
-			"dir", t.dir, "ours", t.written, "found", now, "original", t.orig)
-		return nil
-	}
-	if err := writeValue(t.dirfd, t.dir, fileHigh, t.orig); err != nil {
-		if cgroups.Gone(err) {
-			return nil
-		}
-		return fmt.Errorf("restore memory.high: %w", err)
-	}
-	t.written = ""
-	return nil
+	return t.hk.restore()
 }
 
 func (t *v2) closeAll() error {
