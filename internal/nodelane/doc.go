@@ -130,6 +130,9 @@
 //   - `systemctl reload nodeguard` with evictionHard memory.available
 //     changed to 150Mi: the journal says the thresholds were reloaded with
 //     it, and the main pid is the same;
+//   - `systemctl daemon-reload`, which re-applies kubepods.slice's own
+//     MemoryHigh= (infinity): the tripwire's memory.high on it is set
+//     again within 5 s (measured: reset to max, armed again 548 ms later);
 //   - the manifest directory's pod (BestEffort) and one applied with
 //     `nodeguard pod apply -f` (Burstable) are Running in `nodeguard pod
 //     ls -o json`;

@@ -183,3 +183,34 @@ func (n *node) cgroupfsDriver(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// daemonReloadBound: how soon after a daemon-reload that reset it the
+// tripwire must have armed memory.high again (its refresher runs every
+// 100 ms near the line, its poll at most every 100 ms).
+const daemonReloadBound = 5 * time.Second
+
+// daemonReload checks that systemd re-applying kubepods.slice's unit
+// properties (daemon-reload, which every package installing a unit runs)
+// does not leave the pod root without its tripwire: memory.high, which
+// nodeguard writes outside systemd's knowledge, is either kept or armed
+// again.
+func (n *node) daemonReload(t *testing.T) {
+	requireAgent(t)
+	before := mustCgroup("/kubepods.slice", "memory.high")
+	if before == "max" {
+		t.Fatalf("kubepods.slice memory.high is max before the reload: the tripwire's assist is not armed")
+	}
+	if out, err := systemctl(startCmdBound, "daemon-reload"); err != nil {
+		t.Fatalf("systemctl daemon-reload: %v %s", err, out)
+	}
+	right := mustCgroup("/kubepods.slice", "memory.high")
+	d, err := waitFor("kubepods.slice memory.high armed", daemonReloadBound, func() (bool, string, error) {
+		v := mustCgroup("/kubepods.slice", "memory.high")
+		return v != "max", v, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: it was %s before the reload, %s right after", err, before, right)
+	}
+	t.Logf("memory.high %s before daemon-reload, %s right after, armed %s later (%s)", before, right,
+		d.Round(time.Millisecond), mustCgroup("/kubepods.slice", "memory.high"))
+}

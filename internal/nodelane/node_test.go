@@ -105,6 +105,7 @@ func TestNode(t *testing.T) {
 	t.Run("systemctl start nodeguard reaches active through READY", n.start)
 	t.Run("the journal has nodeguard's lines with their priorities", n.priorities)
 	t.Run("systemctl reload applies a changed eviction threshold", n.reload)
+	t.Run("systemctl daemon-reload leaves the pod root's tripwire armed", n.daemonReload)
 	t.Run("a manifest pod and an applied pod run", n.podsRun)
 	t.Run("their containers are in cri-containerd scopes beneath the pod slices", n.podCgroups)
 	t.Run("crictl sees the sandboxes and containers with the kubelet's labels", n.crictlLabels)

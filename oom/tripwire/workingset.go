@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -57,10 +58,15 @@ type wsPoller struct {
 	ifd    int    // inotify on the events file
 	events string // fileEventsLocal, or fileEvents on old kernels
 	high   uint64 // memory.high as last written; 0 before
-	ibuf   [4096]byte
-	closed bool
-	buf    [64]byte
-	sbuf   [8192]byte
+	// highChecked: when memory.high was last read back; resets counts
+	// how often someone else put it elsewhere (systemd does, on a
+	// daemon-reload, for a slice it manages).
+	highChecked time.Time
+	resets      atomic.Uint64
+	ibuf        [4096]byte
+	closed      bool
+	buf         [64]byte
+	sbuf        [8192]byte
 }
 
 func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
@@ -370,6 +376,7 @@ const highMargin = 256 << 10
 // slowed while the consumer acts. A failed write is counted and retried
 // on the next tick. Callers hold mu.
 func (t *wsPoller) moveHigh(threshold uint64) {
+	t.checkHigh()
 	if t.above && t.high != 0 {
 		return
 	}
@@ -391,6 +398,33 @@ func (t *wsPoller) moveHigh(threshold uint64) {
 		return
 	}
 	t.high = want
+}
+
+// highCheckEvery is how often the assist reads memory.high back: systemd
+// re-applies a slice's own MemoryHigh= (infinity) on every daemon-reload,
+// which every package that installs a unit runs, and would leave the pod
+// root without its event until the next move; the node lane measured
+// that. Three system calls every half second.
+const highCheckEvery = 500 * time.Millisecond
+
+// checkHigh forgets the memory.high the assist wrote once the file holds
+// something else, so that moveHigh writes it again on this tick. Callers
+// hold mu.
+func (t *wsPoller) checkHigh() {
+	now := t.opts.Now()
+	if t.high == 0 || now.Sub(t.highChecked) < highCheckEvery {
+		return
+	}
+	t.highChecked = now
+	cur, err := t.hk.read()
+	if err != nil || cur == t.hk.written {
+		return
+	}
+	if t.resets.Add(1) == 1 {
+		t.log.Info("memory.high of the pod root was changed by someone else (systemd re-applies a slice's MemoryHigh= on daemon-reload); the tripwire sets it again",
+			"dir", t.dir, "ours", t.hk.written, "found", cur)
+	}
+	t.high = 0
 }
 
 // statEvery is how often the refresher reads inactive_file while usage

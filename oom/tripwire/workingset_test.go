@@ -155,6 +155,10 @@ func TestWorkingSetAssistKeepsMemoryHighAboveUsage(t *testing.T) {
 		waitHigh("cache", th+64<<20)
 		noFire(t, tw, 20*time.Millisecond)
 	})
+	t.Run("memory.high reset underneath (systemd's daemon-reload) is set again", func(t *testing.T) {
+		writeFake(t, dir, fileHigh, "max\n")
+		waitHigh("after the reset", th+64<<20)
+	})
 	t.Run("Close restores the original and removes the record", func(t *testing.T) {
 		if err := tw.Close(); err != nil {
 			t.Fatal(err)
