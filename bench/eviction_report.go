@@ -168,9 +168,12 @@ type EvictionRow struct {
 	// detection, Release the release's after the kill.
 	Detected                 int
 	Detection, Kill, Release Summary
-	KernelOOMFirst           int
-	Collateral, Missed       int
-	Errors                   int
+	// KernelOOMFirst counts trials where the kernel's OOM killer fired
+	// before the strategy's kill (or with no kill), KernelOOM those with
+	// any OOM kill in the pod root.
+	KernelOOMFirst, KernelOOM int
+	Collateral, Missed        int
+	Errors                    int
 }
 
 // SummarizeEviction groups trials by strategy (in the order of first
@@ -220,6 +223,9 @@ func SummarizeEviction(trials []EvictionTrial) []EvictionRow {
 				if t.KernelOOMFirst {
 					row.KernelOOMFirst++
 				}
+				if !t.KernelOOM.IsZero() {
+					row.KernelOOM++
+				}
 				row.Collateral += t.Collateral
 				if t.Missed {
 					row.Missed++
@@ -260,16 +266,101 @@ func cell(s Summary, pick func(Summary) time.Duration) string {
 func p50(s Summary) time.Duration { return s.P50 }
 func p99(s Summary) time.Duration { return s.P99 }
 
-// WriteEvictionTable prints one line per strategy and rate.
+// WriteEvictionTable prints one line per strategy and rate. Detection
+// latencies are signed: negative is before the ground-truth crossing.
 func WriteEvictionTable(w io.Writer, rows []EvictionRow) {
-	fmt.Fprintf(w, "%-10s %9s %6s %9s %9s %9s %9s %9s %9s %10s %10s %7s\n",
-		"strategy", "rate", "trials", "detected", "det p50", "det p99", "kill p50", "rel p50", "rel p99", "OOM first", "collateral", "missed")
+	fmt.Fprintf(w, "%-13s %9s %6s %8s %9s %9s %9s %9s %9s %9s %10s %10s %7s\n",
+		"strategy", "rate", "trials", "detected", "det p50", "det p99", "kill p50", "kill p99", "rel p50", "rel p99", "OOM first", "collateral", "missed")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%-10s %9s %6d %9d %9s %9s %9s %9s %9s %9.0f%% %10d %7d\n",
+		fmt.Fprintf(w, "%-13s %9s %6d %8d %9s %9s %9s %9s %9s %9s %9.0f%% %10d %7d\n",
 			r.Strategy, FormatRate(r.Rate), r.Trials, r.Detected,
-			cell(r.Detection, p50), cell(r.Detection, p99), cell(r.Kill, p50),
+			signedCell(r.Detection, p50), signedCell(r.Detection, p99), cell(r.Kill, p50), cell(r.Kill, p99),
 			cell(r.Release, p50), cell(r.Release, p99),
 			100*float64(r.KernelOOMFirst)/float64(max(r.Trials, 1)), r.Collateral, r.Missed)
+	}
+}
+
+func signedCell(s Summary, pick func(Summary) time.Duration) string {
+	if s.N == 0 {
+		return "-"
+	}
+	return signedMs(pick(s))
+}
+
+// The race's targets for nodeguard, checked by WriteEvictionTargets.
+const (
+	TargetDetectionP99 = 10 * time.Millisecond // after the crossing
+	TargetKillP99      = 20 * time.Millisecond // after the detection
+	TargetNoOOMUpTo    = 1 << 30               // bytes/s: no kernel OOM kill at or below this rate
+)
+
+// EvictionTargets checks strategy's rows against the race's targets: one
+// line per target, "MET" or "MISSED" with the figures behind it. A rate
+// with a trial not detected in time misses the detection target whatever
+// the others' latencies.
+func EvictionTargets(rows []EvictionRow, strategy string) []string {
+	var (
+		det, kill []string
+		detOK     = true
+		killOK    = true
+		oomTrials int
+		oom       int
+		coll      int
+		found     bool
+		oomAbove  []string
+	)
+	for _, r := range rows {
+		if r.Strategy != strategy {
+			continue
+		}
+		found = true
+		switch {
+		case r.Detected < r.Trials:
+			detOK = false
+			det = append(det, fmt.Sprintf("%s %d/%d in time", FormatRate(r.Rate), r.Detected, r.Trials))
+		default:
+			detOK = detOK && r.Detection.P99 <= TargetDetectionP99
+			det = append(det, fmt.Sprintf("%s %s", FormatRate(r.Rate), signedMs(r.Detection.P99)))
+		}
+		if r.Kill.N > 0 {
+			killOK = killOK && r.Kill.P99 <= TargetKillP99
+			kill = append(kill, fmt.Sprintf("%s %s", FormatRate(r.Rate), fmtMs(r.Kill.P99)))
+		} else {
+			killOK = false
+			kill = append(kill, FormatRate(r.Rate)+" no kill")
+		}
+		if r.Rate <= TargetNoOOMUpTo {
+			oomTrials += r.Trials
+			oom += r.KernelOOM
+		} else if r.KernelOOM > 0 {
+			oomAbove = append(oomAbove, fmt.Sprintf("%s: %d of %d", FormatRate(r.Rate), r.KernelOOM, r.Trials))
+		}
+		coll += r.Collateral
+	}
+	if !found {
+		return nil
+	}
+	oomLine := fmt.Sprintf("no kernel OOM kill up to %s: %s (%d of %d trials had one)", FormatRate(TargetNoOOMUpTo), verdict(oom == 0), oom, oomTrials)
+	if len(oomAbove) > 0 {
+		oomLine += "; above: " + strings.Join(oomAbove, ", ")
+	}
+	return []string{
+		fmt.Sprintf("detection p99 <= %s after the crossing: %s (%s)", fmtMs(TargetDetectionP99), verdict(detOK), strings.Join(det, ", ")),
+		fmt.Sprintf("kill sent p99 <= %s after detection: %s (%s)", fmtMs(TargetKillP99), verdict(killOK), strings.Join(kill, ", ")),
+		oomLine,
+		fmt.Sprintf("no collateral eviction: %s (%d)", verdict(coll == 0), coll),
+	}
+}
+
+// WriteEvictionTargets prints EvictionTargets under a heading.
+func WriteEvictionTargets(w io.Writer, rows []EvictionRow, strategy string) {
+	lines := EvictionTargets(rows, strategy)
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "targets (%s):\n", strategy)
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", l)
 	}
 }
 

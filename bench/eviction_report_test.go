@@ -261,15 +261,31 @@ func TestCheckBudget(t *testing.T) {
 
 func TestStrategyRegistry(t *testing.T) {
 	reg := NewEvictionStrategies()
-	if !slices.Equal(reg.Names(), []string{StrategyKubelet, StrategyPoll1s, StrategyPSI}) {
+	if !slices.Equal(reg.Names(), []string{StrategyKubelet, StrategyKubeletMemcg, StrategyNodeguard, StrategyPoll1s, StrategyPSI}) {
 		t.Errorf("built-in strategies %v", reg.Names())
 	}
-	_, err := reg.New(StrategyNodeguard)
-	if !errors.Is(err, ErrStrategyNotRegistered) || !strings.Contains(err.Error(), "strategy nodeguard not registered") {
-		t.Errorf("New(nodeguard) = %v, want \"strategy nodeguard not registered\"", err)
+	_, err := reg.New("oomd")
+	if !errors.Is(err, ErrStrategyNotRegistered) || !strings.Contains(err.Error(), "strategy oomd not registered") {
+		t.Errorf("New(oomd) = %v, want \"strategy oomd not registered\"", err)
 	}
-	reg.Register(StrategyNodeguard, func() EvictionStrategy { return NewPollStrategy(StrategyNodeguard, time.Millisecond) })
-	if s, err := reg.New(StrategyNodeguard); err != nil || s.Name() != StrategyNodeguard {
+	reg.Register("oomd", func() EvictionStrategy { return NewPollStrategy("oomd", time.Millisecond) })
+	if s, err := reg.New("oomd"); err != nil || s.Name() != "oomd" {
 		t.Errorf("after Register: %v, %v", s, err)
 	}
+	t.Run("only nodeguard is the agent's own", func(t *testing.T) {
+		for _, n := range reg.Names() {
+			s, _ := reg.New(n)
+			if got := evictsThroughAgent(s); got != (n == StrategyNodeguard) {
+				t.Errorf("%s: evicts through the agent %v", n, got)
+			}
+		}
+	})
+	t.Run("the memcg baseline is in the defaults on cgroup v1 only", func(t *testing.T) {
+		if got := DefaultStrategies(false); !slices.Equal(got, DefaultStrategyNames) {
+			t.Errorf("v1: %v", got)
+		}
+		if got := DefaultStrategies(true); slices.Contains(got, StrategyKubeletMemcg) || len(got) != len(DefaultStrategyNames)-1 {
+			t.Errorf("v2: %v", got)
+		}
+	})
 }
