@@ -9,11 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // EvictionTrial is the record of one trial. Times are wall-clock (the
@@ -430,90 +425,4 @@ func WriteEvictionCSV(w io.Writer, trials []EvictionTrial) error {
 	}
 	cw.Flush()
 	return cw.Error()
-}
-
-// plotFloor is the smallest latency the log-scale plot can show; smaller
-// (and negative) detection latencies are drawn on it.
-const plotFloor = 0.1 // ms
-
-// EvictionPNG plots detection latency (ms, log scale) against the hog's
-// rate (MiB/s, log scale): one point per detected trial and a line through
-// each strategy's medians. Strategies that detected nothing are named in
-// the title.
-func EvictionPNG(path string, trials []EvictionTrial) error {
-	p := plot.New()
-	p.Title.Text = "OOM race: detection latency after the pod root crossed budget - threshold"
-	p.X.Label.Text = "hog allocation rate (MiB/s)"
-	p.Y.Label.Text = fmt.Sprintf("detection latency (ms; <= %.1f ms drawn at %.1f)", plotFloor, plotFloor)
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
-	rows := SummarizeEviction(trials)
-	var order, silent []string
-	for _, r := range rows {
-		if !slices.Contains(order, r.Strategy) {
-			order = append(order, r.Strategy)
-		}
-	}
-	// Fixed ranges with room around the data: gonum's autoscale leaves a
-	// single rate or latency without ticks on a log axis.
-	xlo, xhi, ylo, yhi := math.Inf(1), 0.0, math.Inf(1), 0.0
-	for _, t := range trials {
-		x := float64(t.Rate) / (1 << 20)
-		xlo, xhi = min(xlo, x), max(xhi, x)
-		if d, ok := t.DetectionLatency(); ok && !t.Missed {
-			y := max(plotFloor, float64(d)/1e6)
-			ylo, yhi = min(ylo, y), max(yhi, y)
-		}
-	}
-	drawn := 0
-	for i, s := range order {
-		var pts, med plotter.XYs
-		for _, t := range trials {
-			if d, ok := t.DetectionLatency(); ok && t.Strategy == s && !t.Missed {
-				pts = append(pts, plotter.XY{X: float64(t.Rate) / (1 << 20), Y: max(plotFloor, float64(d)/1e6)})
-			}
-		}
-		for _, r := range rows {
-			if r.Strategy == s && r.Detection.N > 0 {
-				med = append(med, plotter.XY{X: float64(r.Rate) / (1 << 20), Y: max(plotFloor, float64(r.Detection.P50)/1e6)})
-			}
-		}
-		if len(pts) == 0 {
-			silent = append(silent, s)
-			continue
-		}
-		sc, err := plotter.NewScatter(pts)
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
-		}
-		sc.GlyphStyle.Color = plotutil.Color(i)
-		sc.GlyphStyle.Shape = plotutil.Shape(i)
-		p.Add(sc)
-		p.Legend.Add(s, sc)
-		if len(med) > 1 {
-			l, err := plotter.NewLine(med)
-			if err != nil {
-				return fmt.Errorf("plot %s: %w", path, err)
-			}
-			l.LineStyle.Color = plotutil.Color(i)
-			p.Add(l)
-		}
-		drawn++
-	}
-	if len(silent) > 0 {
-		p.Title.Text += "\nnever detected in time: " + strings.Join(silent, ", ")
-	}
-	if xhi == 0 {
-		xlo, xhi = 10, 10000
-	}
-	if drawn == 0 {
-		ylo, yhi = 1, 10000
-	}
-	p.X.Min, p.X.Max = xlo/2, xhi*2
-	p.Y.Min, p.Y.Max = max(plotFloor/2, ylo/10), yhi*10
-	p.Legend.Top = true
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
 }

@@ -127,12 +127,13 @@ func TestWriteEvictionTable(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d lines, want a header and 3 rows:\n%s", len(lines), b.String())
 	}
-	for _, want := range []string{"det p50", "OOM first", "collateral", "missed"} {
+	for _, want := range []string{"det p50", "kill p99", "OOM first", "collateral", "missed"} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("header lacks %q: %s", want, lines[0])
 		}
 	}
-	if f := strings.Fields(lines[1]); f[0] != "nodeguard" || f[1] != "200Mi/s" || f[4] != "2.0" {
+	// Detection is signed: after the crossing is "+".
+	if f := strings.Fields(lines[1]); f[0] != "nodeguard" || f[1] != "200Mi/s" || f[4] != "+2.0" {
 		t.Errorf("nodeguard row %q", lines[1])
 	}
 	if f := strings.Fields(lines[3]); f[0] != "kubelet" || f[1] != "1Gi/s" || !strings.Contains(lines[3], "100%") || f[len(f)-2] != "1" {
