@@ -25,11 +25,10 @@ import (
 // EvictionStrategy is one way of detecting memory pressure on the pod root.
 // Run watches env until ctx ends (then it returns, with ctx.Err() or nil);
 // when its signal says "evict", it calls env.Detected with the time of the
-// observation that crossed, then env.Evict (or env.EvictPod with a victim
-// of its own choosing). A strategy that is the agent's own eviction
-// manager (AgentStrategy) evicts nothing itself: it reports what the agent
-// did through env.AgentEvicted. Any other error it returns aborts the
-// benchmark.
+// observation that crossed, then env.Evict. A strategy that is the
+// agent's own eviction manager (AgentStrategy) evicts nothing itself: it
+// reports what the agent did through env.AgentEvicted. Any other error it
+// returns aborts the benchmark.
 type EvictionStrategy interface {
 	Name() string
 	Run(ctx context.Context, env *TrialEnv) error
@@ -64,8 +63,6 @@ type TrialEnv struct {
 	// through its pod cgroup, then delete it through the agent's API. It
 	// returns the victim as "namespace/name".
 	Evict func(ctx context.Context, reason string) (victim string, err error)
-	// EvictPod is the same action on a victim the strategy chose.
-	EvictPod func(ctx context.Context, uid types.UID, reason string) error
 	// Pods lists the running pods with their memory requests and working
 	// sets, as the ranking sees them.
 	Pods func() ([]EvictionCandidate, error)

@@ -75,12 +75,15 @@ func TestParseAgentEviction(t *testing.T) {
 // fakeEvents is an agent event log: Events returns what was appended after
 // since, waiting (bounded by wait) for it.
 type fakeEvents struct {
-	mu   sync.Mutex
-	evs  []api.Event
-	more chan struct{}
+	mu    sync.Mutex
+	evs   []api.Event
+	more  chan struct{}
+	calls chan struct{} // one per Events call that returned
 }
 
-func newFakeEvents() *fakeEvents { return &fakeEvents{more: make(chan struct{}, 16)} }
+func newFakeEvents() *fakeEvents {
+	return &fakeEvents{more: make(chan struct{}, 16), calls: make(chan struct{}, 64)}
+}
 
 func (f *fakeEvents) add(kind, obj string) {
 	f.mu.Lock()
@@ -101,6 +104,10 @@ func (f *fakeEvents) Events(ctx context.Context, since uint64, wait time.Duratio
 		}
 		f.mu.Unlock()
 		if len(out) > 0 || wait == 0 {
+			select {
+			case f.calls <- struct{}{}:
+			default:
+			}
 			return out, nil
 		}
 		select {
@@ -130,7 +137,7 @@ func TestAgentStrategyReportsTheAgentsEvictions(t *testing.T) {
 	done := make(chan error, 1)
 	s := NewAgentStrategy()
 	go func() { done <- s.Run(ctx, env) }()
-	time.Sleep(50 * time.Millisecond) // the strategy skips what is there
+	<-events.calls // the strategy has read (and skips) what is there
 	events.add("node_conditions", `{"MemoryPressure":true}`)
 	events.add(EventKindEviction, strings.Replace(evictionEvent, `"kill_sent":"2026-12-01T08:24:34.619780958Z",`, `"error":"busy",`, 1))
 	events.add(EventKindEviction, evictionEvent)

@@ -52,6 +52,9 @@ var ErrMemcgNotifierV2 = fmt.Errorf("the kubelet's memcg threshold notifier is c
 type KubeletMemcgStrategy struct {
 	interval time.Duration
 	refresh  time.Duration
+	// onArm, if set, is called with every usage threshold once it is
+	// registered (for tests).
+	onArm func(bytes uint64)
 }
 
 // NewKubeletMemcgStrategy returns the kubelet with its memcg notifier and
@@ -101,10 +104,14 @@ func (s *KubeletMemcgStrategy) Run(ctx context.Context, env *TrialEnv) error {
 			if n != nil {
 				n.Close()
 			}
-			if n, err = newMemcgNotifier(d.Path, MemcgUsageThreshold(env.Budget, env.Threshold, mem)); err != nil {
+			at := MemcgUsageThreshold(env.Budget, env.Threshold, mem)
+			if n, err = newMemcgNotifier(d.Path, at); err != nil {
 				return fmt.Errorf("%s: %w", StrategyKubeletMemcg, err)
 			}
 			go n.run(fired)
+			if s.onArm != nil {
+				s.onArm(at)
+			}
 		}
 		obs, ok := nodestats.AllocatableMemoryAvailable(env.Budget, mem, at)
 		if !ok || obs.Available >= int64(env.Threshold) {

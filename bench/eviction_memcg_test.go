@@ -97,14 +97,24 @@ func TestKubeletMemcgStrategyAgainstARealCgroup(t *testing.T) {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- NewKubeletMemcgStrategy(time.Hour).Run(sctx, env) }()
+	armed := make(chan uint64, 4)
+	s := NewKubeletMemcgStrategy(time.Hour)
+	s.onArm = func(at uint64) { armed <- at }
+	go func() { done <- s.Run(sctx, env) }()
 	defer func() {
 		stop()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("strategy: %v", err)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond) // its first synchronize sets the threshold
+	select { // its first synchronize sets the threshold
+	case at := <-armed:
+		if at != budget-threshold {
+			t.Logf("usage threshold at %d: the sandbox holds %d bytes of inactive file pages", at, at-(budget-threshold))
+		}
+	case <-ctx.Done():
+		t.Fatal("the notifier was never armed")
+	}
 	for round := 1; round <= 2; round++ {
 		cmd := exec.Command(hog, "--rate", "200Mi", "--step", "1Mi", "--max", "256Mi", "--delay", "100ms")
 		out, err := cmd.StdoutPipe()

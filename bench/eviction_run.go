@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
@@ -568,19 +567,6 @@ func (s *trialState) evict(ctx context.Context, reason string) (string, error) {
 	return v.Key(), s.evictCandidate(ctx, v, reason)
 }
 
-func (s *trialState) evictPod(ctx context.Context, uid types.UID, reason string) error {
-	pods, err := s.r.candidates(ctx)
-	if err != nil {
-		return err
-	}
-	for _, p := range pods {
-		if p.UID == uid {
-			return s.evictCandidate(ctx, p, reason)
-		}
-	}
-	return fmt.Errorf("evict pod %s: not running", uid)
-}
-
 // evictCandidate is the shared action: note whether the kernel's OOM
 // killer already fired, SIGKILL the pod through its cgroup, delete it.
 func (s *trialState) evictCandidate(ctx context.Context, v EvictionCandidate, reason string) error {
@@ -676,7 +662,7 @@ func (r *evictionRun) trial(ctx context.Context, rate uint64, strategy string, k
 	defer stopStrategy()
 	env := &TrialEnv{
 		PodRoot: r.podRoot, Dirs: r.dirs, Budget: r.cfg.Budget, Threshold: r.cfg.Threshold,
-		Evict: st.evict, EvictPod: st.evictPod, Pods: func() ([]EvictionCandidate, error) { return r.candidates(sctx) },
+		Evict: st.evict, Pods: func() ([]EvictionCandidate, error) { return r.candidates(sctx) },
 		Detected: st.detected, AgentEvicted: st.agentEvicted,
 		Log:  r.cfg.Log.With("strategy", strategy, "trial", index),
 		Rand: rand.New(rand.NewPCG(r.cfg.Seed, uint64(index))),
