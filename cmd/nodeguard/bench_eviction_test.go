@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/images"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/oom"
@@ -218,4 +220,34 @@ func logTail(t *testing.T, path string) {
 		lines = lines[len(lines)-40:]
 	}
 	t.Logf("agent log (last lines):\n%s", strings.Join(lines, "\n"))
+}
+
+// TestRaceRefusesARuntimeItCannotOwn: on a runtime it did not start, the
+// race wants an absolute cgroup root and the hog and busybox images; it
+// says which is missing.
+func TestRaceRefusesARuntimeItCannotOwn(t *testing.T) {
+	cfg := bench.EvictionConfig{Budget: 256 << 20, Threshold: 64 << 20, Rates: []uint64{100 << 20}, Trials: 1, Step: 1 << 20,
+		Strategies: []string{bench.StrategyPoll1s}}
+	t.Run("a relative cgroup root", func(t *testing.T) {
+		_, err := runRace(t.Context(), raceOptions{cfg: cfg, endpoint: "unix:///nonexistent.sock", driver: "cgroupfs", root: "kubepods-here",
+			log: slog.New(slog.DiscardHandler), progress: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "must be absolute") {
+			t.Errorf("err %v, want the root refused as relative", err)
+		}
+	})
+	t.Run("a runtime without the hog image", func(t *testing.T) {
+		env := crienv.New(t)
+		client, err := dialCRI(t.Context(), env.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		err = checkRaceRuntime(t.Context(), client, env.Endpoint(), images.HogName, env.BusyboxImage())
+		if err == nil || !strings.Contains(err.Error(), images.HogName) || !strings.Contains(err.Error(), "mkimages") {
+			t.Errorf("err %v, want the missing hog image named, with how to make it", err)
+		}
+		if err := checkRaceRuntime(t.Context(), client, env.Endpoint(), env.BusyboxImage()); err != nil {
+			t.Errorf("an idle runtime with the images: %v", err)
+		}
+	})
 }
