@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os/exec"
@@ -135,8 +136,14 @@ func TestKubeletMemcgStrategyAgainstARealCgroup(t *testing.T) {
 		}()
 		select {
 		case <-evicted:
-		case <-ctx.Done():
-			t.Fatalf("round %d: never evicted", round)
+		case <-time.After(30 * time.Second):
+			mem, merr := readCgroupMemory(cgroups.Dir{Hierarchy: sb.Layout().Memory, Path: sb.MemoryDir()})
+			ooms, _ := sb.OOMKills()
+			mu.Lock()
+			seen := fmt.Sprintf("detections %v, reasons %q", detected, reasons)
+			mu.Unlock()
+			t.Fatalf("round %d: never evicted in 30 s: sandbox usage %d, working set %d (%v), %d OOM kills, %s",
+				round, mem.Usage, mem.WorkingSet(), merr, ooms, seen)
 		}
 		<-read
 		_ = cmd.Wait()
