@@ -199,7 +199,7 @@ type APIPods struct {
 func (a APIPods) Apply(ctx context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
 	var buf bytes.Buffer
 	for i, p := range pods {
-		b, err := yaml.Marshal(p)
+		b, err := podManifest(p)
 		if err != nil {
 			return nil, fmt.Errorf("apply %s/%s: %w", p.Namespace, p.Name, err)
 		}
@@ -217,6 +217,25 @@ func (a APIPods) Apply(ctx context.Context, pods []*corev1.Pod, source string) (
 		out[i] = &l.Items[i]
 	}
 	return out, nil
+}
+
+// podManifest is p as a manifest a user would write: without status and
+// without the server-set fields a marshalled Pod carries
+// (metadata.creationTimestamp: null), which the agent warns about.
+func podManifest(p *corev1.Pod) ([]byte, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	if meta, ok := m["metadata"].(map[string]any); ok {
+		delete(meta, "creationTimestamp")
+	}
+	return yaml.Marshal(m)
 }
 
 // Delete implements EvictionPods.

@@ -341,6 +341,15 @@ func TestAPIPods(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the manifest is what a user writes: no status, no creationTimestamp", func(t *testing.T) {
+		b, err := podManifest(bg[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := string(b); strings.Contains(m, "creationTimestamp") || strings.Contains(m, "status") || !strings.Contains(m, "name: g-idle") {
+			t.Errorf("manifest:\n%s", m)
+		}
+	})
 	t.Run("Wait polls until the predicate holds, a missing pod being ok=false", func(t *testing.T) {
 		fc.mu.Lock()
 		fc.getLeft = 3
