@@ -25,32 +25,44 @@ import (
 // EvictionStrategy is one way of detecting memory pressure on the pod root.
 // Run watches env until ctx ends (then it returns, with ctx.Err() or nil);
 // when its signal says "evict", it calls env.Detected with the time of the
-// observation that crossed, then env.Evict (or env.EvictPod with a victim
-// of its own choosing). Any other error it returns aborts the benchmark.
+// observation that crossed, then env.Evict. A strategy that is the
+// agent's own eviction manager (AgentStrategy) evicts nothing itself: it
+// reports what the agent did through env.AgentEvicted. Any other error it
+// returns aborts the benchmark.
 type EvictionStrategy interface {
 	Name() string
 	Run(ctx context.Context, env *TrialEnv) error
 }
 
+// agentEvictor is implemented by a strategy whose evictions are the
+// agent's own: RunEviction runs its trials on an agent with its eviction
+// manager on, and every other strategy's on one with it off.
+type agentEvictor interface {
+	EvictsThroughAgent() bool
+}
+
+// evictsThroughAgent reports whether s is the agent's own eviction
+// manager.
+func evictsThroughAgent(s EvictionStrategy) bool {
+	a, ok := s.(agentEvictor)
+	return ok && a.EvictsThroughAgent()
+}
+
 // TrialEnv is what a strategy sees of one trial.
 type TrialEnv struct {
-	// PodRoot is the pod cgroup root (kubepods) relative to this process's
-	// own cgroups, as cgroups resolves it; Dirs are its
-	// directories, one per mounted hierarchy.
+	// PodRoot is the pod cgroup root (kubepods) as the kubepods Manager
+	// names it; Dirs are its directories, one per mounted hierarchy.
 	PodRoot string
 	Dirs    []cgroups.Dir
 	// Budget is the pod root's hard memory limit (node allocatable here),
 	// Threshold the eviction threshold on allocatableMemory.available
 	// (budget - working set), both in bytes.
 	Budget, Threshold uint64
-	// Evict is the eviction action every strategy shares: rank the
+	// Evict is the eviction action every baseline shares: rank the
 	// running pods as the kubelet does for memory, SIGKILL the first
-	// through its pod cgroup, then delete it through the pod manager. It
+	// through its pod cgroup, then delete it through the agent's API. It
 	// returns the victim as "namespace/name".
 	Evict func(ctx context.Context, reason string) (victim string, err error)
-	// EvictPod is the same action on a victim the strategy chose (a
-	// strategy with a policy of its own, such as nodeguard's oom.Manager).
-	EvictPod func(ctx context.Context, uid types.UID, reason string) error
 	// Pods lists the running pods with their memory requests and working
 	// sets, as the ranking sees them.
 	Pods func() ([]EvictionCandidate, error)
@@ -58,7 +70,12 @@ type TrialEnv struct {
 	// the observation that crossed, not when Detected is called. Only
 	// the first call of a trial counts.
 	Detected func(at time.Time)
-	Log      *slog.Logger
+	// Agent is the event log of the agent the pods run on (nil when they
+	// run on an in-process pod manager), and AgentEvicted records an
+	// eviction the agent carried out itself.
+	Agent        AgentEvents
+	AgentEvicted func(AgentEviction)
+	Log          *slog.Logger
 	// Rand is the trial's random source (seeded from the run's seed), for
 	// a poller's phase.
 	Rand *rand.Rand
@@ -106,23 +123,40 @@ type EvictionStrategies struct {
 	m map[string]func() EvictionStrategy
 }
 
-// The built-in strategies' names. StrategyNodeguard is only reserved: the
-// command registers it once nodeguard's eviction manager exists.
+// The built-in strategies' names.
 const (
-	StrategyNodeguard = "nodeguard"
-	StrategyKubelet   = "kubelet"
-	StrategyPoll1s    = "poll1s"
-	StrategyPSI       = "psi"
+	StrategyNodeguard    = "nodeguard"
+	StrategyKubelet      = "kubelet"
+	StrategyKubeletMemcg = "kubelet-memcg"
+	StrategyPoll1s       = "poll1s"
+	StrategyPSI          = "psi"
 )
 
 // DefaultStrategyNames is the order strategies are run and reported in.
-var DefaultStrategyNames = []string{StrategyNodeguard, StrategyKubelet, StrategyPoll1s, StrategyPSI}
+// StrategyKubeletMemcg is in it only where the memory controller is on
+// cgroup v1 (see DefaultStrategies).
+var DefaultStrategyNames = []string{StrategyNodeguard, StrategyKubelet, StrategyKubeletMemcg, StrategyPoll1s, StrategyPSI}
 
-// NewEvictionStrategies returns the built-in strategies: kubelet (a 10 s
-// poller), poll1s (a 1 s poller) and psi (a PSI trigger).
+// DefaultStrategies is DefaultStrategyNames for a host whose memory
+// controller is on cgroup v2 (v2 true) or v1: the kubelet has no memcg
+// notifier on v2, so that baseline exists only on v1.
+func DefaultStrategies(v2 bool) []string {
+	out := slices.Clone(DefaultStrategyNames)
+	if v2 {
+		out = slices.DeleteFunc(out, func(s string) bool { return s == StrategyKubeletMemcg })
+	}
+	return out
+}
+
+// NewEvictionStrategies returns the built-in strategies: nodeguard (the
+// agent's own eviction manager, followed through its event log), kubelet
+// (a 10 s poller), kubelet-memcg (the kubelet with its v1 memcg
+// notifier), poll1s (a 1 s poller) and psi (a PSI trigger).
 func NewEvictionStrategies() *EvictionStrategies {
 	s := &EvictionStrategies{m: map[string]func() EvictionStrategy{}}
+	s.Register(StrategyNodeguard, func() EvictionStrategy { return NewAgentStrategy() })
 	s.Register(StrategyKubelet, func() EvictionStrategy { return NewPollStrategy(StrategyKubelet, KubeletHousekeeping) })
+	s.Register(StrategyKubeletMemcg, func() EvictionStrategy { return NewKubeletMemcgStrategy(KubeletHousekeeping) })
 	s.Register(StrategyPoll1s, func() EvictionStrategy { return NewPollStrategy(StrategyPoll1s, time.Second) })
 	s.Register(StrategyPSI, func() EvictionStrategy { return NewPSIStrategy() })
 	return s

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodeguard/nodeguard/bench"
 	"github.com/nodeguard/nodeguard/cgroups"
@@ -20,6 +21,11 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
+
+// inProcessPods is a lifecycle.Manager as bench.EvictionPods.
+type inProcessPods struct{ *lifecycle.Manager }
+
+func (p inProcessPods) List(context.Context) ([]*corev1.Pod, error) { return p.Manager.List(), nil }
 
 // TestEvictionTrialAgainstARealContainerd runs one trial of the OOM race
 // with the poll1s strategy: a 256Mi budget, a hog at 100Mi/s. The
@@ -80,7 +86,13 @@ func TestEvictionTrialAgainstARealContainerd(t *testing.T) {
 		HogImage: images.HogName, BusyboxImage: env.BusyboxImage(), Background: background,
 		Seed: 1, Progress: &progress, Log: log,
 	}
-	rt := bench.EvictionRuntime{Pods: mgr, Cgroups: cg, CgroupRoot: env.CgroupParent(), LogDir: filepath.Join(root, "logs")}
+	// No agent here (cmd/nodeguard's TestBenchEvictionOnTheRealAgent races
+	// on one): the test sets the budget itself, as the agent's node
+	// allocatable would.
+	if _, err := cg.EnforceAllocatable(ctx, corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(budget, resource.BinarySI)}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	rt := bench.EvictionRuntime{Pods: inProcessPods{mgr}, Cgroups: cg, LogDir: filepath.Join(root, "logs")}
 	trials, err := bench.RunEviction(ctx, rt, bench.NewEvictionStrategies(), cfg)
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {

@@ -9,11 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 // EvictionTrial is the record of one trial. Times are wall-clock (the
@@ -168,9 +163,12 @@ type EvictionRow struct {
 	// detection, Release the release's after the kill.
 	Detected                 int
 	Detection, Kill, Release Summary
-	KernelOOMFirst           int
-	Collateral, Missed       int
-	Errors                   int
+	// KernelOOMFirst counts trials where the kernel's OOM killer fired
+	// before the strategy's kill (or with no kill), KernelOOM those with
+	// any OOM kill in the pod root.
+	KernelOOMFirst, KernelOOM int
+	Collateral, Missed        int
+	Errors                    int
 }
 
 // SummarizeEviction groups trials by strategy (in the order of first
@@ -220,6 +218,9 @@ func SummarizeEviction(trials []EvictionTrial) []EvictionRow {
 				if t.KernelOOMFirst {
 					row.KernelOOMFirst++
 				}
+				if !t.KernelOOM.IsZero() {
+					row.KernelOOM++
+				}
 				row.Collateral += t.Collateral
 				if t.Missed {
 					row.Missed++
@@ -260,16 +261,101 @@ func cell(s Summary, pick func(Summary) time.Duration) string {
 func p50(s Summary) time.Duration { return s.P50 }
 func p99(s Summary) time.Duration { return s.P99 }
 
-// WriteEvictionTable prints one line per strategy and rate.
+// WriteEvictionTable prints one line per strategy and rate. Detection
+// latencies are signed: negative is before the ground-truth crossing.
 func WriteEvictionTable(w io.Writer, rows []EvictionRow) {
-	fmt.Fprintf(w, "%-10s %9s %6s %9s %9s %9s %9s %9s %9s %10s %10s %7s\n",
-		"strategy", "rate", "trials", "detected", "det p50", "det p99", "kill p50", "rel p50", "rel p99", "OOM first", "collateral", "missed")
+	fmt.Fprintf(w, "%-13s %9s %6s %8s %9s %9s %9s %9s %9s %9s %10s %10s %7s\n",
+		"strategy", "rate", "trials", "detected", "det p50", "det p99", "kill p50", "kill p99", "rel p50", "rel p99", "OOM first", "collateral", "missed")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%-10s %9s %6d %9d %9s %9s %9s %9s %9s %9.0f%% %10d %7d\n",
+		fmt.Fprintf(w, "%-13s %9s %6d %8d %9s %9s %9s %9s %9s %9s %9.0f%% %10d %7d\n",
 			r.Strategy, FormatRate(r.Rate), r.Trials, r.Detected,
-			cell(r.Detection, p50), cell(r.Detection, p99), cell(r.Kill, p50),
+			signedCell(r.Detection, p50), signedCell(r.Detection, p99), cell(r.Kill, p50), cell(r.Kill, p99),
 			cell(r.Release, p50), cell(r.Release, p99),
 			100*float64(r.KernelOOMFirst)/float64(max(r.Trials, 1)), r.Collateral, r.Missed)
+	}
+}
+
+func signedCell(s Summary, pick func(Summary) time.Duration) string {
+	if s.N == 0 {
+		return "-"
+	}
+	return signedMs(pick(s))
+}
+
+// The race's targets for nodeguard, checked by WriteEvictionTargets.
+const (
+	TargetDetectionP99 = 10 * time.Millisecond // after the crossing
+	TargetKillP99      = 20 * time.Millisecond // after the detection
+	TargetNoOOMUpTo    = 1 << 30               // bytes/s: no kernel OOM kill at or below this rate
+)
+
+// EvictionTargets checks strategy's rows against the race's targets: one
+// line per target, "MET" or "MISSED" with the figures behind it. A rate
+// with a trial not detected in time misses the detection target whatever
+// the others' latencies.
+func EvictionTargets(rows []EvictionRow, strategy string) []string {
+	var (
+		det, kill []string
+		detOK     = true
+		killOK    = true
+		oomTrials int
+		oom       int
+		coll      int
+		found     bool
+		oomAbove  []string
+	)
+	for _, r := range rows {
+		if r.Strategy != strategy {
+			continue
+		}
+		found = true
+		switch {
+		case r.Detected < r.Trials:
+			detOK = false
+			det = append(det, fmt.Sprintf("%s %d/%d in time", FormatRate(r.Rate), r.Detected, r.Trials))
+		default:
+			detOK = detOK && r.Detection.P99 <= TargetDetectionP99
+			det = append(det, fmt.Sprintf("%s %s", FormatRate(r.Rate), signedMs(r.Detection.P99)))
+		}
+		if r.Kill.N > 0 {
+			killOK = killOK && r.Kill.P99 <= TargetKillP99
+			kill = append(kill, fmt.Sprintf("%s %s", FormatRate(r.Rate), fmtMs(r.Kill.P99)))
+		} else {
+			killOK = false
+			kill = append(kill, FormatRate(r.Rate)+" no kill")
+		}
+		if r.Rate <= TargetNoOOMUpTo {
+			oomTrials += r.Trials
+			oom += r.KernelOOM
+		} else if r.KernelOOM > 0 {
+			oomAbove = append(oomAbove, fmt.Sprintf("%s: %d of %d", FormatRate(r.Rate), r.KernelOOM, r.Trials))
+		}
+		coll += r.Collateral
+	}
+	if !found {
+		return nil
+	}
+	oomLine := fmt.Sprintf("no kernel OOM kill up to %s: %s (%d of %d trials had one)", FormatRate(TargetNoOOMUpTo), verdict(oom == 0), oom, oomTrials)
+	if len(oomAbove) > 0 {
+		oomLine += "; above: " + strings.Join(oomAbove, ", ")
+	}
+	return []string{
+		fmt.Sprintf("detection p99 <= %s after the crossing: %s (%s)", fmtMs(TargetDetectionP99), verdict(detOK), strings.Join(det, ", ")),
+		fmt.Sprintf("kill sent p99 <= %s after detection: %s (%s)", fmtMs(TargetKillP99), verdict(killOK), strings.Join(kill, ", ")),
+		oomLine,
+		fmt.Sprintf("no collateral eviction: %s (%d)", verdict(coll == 0), coll),
+	}
+}
+
+// WriteEvictionTargets prints EvictionTargets under a heading.
+func WriteEvictionTargets(w io.Writer, rows []EvictionRow, strategy string) {
+	lines := EvictionTargets(rows, strategy)
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "targets (%s):\n", strategy)
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", l)
 	}
 }
 
@@ -339,90 +425,4 @@ func WriteEvictionCSV(w io.Writer, trials []EvictionTrial) error {
 	}
 	cw.Flush()
 	return cw.Error()
-}
-
-// plotFloor is the smallest latency the log-scale plot can show; smaller
-// (and negative) detection latencies are drawn on it.
-const plotFloor = 0.1 // ms
-
-// EvictionPNG plots detection latency (ms, log scale) against the hog's
-// rate (MiB/s, log scale): one point per detected trial and a line through
-// each strategy's medians. Strategies that detected nothing are named in
-// the title.
-func EvictionPNG(path string, trials []EvictionTrial) error {
-	p := plot.New()
-	p.Title.Text = "OOM race: detection latency after the pod root crossed budget - threshold"
-	p.X.Label.Text = "hog allocation rate (MiB/s)"
-	p.Y.Label.Text = fmt.Sprintf("detection latency (ms; <= %.1f ms drawn at %.1f)", plotFloor, plotFloor)
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
-	rows := SummarizeEviction(trials)
-	var order, silent []string
-	for _, r := range rows {
-		if !slices.Contains(order, r.Strategy) {
-			order = append(order, r.Strategy)
-		}
-	}
-	// Fixed ranges with room around the data: gonum's autoscale leaves a
-	// single rate or latency without ticks on a log axis.
-	xlo, xhi, ylo, yhi := math.Inf(1), 0.0, math.Inf(1), 0.0
-	for _, t := range trials {
-		x := float64(t.Rate) / (1 << 20)
-		xlo, xhi = min(xlo, x), max(xhi, x)
-		if d, ok := t.DetectionLatency(); ok && !t.Missed {
-			y := max(plotFloor, float64(d)/1e6)
-			ylo, yhi = min(ylo, y), max(yhi, y)
-		}
-	}
-	drawn := 0
-	for i, s := range order {
-		var pts, med plotter.XYs
-		for _, t := range trials {
-			if d, ok := t.DetectionLatency(); ok && t.Strategy == s && !t.Missed {
-				pts = append(pts, plotter.XY{X: float64(t.Rate) / (1 << 20), Y: max(plotFloor, float64(d)/1e6)})
-			}
-		}
-		for _, r := range rows {
-			if r.Strategy == s && r.Detection.N > 0 {
-				med = append(med, plotter.XY{X: float64(r.Rate) / (1 << 20), Y: max(plotFloor, float64(r.Detection.P50)/1e6)})
-			}
-		}
-		if len(pts) == 0 {
-			silent = append(silent, s)
-			continue
-		}
-		sc, err := plotter.NewScatter(pts)
-		if err != nil {
-			return fmt.Errorf("plot %s: %w", path, err)
-		}
-		sc.GlyphStyle.Color = plotutil.Color(i)
-		sc.GlyphStyle.Shape = plotutil.Shape(i)
-		p.Add(sc)
-		p.Legend.Add(s, sc)
-		if len(med) > 1 {
-			l, err := plotter.NewLine(med)
-			if err != nil {
-				return fmt.Errorf("plot %s: %w", path, err)
-			}
-			l.LineStyle.Color = plotutil.Color(i)
-			p.Add(l)
-		}
-		drawn++
-	}
-	if len(silent) > 0 {
-		p.Title.Text += "\nnever detected in time: " + strings.Join(silent, ", ")
-	}
-	if xhi == 0 {
-		xlo, xhi = 10, 10000
-	}
-	if drawn == 0 {
-		ylo, yhi = 1, 10000
-	}
-	p.X.Min, p.X.Max = xlo/2, xhi*2
-	p.Y.Min, p.Y.Max = max(plotFloor/2, ylo/10), yhi*10
-	p.Legend.Top = true
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
-	}
-	return nil
 }

@@ -127,12 +127,13 @@ func TestWriteEvictionTable(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("%d lines, want a header and 3 rows:\n%s", len(lines), b.String())
 	}
-	for _, want := range []string{"det p50", "OOM first", "collateral", "missed"} {
+	for _, want := range []string{"det p50", "kill p99", "OOM first", "collateral", "missed"} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("header lacks %q: %s", want, lines[0])
 		}
 	}
-	if f := strings.Fields(lines[1]); f[0] != "nodeguard" || f[1] != "200Mi/s" || f[4] != "2.0" {
+	// Detection is signed: after the crossing is "+".
+	if f := strings.Fields(lines[1]); f[0] != "nodeguard" || f[1] != "200Mi/s" || f[4] != "+2.0" {
 		t.Errorf("nodeguard row %q", lines[1])
 	}
 	if f := strings.Fields(lines[3]); f[0] != "kubelet" || f[1] != "1Gi/s" || !strings.Contains(lines[3], "100%") || f[len(f)-2] != "1" {
@@ -261,15 +262,31 @@ func TestCheckBudget(t *testing.T) {
 
 func TestStrategyRegistry(t *testing.T) {
 	reg := NewEvictionStrategies()
-	if !slices.Equal(reg.Names(), []string{StrategyKubelet, StrategyPoll1s, StrategyPSI}) {
+	if !slices.Equal(reg.Names(), []string{StrategyKubelet, StrategyKubeletMemcg, StrategyNodeguard, StrategyPoll1s, StrategyPSI}) {
 		t.Errorf("built-in strategies %v", reg.Names())
 	}
-	_, err := reg.New(StrategyNodeguard)
-	if !errors.Is(err, ErrStrategyNotRegistered) || !strings.Contains(err.Error(), "strategy nodeguard not registered") {
-		t.Errorf("New(nodeguard) = %v, want \"strategy nodeguard not registered\"", err)
+	_, err := reg.New("oomd")
+	if !errors.Is(err, ErrStrategyNotRegistered) || !strings.Contains(err.Error(), "strategy oomd not registered") {
+		t.Errorf("New(oomd) = %v, want \"strategy oomd not registered\"", err)
 	}
-	reg.Register(StrategyNodeguard, func() EvictionStrategy { return NewPollStrategy(StrategyNodeguard, time.Millisecond) })
-	if s, err := reg.New(StrategyNodeguard); err != nil || s.Name() != StrategyNodeguard {
+	reg.Register("oomd", func() EvictionStrategy { return NewPollStrategy("oomd", time.Millisecond) })
+	if s, err := reg.New("oomd"); err != nil || s.Name() != "oomd" {
 		t.Errorf("after Register: %v, %v", s, err)
 	}
+	t.Run("only nodeguard is the agent's own", func(t *testing.T) {
+		for _, n := range reg.Names() {
+			s, _ := reg.New(n)
+			if got := evictsThroughAgent(s); got != (n == StrategyNodeguard) {
+				t.Errorf("%s: evicts through the agent %v", n, got)
+			}
+		}
+	})
+	t.Run("the memcg baseline is in the defaults on cgroup v1 only", func(t *testing.T) {
+		if got := DefaultStrategies(false); !slices.Equal(got, DefaultStrategyNames) {
+			t.Errorf("v1: %v", got)
+		}
+		if got := DefaultStrategies(true); slices.Contains(got, StrategyKubeletMemcg) || len(got) != len(DefaultStrategyNames)-1 {
+			t.Errorf("v2: %v", got)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,32 +21,38 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 
-// EvictionPods is nodeguard's pod manager as the eviction benchmark drives
-// it (lifecycle.Manager).
+// EvictionPods is the pod manager as the eviction benchmark drives it: the
+// agent's API (APIPods), or a lifecycle.Manager in the same process. Delete
+// of a pod that does not exist returns an error wrapping
+// lifecycle.ErrNotFound or api.ErrNotFound.
 type EvictionPods interface {
 	Apply(ctx context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error)
 	Delete(ctx context.Context, namespace, name string) error
 	Wait(ctx context.Context, namespace, name string, pred func(*corev1.Pod, bool) bool) error
-	List() []*corev1.Pod
+	List(ctx context.Context) ([]*corev1.Pod, error)
 }
 
-// EvictionRuntime is what the benchmark acts on: the pod manager, the pod
-// cgroups beneath CgroupRoot (the kubepods Manager's root; the pod root is its
-// kubepods), and the manager's container log directory (RootDir/logs).
+// EvictionRuntime is what the benchmark acts on: the pods, the pod cgroups
+// (a kubepods Manager with the agent's driver and root, for names,
+// directories and kills: the agent makes and limits them; the pod root is
+// its kubepods, whose memory limit must already be the budget), the pods'
+// container log directory (the agent's rootDir/logs) and the agent the pods
+// run on. Without an Agent (pods run by an in-process lifecycle.Manager)
+// only the baselines can race.
 type EvictionRuntime struct {
-	Pods       EvictionPods
-	Cgroups    *kubepods.Manager
-	CgroupRoot string
-	LogDir     string
+	Pods    EvictionPods
+	Cgroups *kubepods.Manager
+	LogDir  string
+	Agent   EvictionAgent
 }
 
 // Defaults of the eviction benchmark, each with its reason.
@@ -204,13 +211,22 @@ func hogName(rate uint64, strategy string, trial int) string {
 	return fmt.Sprintf("hog-%s-%s-%d", clean(FormatBytes(rate)), clean(strategy), trial)
 }
 
-// RunEviction runs the OOM race: with the pod root's memory limit set to
-// the budget and the background pods running, for every rate, trial and
+// RunEviction runs the OOM race: with the pod root's memory limit at the
+// budget and the background pods running, for every rate, trial and
 // strategy (strategies innermost, so that drift touches all alike) it
 // starts the strategy, starts a hog, reads the baseline, and watches until
 // the hog's memory is released after an eviction, the kernel's OOM killer
 // ended it, or the trial timed out; then it deletes the hog, restores any
 // background pod that was evicted, and waits for the pod root to settle.
+//
+// With an Agent, a trial of the agent's own strategy (nodeguard) runs on an
+// agent started afresh with its eviction manager on, and the baselines'
+// trials on one with it off (restarted only when the mode changes): a
+// restart adopts the running pods. Fresh for every nodeguard trial because
+// the agent, as the kubelet, keeps MemoryPressure for
+// evictionPressureTransitionPeriod (5 min) after an eviction and refuses
+// BestEffort pods meanwhile: the next trial's hog.
+//
 // Every trial is returned, failed or not; the error is the first that
 // stopped the run. It removes the pods it made; the pod root and its limit
 // stay (they belong to the caller's cgroup root).
@@ -235,21 +251,28 @@ func RunEviction(ctx context.Context, rt EvictionRuntime, reg *EvictionStrategie
 	if cfg.Background == nil {
 		cfg.Background = DefaultEvictionBackground(cfg.BusyboxImage, cfg.HogImage)
 	}
-	podRoot, err := kubepods.Name(kubepods.Cgroupfs, rt.CgroupRoot)
+	if rt.Agent == nil {
+		for _, s := range cfg.Strategies {
+			if st, _ := reg.New(s); evictsThroughAgent(st) {
+				return nil, fmt.Errorf("eviction benchmark: strategy %s is the agent's own, and the pods run on no agent", s)
+			}
+		}
+	}
+	podRoot, err := rt.Cgroups.Kubepods()
 	if err != nil {
 		return nil, err
 	}
-	// The budget is the pod root's hard limit: a runaway hog is OOM-killed
+	r := &evictionRun{rt: rt, cfg: cfg, reg: reg, podRoot: podRoot, background: map[string]*corev1.Pod{}}
+	// The agent makes the pod root and sets node allocatable on it: the
+	// budget is the pod root's hard limit, so a runaway hog is OOM-killed
 	// by the kernel inside it, never anywhere else.
-	if _, err := rt.Cgroups.EnforceAllocatable(ctx, corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(int64(cfg.Budget), resource.BinarySI)}, nil, nil); err != nil {
-		return nil, fmt.Errorf("eviction benchmark: set the budget: %w", err)
-	}
-	dirs, err := rt.Cgroups.Dirs(podRoot)
-	if err != nil {
+	if err := r.agentFor(ctx, cfg.Strategies[0]); err != nil {
 		return nil, err
 	}
-	r := &evictionRun{rt: rt, cfg: cfg, reg: reg, podRoot: podRoot, dirs: dirs, background: map[string]*corev1.Pod{}}
-	if r.memDir, err = memoryDir(dirs); err != nil {
+	if r.dirs, err = rt.Cgroups.Dirs(podRoot); err != nil {
+		return nil, err
+	}
+	if r.memDir, err = memoryDir(r.dirs); err != nil {
 		return nil, err
 	}
 	if err := checkLimit(r.memDir, cfg.Budget); err != nil {
@@ -273,6 +296,10 @@ func RunEviction(ctx context.Context, rt EvictionRuntime, reg *EvictionStrategie
 		for k := 1; k <= cfg.Trials; k++ {
 			for _, s := range cfg.Strategies {
 				i++
+				if err := r.agentFor(ctx, s); err != nil {
+					return trials, err
+				}
+				r.agentFresh = false
 				t, err := r.trial(ctx, rate, s, k, i)
 				trials = append(trials, t)
 				progressf(cfg.Progress, "trial %d/%d rate %s strategy %s: %s", i, total, FormatRate(rate), s, t.Outcome())
@@ -308,6 +335,45 @@ type evictionRun struct {
 	memDir     cgroups.Dir
 	background map[string]*corev1.Pod // by key, the specs to restore
 	hogs       []string               // names of hogs not yet known gone
+	// The agent's state: started, in which mode, and whether no trial
+	// has run on it since it started evicting.
+	agentStarted, agentEvicting, agentFresh bool
+}
+
+// agentFor makes sure the agent runs in the mode the strategy needs
+// (RunEviction says when it restarts it), and that the background pods run
+// on it again after a restart.
+func (r *evictionRun) agentFor(ctx context.Context, strategy string) error {
+	if r.rt.Agent == nil {
+		return nil
+	}
+	s, err := r.reg.New(strategy)
+	if err != nil {
+		return err
+	}
+	want := evictsThroughAgent(s)
+	if r.agentStarted && r.agentEvicting == want && (!want || r.agentFresh) {
+		return nil
+	}
+	mode := "eviction off"
+	if want {
+		mode = "eviction on"
+	}
+	t0 := time.Now()
+	if err := r.rt.Agent.Restart(ctx, want); err != nil {
+		return fmt.Errorf("eviction benchmark: (re)start the agent with %s: %w", mode, err)
+	}
+	r.agentStarted, r.agentEvicting, r.agentFresh = true, want, want
+	for _, p := range r.cfg.Background {
+		if _, ok := r.background[evictionNamespace+"/"+p.Name]; !ok {
+			continue // not started yet
+		}
+		if err := r.wait(ctx, p.Name, "ran on the restarted agent", running); err != nil {
+			return err
+		}
+	}
+	progressf(r.cfg.Progress, "agent (re)started with %s in %s", mode, time.Since(t0).Round(time.Millisecond))
+	return nil
 }
 
 func (r *evictionRun) workingSet() (uint64, error) {
@@ -417,9 +483,13 @@ func pressureFile(dirs []cgroups.Dir) string {
 }
 
 // candidates lists the running pods with their memory.
-func (r *evictionRun) candidates() ([]EvictionCandidate, error) {
+func (r *evictionRun) candidates(ctx context.Context) ([]EvictionCandidate, error) {
+	pods, err := r.rt.Pods.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
 	var out []EvictionCandidate
-	for _, p := range r.rt.Pods.List() {
+	for _, p := range pods {
 		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}
@@ -460,7 +530,14 @@ type trialState struct {
 	mu      sync.Mutex
 	closed  bool
 	t       EvictionTrial
-	victims []EvictionCandidate
+	victims []string // keys, in order
+	// agentKill: the first kill was the agent's, timed by the agent, so
+	// whether the kernel's OOM killer came first is decided at the end
+	// from the monitor's OOM polls: oomClear is the start of the last
+	// poll that found no OOM kill, oomSeen the end of the first that
+	// found one.
+	agentKill         bool
+	oomClear, oomSeen time.Time
 }
 
 func (s *trialState) detected(at time.Time) {
@@ -475,7 +552,7 @@ func (s *trialState) detected(at time.Time) {
 }
 
 func (s *trialState) evict(ctx context.Context, reason string) (string, error) {
-	pods, err := s.r.candidates()
+	pods, err := s.r.candidates(ctx)
 	if err != nil {
 		return "", fmt.Errorf("rank pods: %w", err)
 	}
@@ -484,19 +561,6 @@ func (s *trialState) evict(ctx context.Context, reason string) (string, error) {
 	}
 	v := RankMemory(pods)[0]
 	return v.Key(), s.evictCandidate(ctx, v, reason)
-}
-
-func (s *trialState) evictPod(ctx context.Context, uid types.UID, reason string) error {
-	pods, err := s.r.candidates()
-	if err != nil {
-		return err
-	}
-	for _, p := range pods {
-		if p.UID == uid {
-			return s.evictCandidate(ctx, p, reason)
-		}
-	}
-	return fmt.Errorf("evict pod %s: not running", uid)
 }
 
 // evictCandidate is the shared action: note whether the kernel's OOM
@@ -522,12 +586,50 @@ func (s *trialState) evictCandidate(ctx context.Context, v EvictionCandidate, re
 	if v.Key() != s.hogKey {
 		s.t.Collateral++
 	}
-	s.victims = append(s.victims, v)
+	s.victims = append(s.victims, v.Key())
 	s.mu.Unlock()
 	s.r.cfg.Log.Info("evicted", "victim", v.Key(), "reason", reason, "killed", n,
 		"usage_bytes", v.MemoryUsage, "request_bytes", v.MemoryRequest, "kill_seconds", returned.Sub(start).Seconds())
 	derr := s.r.rt.Pods.Delete(ctx, v.Namespace, v.Name)
 	return errors.Join(oomErr, kerr, derr)
+}
+
+// agentEvicted records an eviction the agent carried out: it killed the
+// victim through its pod cgroup itself, and keeps it (Failed, Evicted)
+// until the benchmark deletes it.
+func (s *trialState) agentEvicted(ev AgentEviction) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.t.KillSent.IsZero() {
+		s.t.KillSent, s.t.KillReturned = ev.KillSent, ev.KillSent
+		s.t.Reason = ev.Reason()
+		s.agentKill = true
+	}
+	s.t.Victims = append(s.t.Victims, ev.Victim)
+	if ev.Victim != s.hogKey {
+		s.t.Collateral++
+	}
+	s.victims = append(s.victims, ev.Victim)
+	s.r.cfg.Log.Info("agent evicted", "victim", ev.Victim, "reason", ev.Reason(), "observed_at", ev.ObservedAt,
+		"detect_seconds", ev.Detect.Seconds(), "decide_seconds", ev.Decide.Seconds(), "kill_seconds", ev.Kill.Seconds())
+}
+
+// agentOOMFirst decides, for a kill the agent timed, whether the kernel's
+// OOM killer came first: yes when the kill was sent after the last OOM
+// poll that found none began (an OOM kill between that poll and the kill
+// cannot be ruled out, so it counts against the agent). It returns a note
+// when the two fall within one poll.
+func agentOOMFirst(killSent, oomClear, oomSeen time.Time) (first bool, note string) {
+	if oomSeen.IsZero() || !killSent.After(oomClear) {
+		return false, ""
+	}
+	if killSent.Before(oomSeen) {
+		return true, "the agent's kill and the kernel's OOM kill fell within one OOM poll: counted as the OOM killer's"
+	}
+	return true, ""
 }
 
 func (r *evictionRun) trial(ctx context.Context, rate uint64, strategy string, k, index int) (EvictionTrial, error) {
@@ -556,9 +658,13 @@ func (r *evictionRun) trial(ctx context.Context, rate uint64, strategy string, k
 	defer stopStrategy()
 	env := &TrialEnv{
 		PodRoot: r.podRoot, Dirs: r.dirs, Budget: r.cfg.Budget, Threshold: r.cfg.Threshold,
-		Evict: st.evict, EvictPod: st.evictPod, Pods: r.candidates, Detected: st.detected,
+		Evict: st.evict, Pods: func() ([]EvictionCandidate, error) { return r.candidates(sctx) },
+		Detected: st.detected, AgentEvicted: st.agentEvicted,
 		Log:  r.cfg.Log.With("strategy", strategy, "trial", index),
 		Rand: rand.New(rand.NewPCG(r.cfg.Seed, uint64(index))),
+	}
+	if r.rt.Agent != nil {
+		env.Agent = r.rt.Agent
 	}
 	// Counters are read before the strategy can act.
 	st.oom = &oomCounter{}
@@ -652,8 +758,16 @@ func (r *evictionRun) trial(ctx context.Context, rate uint64, strategy string, k
 	}
 	st.mu.Lock()
 	t := st.t
+	agentKill, oomClear, oomSeen := st.agentKill, st.oomClear, st.oomSeen
 	st.mu.Unlock()
+	var oomNote string
+	if agentKill {
+		t.KernelOOMFirst, oomNote = agentOOMFirst(t.KillSent, oomClear, oomSeen)
+	}
 	t.finish(points)
+	if oomNote != "" {
+		t.Note = strings.TrimPrefix(t.Note+"; "+oomNote, "; ")
+	}
 	if perr != nil {
 		t.Err = perr.Error()
 	}
@@ -677,7 +791,11 @@ func (r *evictionRun) waitReady(ctx context.Context, tail *logTail, name string)
 		}
 		if time.Now().After(deadline) {
 			state := "unknown"
-			for _, p := range r.rt.Pods.List() {
+			pods, err := r.rt.Pods.List(ctx)
+			if err != nil {
+				state = "unknown: " + err.Error()
+			}
+			for _, p := range pods {
 				if p.Namespace == evictionNamespace && p.Name == name {
 					state = fmt.Sprintf("phase %s, %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message)
 					for _, cs := range p.Status.ContainerStatuses {
@@ -697,10 +815,18 @@ func (r *evictionRun) waitReady(ctx context.Context, tail *logTail, name string)
 
 // monitor watches the trial until the memory is released after a kill
 // that took the hog, the kernel's OOM killer has ended the hog, or the
-// trial times out.
+// trial times out. Every tick it samples whether the pod root is below the
+// threshold line (or the hog's cgroup gone): release is the first such
+// sample at or after the kill, which for the agent's own kills is known
+// only once its event arrives, after the fact.
 func (r *evictionRun) monitor(ctx context.Context, st *trialState, stratDone <-chan struct{}, hogMem string, timeout time.Duration) error {
 	line := r.cfg.Budget - r.cfg.Threshold
 	deadline := time.Now().Add(timeout)
+	rw, err := newReleaseWatch(r.memDir, hogMem, line)
+	if err != nil {
+		return err
+	}
+	defer rw.close()
 	tick := time.NewTicker(releasePoll)
 	defer tick.Stop()
 	var lastOOMPoll time.Time
@@ -714,47 +840,43 @@ func (r *evictionRun) monitor(ctx context.Context, st *trialState, stratDone <-c
 		}
 		now := time.Now()
 		st.mu.Lock()
-		killed, released, oomAt := st.t.KillSent, st.t.Released, st.t.KernelOOM
-		hogEvicted := false
-		for _, v := range st.t.Victims {
-			hogEvicted = hogEvicted || v == st.hogKey
-		}
+		oomAt := st.t.KernelOOM
 		st.mu.Unlock()
-
 		if oomAt.IsZero() && now.Sub(lastOOMPoll) >= oomPoll {
 			lastOOMPoll = now
 			fired, err := st.oom.fired()
 			if err != nil {
 				return err
 			}
+			seen := time.Now()
+			st.mu.Lock()
 			if fired {
 				oomAt = now
-				st.mu.Lock()
-				st.t.KernelOOM = now
-				st.mu.Unlock()
+				st.t.KernelOOM, st.oomSeen = now, seen
+			} else {
+				st.oomClear = now
+			}
+			st.mu.Unlock()
+		}
+		smp, err := rw.sample()
+		if err != nil {
+			return err
+		}
+		st.mu.Lock()
+		killed, released := st.t.KillSent, st.t.Released
+		if !killed.IsZero() && released.IsZero() {
+			if at, ok := rw.releasedAfter(killed); ok {
+				released, st.t.Released = at, at
 			}
 		}
-		if (!killed.IsZero() && released.IsZero()) || !oomAt.IsZero() {
-			ws, err := r.workingSet()
-			if err != nil {
-				return err
-			}
-			hogGone := false
-			if _, err := os.Stat(hogMem); errors.Is(err, fs.ErrNotExist) {
-				hogGone = true
-			}
-			below := ws < line
-			if !killed.IsZero() && released.IsZero() && (below || hogGone) {
-				released = time.Now()
-				st.mu.Lock()
-				st.t.Released = released
-				st.mu.Unlock()
-			}
-			hogDead := hogGone || procsEmpty(hogMem)
+		hogEvicted := slices.Contains(st.t.Victims, st.hogKey)
+		st.mu.Unlock()
+		if !killed.IsZero() || !oomAt.IsZero() {
+			hogDead := smp.hogGone || procsEmpty(hogMem)
 			switch {
 			case !released.IsZero() && (hogEvicted || hogDead):
 				return nil
-			case !oomAt.IsZero() && hogDead && below:
+			case !oomAt.IsZero() && hogDead && smp.below:
 				return nil
 			case !oomAt.IsZero() && now.Sub(oomAt) > afterOOMWait:
 				return nil
@@ -767,6 +889,85 @@ func (r *evictionRun) monitor(ctx context.Context, st *trialState, stratDone <-c
 			return nil
 		}
 	}
+}
+
+// releaseSample is one look at the pod root: at At, its working set was
+// below the line, or the hog's container cgroup was gone.
+type releaseSample struct {
+	At      time.Time
+	below   bool
+	hogGone bool
+}
+
+func (s releaseSample) released() bool { return s.below || s.hogGone }
+
+// releaseWatch samples the pod root for the release of a kill. A sample
+// reads the usage counter (one pread of a descriptor kept open), and the
+// working set (memory.stat) only when usage is at or above the line: the
+// working set never exceeds usage. The samples are kept for the trial
+// (at most one per millisecond).
+type releaseWatch struct {
+	mem     cgroups.Dir
+	usage   *os.File
+	hogMem  string
+	line    uint64
+	buf     []byte
+	samples []releaseSample
+}
+
+func newReleaseWatch(mem cgroups.Dir, hogMem string, line uint64) (*releaseWatch, error) {
+	name := "memory.usage_in_bytes"
+	if mem.Hierarchy.V2() {
+		name = "memory.current"
+	}
+	f, err := os.Open(filepath.Join(mem.Path, name))
+	if err != nil {
+		return nil, fmt.Errorf("watch the release: %w", err)
+	}
+	return &releaseWatch{mem: mem, usage: f, hogMem: hogMem, line: line, buf: make([]byte, 32)}, nil
+}
+
+func (w *releaseWatch) close() { w.usage.Close() }
+
+func (w *releaseWatch) sample() (releaseSample, error) {
+	n, err := w.usage.ReadAt(w.buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return releaseSample{}, fmt.Errorf("read %s: %w", w.usage.Name(), err)
+	}
+	usage, err := strconv.ParseUint(strings.TrimSpace(string(w.buf[:n])), 10, 64)
+	if err != nil {
+		return releaseSample{}, fmt.Errorf("read %s: %q: %w", w.usage.Name(), w.buf[:n], err)
+	}
+	below := usage < w.line
+	if !below {
+		m, err := readCgroupMemory(w.mem)
+		if err != nil {
+			return releaseSample{}, err
+		}
+		below = m.WorkingSet() < w.line
+	}
+	_, err = os.Stat(w.hogMem)
+	s := releaseSample{At: time.Now(), below: below, hogGone: errors.Is(err, fs.ErrNotExist)}
+	w.samples = append(w.samples, s)
+	return s, nil
+}
+
+// releasedAfter is the first sample at or after kill that saw the memory
+// released.
+func (w *releaseWatch) releasedAfter(kill time.Time) (time.Time, bool) {
+	return firstReleased(w.samples, kill)
+}
+
+// firstReleased returns the time of the first sample (in time order) at or
+// after kill that saw the memory released.
+func firstReleased(samples []releaseSample, kill time.Time) (time.Time, bool) {
+	i, _ := slices.BinarySearchFunc(samples, kill, func(s releaseSample, t time.Time) int { return s.At.Compare(t) })
+	for _, s := range samples[i:] {
+		if s.released() {
+			return s.At, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // findLeaf returns the cgroup directory beneath dir whose cgroup.procs
@@ -822,22 +1023,29 @@ func (r *evictionRun) removeHog(ctx context.Context, name string) error {
 	return nil
 }
 
-func isNotFound(err error) bool { return errors.Is(err, lifecycle.ErrNotFound) }
+func isNotFound(err error) bool {
+	return errors.Is(err, lifecycle.ErrNotFound) || errors.Is(err, api.ErrNotFound)
+}
 
-// restore brings back the background pods a strategy evicted.
-func (r *evictionRun) restore(ctx context.Context, victims []EvictionCandidate) error {
-	for _, v := range victims {
-		spec, ok := r.background[v.Key()]
+// restore brings back the background pods a strategy evicted: a baseline
+// deleted them already; the agent keeps its victims, Failed (Evicted),
+// until they are deleted.
+func (r *evictionRun) restore(ctx context.Context, victims []string) error {
+	for _, key := range victims {
+		spec, ok := r.background[key]
 		if !ok {
 			continue
 		}
-		if err := r.wait(ctx, v.Name, "went away", gone); err != nil {
+		if err := r.rt.Pods.Delete(ctx, evictionNamespace, spec.Name); err != nil && !isNotFound(err) {
+			return fmt.Errorf("restore %s: delete: %w", key, err)
+		}
+		if err := r.wait(ctx, spec.Name, "went away", gone); err != nil {
 			return err
 		}
 		if _, err := r.rt.Pods.Apply(ctx, []*corev1.Pod{spec}, lifecycle.SourceAPI); err != nil {
-			return fmt.Errorf("restore %s: %w", v.Key(), err)
+			return fmt.Errorf("restore %s: %w", key, err)
 		}
-		if err := r.wait(ctx, v.Name, "ran again", running); err != nil {
+		if err := r.wait(ctx, spec.Name, "ran again", running); err != nil {
 			return err
 		}
 	}
@@ -846,9 +1054,13 @@ func (r *evictionRun) restore(ctx context.Context, victims []EvictionCandidate) 
 
 // removeAll deletes every pod of the benchmark and waits for each to go.
 func (r *evictionRun) removeAll(ctx context.Context) error {
+	pods, err := r.rt.Pods.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
 	var errs []error
 	var names []string
-	for _, p := range r.rt.Pods.List() {
+	for _, p := range pods {
 		if p.Namespace == evictionNamespace {
 			names = append(names, p.Name)
 			if err := r.rt.Pods.Delete(ctx, p.Namespace, p.Name); err != nil && !isNotFound(err) {

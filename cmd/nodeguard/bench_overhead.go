@@ -5,23 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/bench"
 	"github.com/nodeguard/nodeguard/internal/crienv"
-	"github.com/nodeguard/nodeguard/lifecycle/api"
 )
 
 // overheadAgentName is the row of the agent in the overhead figures.
@@ -96,15 +90,16 @@ the environment removed at the end.`,
 					return nil
 				}
 			}
-			agent, client, err := startOverheadAgent(ctx, env, dir, metricsAddr, progress)
+			agent, err := startOverheadAgent(ctx, env, dir, metricsAddr, progress)
 			if err != nil {
 				return err
 			}
-			defer func() { retErr = errors.Join(retErr, agent.stop()) }()
-			defer client.Close()
+			defer func() { retErr = errors.Join(retErr, agent.close()) }()
+			client := agent.Client()
+			pid := agent.pid()
 
 			groups := []bench.ProcGroup{
-				{Name: overheadAgentName, PIDs: func() ([]int, error) { return []int{agent.cmd.Process.Pid}, nil }},
+				{Name: overheadAgentName, PIDs: func() ([]int, error) { return []int{pid}, nil }},
 				{Name: "containerd", PIDs: func() ([]int, error) {
 					return bench.FindProcs("/proc", func(argv []string) bool {
 						return len(argv) > 0 && filepath.Base(argv[0]) == "containerd" && slices.Contains(argv, filepath.Join(env.Dir(), "config.toml"))
@@ -123,7 +118,7 @@ the environment removed at the end.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "\nbusybox pods, %s windows sampled every 1 s, %d churn workers, agent pid %d\n", cfg.Window, cfg.Parallel, agent.cmd.Process.Pid)
+			fmt.Fprintf(cmd.OutOrStdout(), "\nbusybox pods, %s windows sampled every 1 s, %d churn workers, agent pid %d\n", cfg.Window, cfg.Parallel, pid)
 			bench.WriteOverheadTable(cmd.OutOrStdout(), rows, overheadAgentName)
 			if out != "" {
 				files, err := bench.WriteOverheadFiles(out, rows, overheadAgentName, time.Second)
@@ -143,37 +138,6 @@ the environment removed at the end.`,
 	cmd.Flags().StringVar(&out, "out", "", "directory for overhead.csv, overhead-samples.csv and overhead.png")
 	cmd.Flags().StringVar(&profileDir, "cpu-profile", "", "directory for the agent's CPU profile of each window (serves its /debug/pprof/ on loopback)")
 	return cmd
-}
-
-// overheadAgent is the agent under measurement, a child process.
-type overheadAgent struct {
-	cmd    *exec.Cmd
-	log    *os.File
-	exited chan struct{}
-}
-
-// stop asks the agent to stop (SIGTERM), waits up to 30 s, then kills it.
-func (a *overheadAgent) stop() error {
-	defer a.log.Close()
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.exited:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.exited
-		return fmt.Errorf("the agent did not stop within 30 s of SIGTERM; killed (log %s)", a.log.Name())
-	}
-}
-
-// freeLoopbackAddr is a loopback TCP address free a moment ago.
-func freeLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // fetchCPUProfile takes the CPU profile of the agent serving /debug/pprof/
@@ -206,91 +170,27 @@ func fetchCPUProfile(ctx context.Context, addr string, window time.Duration, pat
 	return f.Close()
 }
 
-// startOverheadAgent writes a run configuration for env's network (the
-// agent checks that network and never writes into /etc/cni/net.d), starts
-// "nodeguard run" from this binary with its state under dir, and waits
-// until its API answers. A metricsAddr also serves its profiler there.
-func startOverheadAgent(ctx context.Context, env *crienv.Env, dir, metricsAddr string, progress io.Writer) (_ *overheadAgent, _ *api.Client, retErr error) {
-	nc := env.NetworkConfig()
-	conf, err := yaml.Marshal(map[string]any{"network": map[string]any{
-		"manage": false, "name": nc.Name, "bridge": nc.Bridge, "subnet": nc.Subnet.String(),
-		"cniBinDirs": nc.BinDirs, "cniConfDir": nc.ConfDir, "ipamDir": nc.IPAMDir,
-		"nodeNetNS": env.NetNS(), "netnsDirs": []string{env.NetNSDir()},
-	}})
-	if err != nil {
-		return nil, nil, err
-	}
-	confPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
-		return nil, nil, err
-	}
+// startOverheadAgent starts "nodeguard run" from this binary against env's
+// containerd and network, with its state under dir, and waits until its API
+// answers. A metricsAddr also serves its profiler there.
+func startOverheadAgent(ctx context.Context, env *crienv.Env, dir, metricsAddr string, progress io.Writer) (*agentProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, fmt.Errorf("find this binary: %w", err)
+		return nil, fmt.Errorf("find this binary: %w", err)
 	}
-	sock := filepath.Join(dir, "api.sock")
-	logf, err := os.Create(filepath.Join(dir, "agent.log"))
-	if err != nil {
-		return nil, nil, err
-	}
-	args := []string{"run", "--config", confPath, "--runtime-endpoint", env.Endpoint(),
-		"--cgroup-root", env.CgroupParent() + "/ng", "--root-dir", filepath.Join(dir, "state"),
-		"--api-socket", sock, "--metrics-addr", metricsAddr, "--log-level", "warn"}
+	flags := []string{"--runtime-endpoint", env.Endpoint(), "--cgroup-root", env.CgroupParent() + "/ng",
+		"--metrics-addr", metricsAddr, "--log-level", "warn"}
 	if metricsAddr != "" {
-		args = append(args, "--enable-profiling")
+		flags = append(flags, "--enable-profiling")
 	}
-	cmd := exec.Command(self, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The agent must not outlive the benchmark if it dies. The death
-	// signal fires when the parent THREAD exits, and the Go runtime ends a
-	// thread when a goroutine locked to it exits (namespace code does
-	// that), so the agent is started from a thread locked for its life.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	a := &overheadAgent{cmd: cmd, log: logf, exited: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer close(a.exited)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		logf.Close()
-		return nil, nil, fmt.Errorf("start the agent: %w", err)
+	a, err := newAgentProcess(self, dir, "", flags)
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		if retErr != nil {
-			retErr = errors.Join(retErr, a.stop())
-		}
-	}()
-	fmt.Fprintf(progress, "overhead: agent started (pid %d); waiting for its API at %s\n", cmd.Process.Pid, sock)
-	client := api.NewClient(sock)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := client.List(lctx)
-		cancel()
-		if err == nil {
-			return a, client, nil
-		}
-		select {
-		case <-a.exited:
-			client.Close()
-			b, _ := os.ReadFile(logf.Name())
-			return nil, nil, fmt.Errorf("the agent exited before its API answered: %s", strings.TrimSpace(string(b)))
-		case <-ctx.Done():
-			client.Close()
-			return nil, nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			client.Close()
-			return nil, nil, fmt.Errorf("the agent's API did not answer within 60 s: %w", err)
-		}
+	fmt.Fprintf(progress, "overhead: starting the agent; waiting for its API at %s\n", a.sock)
+	if err := a.start(ctx, map[string]any{"network": privateNetwork(env)}); err != nil {
+		return nil, errors.Join(err, a.close())
 	}
+	fmt.Fprintf(progress, "overhead: agent running (pid %d)\n", a.pid())
+	return a, nil
 }

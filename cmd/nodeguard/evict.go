@@ -123,6 +123,8 @@ type decisionEvent struct {
 	DryRun      bool          `json:"dry_run"`
 	Message     string        `json:"message"`
 	Crossed     time.Time     `json:"crossed"`
+	ObservedAt  time.Time     `json:"observed_at"`
+	KillSent    time.Time     `json:"kill_sent,omitzero"`
 	DetectUS    int64         `json:"detect_us"`
 	DecideUS    int64         `json:"decide_us"`
 	KillUS      int64         `json:"kill_us"`
@@ -136,6 +138,7 @@ func toEvent(d oom.Decision, t oom.Timing) decisionEvent {
 		Signal: d.Signal, Threshold: d.Threshold, Observed: d.Observed,
 		Victim: d.Victim.Namespace + "/" + d.Victim.Name, UID: string(d.Victim.UID), Rank: d.Rank,
 		Hard: d.Hard, DryRun: d.DryRun, Message: d.Message, Crossed: t.Crossed, GracePeriod: d.GracePeriod,
+		ObservedAt: d.ObservedAt, KillSent: t.KillSent,
 		DetectUS: t.Detect().Microseconds(), DecideUS: t.Decide().Microseconds(), KillUS: t.Kill().Microseconds(),
 		ReleaseUS: t.Release().Microseconds(),
 	}
