@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -70,7 +71,7 @@ func (*KubeletMemcgStrategy) Name() string { return StrategyKubeletMemcg }
 // threshold after a synchronize that read mem: capacity - threshold +
 // inactive_file, with capacity the budget (available + working set) and
 // inactive_file usage - working set.
-func MemcgUsageThreshold(budget, threshold uint64, mem nodestats.CgroupMemory) uint64 {
+func MemcgUsageThreshold(budget, threshold uint64, mem cgstat.CgroupMemory) uint64 {
 	return budget - threshold + (mem.Usage - mem.WorkingSet())
 }
 

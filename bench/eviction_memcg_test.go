@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
 func TestMemcgUsageThreshold(t *testing.T) {
@@ -32,7 +32,7 @@ func TestMemcgUsageThreshold(t *testing.T) {
 		{"inactive file pages move it up", 300 << 20, 40 << 20, 1 << 30, 100 << 20, 1<<30 - 60<<20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := nodestats.CgroupMemory{Usage: tc.usage, InactiveFile: tc.inactive}
+			mem := cgstat.CgroupMemory{Usage: tc.usage, InactiveFile: tc.inactive}
 			if got := MemcgUsageThreshold(tc.budget, tc.thr, mem); got != tc.wantT {
 				t.Errorf("threshold %d, want %d", got, tc.wantT)
 			}
