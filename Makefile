@@ -73,15 +73,23 @@ test-vm:
 #   CGO_ENABLED=0 go test -tags nodelane -json -exec bin/nodevm ./internal/nodelane
 # with one line per check and one summary line. The root filesystem, crictl
 # and the kernel are cached in /var/cache/nodeguard-vm. NODE_FLAGS: e.g.
-# -run 'TestNode/(systemd|containerd)' or -v.
+# -run 'TestNode/(systemd|containerd)' or -v. The last check is the OOM
+# race (nodeguard bench eviction on the guest's containerd): NODE_RACE=quick
+# (the default: 200Mi/s and 1Gi/s, 2 trials), full (the README's set:
+# 50Mi/s, 200Mi/s and 1Gi/s, 3 trials; for its figures) or off. What the
+# guest writes on its output disk (the race's eviction.csv, eviction.png,
+# report and agent log in race-<mode>/) is copied to NODE_OUT.
 NODEVM     ?= bin/nodevm
 NODE_FLAGS ?=
+NODE_RACE  ?=
+NODE_OUT   ?= out/node
 
 test-node:
 	$(GO) build -o $(NODEVM) ./internal/nodevm/cmd/nodevm
 	@stage=$$(mktemp -d /tmp/nodeguard-stage.XXXXXX) && trap 'rm -rf "$$stage"' EXIT && \
 		$(MAKE) --no-print-directory install DESTDIR="$$stage" && \
-		NODEGUARD_NODE_STAGE="$$stage" $(abspath $(NODEVM)) -lane -go '$(GO)' $(NODE_FLAGS)
+		NODEGUARD_NODE_STAGE="$$stage" NODEGUARD_NODE_OUT='$(abspath $(NODE_OUT))' $(if $(NODE_RACE),NODEGUARD_NODE_RACE='$(NODE_RACE)') \
+		$(abspath $(NODEVM)) -lane -go '$(GO)' $(NODE_FLAGS)
 
 # Fuzzing: each Go fuzz target below for FUZZTIME (go test -fuzz takes one
 # target per run). The corpora in <pkg>/testdata/fuzz/<Target> also run as

@@ -23,9 +23,14 @@ type File struct {
 const (
 	// PayloadMount is where the lane unit mounts the payload disk, read-only.
 	PayloadMount = "/run/nodelane/payload"
-	// PayloadLabel and RootLabel are the ext4 labels of the two disks.
+	// OutMount is where the lane unit mounts the output disk, read-write
+	// (EnvOutDir in the tests' environment).
+	OutMount = "/run/nodelane/out"
+	// PayloadLabel, RootLabel and OutLabel are the ext4 labels of the
+	// three disks.
 	PayloadLabel = "nodelane-payload"
 	RootLabel    = "nodelane-root"
+	OutLabel     = "nodelane-out"
 	// LaneScript is the lane unit's program, baked into the image.
 	LaneScript = "/usr/local/lib/nodelane/run-payload"
 	// LaneUnit runs LaneScript once multi-user.target is reached;
@@ -156,10 +161,12 @@ Wants=` + LaneUnit + `
 AllowIsolate=yes
 `
 
-// laneScript is the lane unit's program. It mounts the payload disk, installs
+// laneScript is the lane unit's program. It mounts the payload disk and
+// the output disk (read-write, its path exported as EnvOutDir), installs
 // the staged `make install` tree, crictl and the images, runs the test
-// binary with its output on the test channel, prints the exit marker and
-// ends the guest. Its own messages, prefixed "nodelane:", go to the console
+// binary with its output on the test channel, prints the exit marker,
+// unmounts the output disk (so the host finds everything on it) and ends
+// the guest. Its own messages, prefixed "nodelane:", go to the console
 // (the runner prints them as progress). The exit status 125 means the
 // payload could not be set up.
 const laneScript = `#!/bin/sh
@@ -168,9 +175,13 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/r
 say() { echo "nodelane: $*, $(cut -d' ' -f1 /proc/uptime)s after boot" >/dev/console; }
 chan=` + TestChannel + `
 payload=` + PayloadMount + `
+out=` + OutMount + `
 marker=""
 finish() {
 	sync
+	if mountpoint -q "$out"; then
+		umount "$out" 2>/dev/null || { say "umount the output disk failed: remounting it read-only"; mount -o remount,ro "$out"; sync; }
+	fi
 	if [ -n "$marker" ]; then printf '\n%s=%d\n' "$marker" "$1" >"$chan"; fi
 	say "exit status $1; powering off"
 	systemctl reboot --force --force
@@ -182,6 +193,10 @@ mkdir -p "$payload"
 mount -o ro LABEL=` + PayloadLabel + ` "$payload" || { say "mount the payload disk failed"; finish 125; }
 marker=$(cat "$payload/marker") || finish 125
 say "payload mounted"
+mkdir -p "$out"
+mount -o rw LABEL=` + OutLabel + ` "$out" || { say "mount the output disk failed"; finish 125; }
+export ` + EnvOutDir + `="$out"
+say "output disk mounted"
 # "make install" into this node: the staged DESTDIR tree.
 cp -a "$payload/stage/." / || { say "copy the make install stage failed"; finish 125; }
 install -m 0755 "$payload/bin/crictl" /usr/local/bin/crictl || finish 125

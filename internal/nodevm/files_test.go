@@ -91,10 +91,16 @@ func TestBakedFiles(t *testing.T) {
 		t.Errorf("lane script %s: mode %v, starts %q", LaneScript, script.Mode, script.Data[:min(20, len(script.Data))])
 	}
 	for _, want := range []string{"LABEL=" + PayloadLabel, "ctr -n k8s.io images import", `cp -a "$payload/stage/." /`, TestChannel,
-		`"$payload/run"`, "systemctl reboot --force --force", "stty -F"} {
+		`"$payload/run"`, "systemctl reboot --force --force", "stty -F",
+		"mount -o rw LABEL=" + OutLabel + ` "$out"`, "export " + EnvOutDir + `="$out"`, `umount "$out"`} {
 		if !strings.Contains(script.Data, want) {
 			t.Errorf("lane script lacks %q", want)
 		}
+	}
+	// The output disk is unmounted before the marker: the host reads it
+	// as soon as qemu has exited.
+	if u, m := strings.Index(script.Data, `umount "$out"`), strings.Index(script.Data, `"$marker" "$1"`); u < 0 || m < 0 || u > m {
+		t.Errorf("the lane script does not unmount the output disk before it prints the exit marker")
 	}
 	unit := byPath["/etc/systemd/system/"+LaneUnit].Data
 	for _, want := range []string{"Type=exec", "ExecStart=" + LaneScript, "After=multi-user.target"} {

@@ -38,7 +38,8 @@ type LaneConfig struct {
 	Package string
 	// GoTestFlags are added to the go test command (e.g. -run X).
 	GoTestFlags []string
-	// TestTimeout is go test's -timeout.
+	// TestTimeout is go test's -timeout; zero is DefaultTestTimeout plus
+	// the race mode's RaceAllowance.
 	TestTimeout time.Duration
 	// Verbose also prints go test's === RUN lines.
 	Verbose bool
@@ -70,12 +71,12 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 		state = "built in " + p.Image.BuildTime["total"].String()
 	}
 	prepared := time.Since(start).Round(time.Millisecond)
-	fmt.Fprintf(stdout, "=== node lane: kernel %s, root filesystem %s (%s), crictl %s, ready in %s\n",
-		p.Kernel.Release, p.Image.Key, state, CrictlVersion, prepared)
+	fmt.Fprintf(stdout, "=== node lane: kernel %s, root filesystem %s (%s), crictl %s, ready in %s; race %s; host load average %s\n",
+		p.Kernel.Release, p.Image.Key, state, CrictlVersion, prepared, c.Base.Race, HostLoad())
 
 	timeout := c.TestTimeout
 	if timeout == 0 {
-		timeout = DefaultTestTimeout
+		timeout = DefaultTestTimeout + RaceAllowance(c.Base.Race)
 	}
 	pkg := c.Package
 	if pkg == "" {
@@ -84,7 +85,10 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 	args := append([]string{"test", "-tags", LaneTag, "-json", "-count=1", "-timeout", timeout.String(), "-exec", c.Runner}, c.GoTestFlags...)
 	args = append(args, pkg)
 	cmd := exec.CommandContext(ctx, c.Go, args...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", EnvStage+"="+c.Base.Stage)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", EnvStage+"="+c.Base.Stage, EnvRace+"="+c.Base.Race)
+	if c.Base.Out != "" {
+		cmd.Env = append(cmd.Env, EnvOut+"="+c.Base.Out)
+	}
 	cmd.Stderr = stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 30 * time.Second
@@ -100,8 +104,8 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 	sum, rerr := ReadChecks(pipe, stdout, c.Verbose)
 	werr := cmd.Wait()
 	sum.Release = p.Kernel.Release
-	fmt.Fprintf(stdout, "=== node lane: prepare %s, go test (build, payload, boot, checks) %s, total %s\n",
-		prepared, time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second))
+	fmt.Fprintf(stdout, "=== node lane: prepare %s, go test (build, payload, boot, checks) %s, total %s; host load average %s\n",
+		prepared, time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second), HostLoad())
 	fmt.Fprintln(stdout, sum.String())
 	switch {
 	case rerr != nil:

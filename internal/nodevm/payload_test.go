@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeguard/nodeguard/internal/images"
 	"github.com/nodeguard/nodeguard/internal/vmtest"
@@ -191,7 +192,7 @@ func TestPayloadImageSize(t *testing.T) {
 
 func TestQemuArgs(t *testing.T) {
 	c := Config{Memory: "2G", CPUs: 2, TCG: "multi"}
-	args := QemuArgs(c, "/k/vmlinux", "/c/initrd.cpio", "/c/rootfs.img", "/t/payload.img", "/t/console.log", 2596134)
+	args := QemuArgs(c, "/k/vmlinux", "/c/initrd.cpio", "/c/rootfs.img", Disks{Payload: "/t/payload.img", Out: "/t/out.img"}, "/t/console.log", 2596134)
 	line := strings.Join(args, " ")
 	for _, want := range []string{
 		"-M " + vmtest.MicrovmMachine, "-accel tcg,thread=multi", "-m 2G", "-smp 2", "-nic none", "-no-reboot", "-nodefaults",
@@ -202,9 +203,19 @@ func TestQemuArgs(t *testing.T) {
 			t.Errorf("qemu args lack %q: %s", want, line)
 		}
 	}
-	// The root disk is the first virtio device (vda), the payload the second.
-	if strings.Index(line, "drive=root") > strings.Index(line, "drive=payload") {
-		t.Errorf("the payload disk comes before the root disk: %s", line)
+	// Only the output disk is written back: neither a snapshot nor
+	// read-only.
+	if !slices.Contains(args, "id=out,file=/t/out.img,format=raw,if=none") {
+		t.Errorf("the output disk is not a plain writable drive: %s", line)
+	}
+	// The root disk is the first virtio device (vda), the payload the
+	// second (vdb), the output disk the third (vdc).
+	root, payload, out := strings.Index(line, "drive=root"), strings.Index(line, "drive=payload"), strings.Index(line, "drive=out")
+	if root < 0 || payload < 0 || out < 0 || root > payload || payload > out {
+		t.Errorf("the disks are not root, payload, output in this order: %s", line)
+	}
+	if n := strings.Count(line, "virtio-blk-device"); n != 3 {
+		t.Errorf("%d block devices, want 3: %s", n, line)
 	}
 	if slices.Contains(args, "-netdev") || strings.Contains(line, "virtio-net") {
 		t.Errorf("a network device: %s", line)
@@ -225,22 +236,38 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.CacheDir != vmtest.DefaultCacheDir || c.Sources != DefaultSources || c.Stage != "/s" || c.Timeout != DefaultTimeout ||
-		c.Memory != DefaultMemory || c.CPUs != DefaultCPUs || c.TCG != DefaultTCG || c.Console {
+	if c.CacheDir != vmtest.DefaultCacheDir || c.Sources != DefaultSources || c.Stage != "/s" || c.Timeout != DefaultTimeout+RaceAllowance(DefaultRace) ||
+		c.Memory != DefaultMemory || c.CPUs != DefaultCPUs || c.TCG != DefaultTCG || c.Console || c.Race != RaceQuick || c.Out != "" {
 		t.Errorf("defaults: %+v", c)
 	}
-	c, err = ConfigFromEnv(env(map[string]string{vmtest.EnvCache: "/c", EnvTimeout: "90", EnvMemory: "1536M", EnvCPUs: "1", EnvTCG: "single", EnvConsole: "1"}), nil)
+	c, err = ConfigFromEnv(env(map[string]string{vmtest.EnvCache: "/c", EnvTimeout: "90", EnvMemory: "1536M", EnvCPUs: "1", EnvTCG: "single", EnvConsole: "1",
+		EnvRace: "full", EnvOut: "/o/node"}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.CacheDir != "/c" || c.Timeout.Seconds() != 90 || c.Memory != "1536M" || c.CPUs != 1 || c.TCG != "single" || !c.Console {
+	if c.CacheDir != "/c" || c.Timeout.Seconds() != 90 || c.Memory != "1536M" || c.CPUs != 1 || c.TCG != "single" || !c.Console ||
+		c.Race != RaceFull || c.Out != "/o/node" {
 		t.Errorf("overrides: %+v", c)
 	}
+	for mode, want := range map[string]time.Duration{
+		RaceOff:   DefaultTimeout,
+		RaceQuick: DefaultTimeout + RaceAllowance(RaceQuick),
+		RaceFull:  DefaultTimeout + RaceAllowance(RaceFull),
+	} {
+		t.Run("the race mode "+mode+" sets the guest's timeout", func(t *testing.T) {
+			c, err := ConfigFromEnv(env(map[string]string{EnvRace: mode}), nil)
+			if err != nil || c.Timeout != want {
+				t.Errorf("timeout %s (%v), want %s", c.Timeout, err, want)
+			}
+		})
+	}
 	for name, m := range map[string]map[string]string{
-		"a TCG mode that does not exist": {EnvTCG: "fast"},
-		"a timeout that is not one":      {EnvTimeout: "soon"},
-		"a timeout below a second":       {EnvTimeout: "10ms"},
-		"no vCPUs":                       {EnvCPUs: "0"},
+		"a TCG mode that does not exist":  {EnvTCG: "fast"},
+		"a timeout that is not one":       {EnvTimeout: "soon"},
+		"a timeout below a second":        {EnvTimeout: "10ms"},
+		"no vCPUs":                        {EnvCPUs: "0"},
+		"a race mode that does not exist": {EnvRace: "fast"},
+		"a relative output directory":     {EnvOut: "out/node"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ConfigFromEnv(env(m), nil); err == nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,18 @@ const (
 	EnvSources = "NODEGUARD_NODE_SOURCES"
 	// EnvLane is set to "1" in the guest: the checks run only there.
 	EnvLane = "NODEGUARD_NODE_LANE"
+	// EnvRace is the OOM race check's mode: quick (DefaultRace), full or
+	// off (see race.go). The guest gets it as it is; it also raises the
+	// lane's bounds by RaceAllowance.
+	EnvRace = "NODEGUARD_NODE_RACE"
+	// EnvOut is the host directory the output disk's files are copied to
+	// after the guest ends (make test-node: out/node); an absolute path.
+	// Unset, the output disk is thrown away with the run.
+	EnvOut = "NODEGUARD_NODE_OUT"
+	// EnvOutDir is set in the guest by the lane script: where the output
+	// disk is mounted (OutMount), for the checks to write what the host
+	// keeps. Neither it nor EnvOut is passed from the host.
+	EnvOutDir = "NODEGUARD_NODE_OUT_DIR"
 )
 
 // Defaults, each with its reason.
@@ -55,7 +68,8 @@ const (
 	// DefaultTimeout bounds a guest run: boot ~15 s, the checks 3-5
 	// minutes when they pass, and each check's own bounds when they fail;
 	// above the test binary's -test.timeout (see the lane), so that a hung
-	// test prints its goroutines before the guest is killed.
+	// test prints its goroutines before the guest is killed. The race
+	// check's RaceAllowance is added to it.
 	DefaultTimeout = 14 * time.Minute
 	// DefaultMemory: systemd, containerd, the agent, a handful of pods and
 	// the eviction check's hog (nodeguard allocatable is cut to a few
@@ -84,6 +98,11 @@ type Config struct {
 	CPUs     int
 	TCG      string
 	Console  bool
+	// Race is the race check's mode (EnvRace), already parsed.
+	Race string
+	// Out is the absolute host directory the output disk's files go to;
+	// empty: nowhere.
+	Out string
 	// Go is the go command that builds crictl.
 	Go  string
 	Log *slog.Logger
@@ -100,8 +119,18 @@ func ConfigFromEnv(getenv func(string) string, log *slog.Logger) (Config, error)
 		CPUs:     DefaultCPUs,
 		TCG:      getenv(EnvTCG),
 		Console:  getenv(EnvConsole) == "1",
+		Out:      getenv(EnvOut),
 		Go:       "go",
 		Log:      log,
+	}
+	race, err := ParseRace(getenv(EnvRace))
+	if err != nil {
+		return c, err
+	}
+	c.Race = race
+	c.Timeout += RaceAllowance(race)
+	if c.Out != "" && !filepath.IsAbs(c.Out) {
+		return c, fmt.Errorf("%s=%q: want an absolute path (go test starts the runner in the package directory)", EnvOut, c.Out)
 	}
 	if c.CacheDir == "" {
 		c.CacheDir = vmtest.DefaultCacheDir
@@ -153,10 +182,12 @@ func parseDuration(v string) (time.Duration, error) {
 
 // nodeTools are the host tools of the build besides the VM lane's (qemu,
 // busybox-static, xz, zstd, dpkg-deb): mmdebstrap for the root filesystem,
-// mkfs.ext4 for the images, chroot for depmod.
+// mkfs.ext4 for the images, debugfs to read the output disk, chroot for
+// depmod.
 var nodeTools = []vmtest.HostTool{
 	{Path: "mmdebstrap", Package: "mmdebstrap"},
 	{Path: "mkfs.ext4", Package: "e2fsprogs"},
+	{Path: "debugfs", Package: "e2fsprogs"},
 	{Path: "chroot", Package: "coreutils"},
 }
 
@@ -292,7 +323,7 @@ func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.W
 		Binary: t.Binary,
 		Args:   t.Args,
 		Dir:    t.Dir,
-		Env:    append(vmtest.GuestEnv(t.Environ, KernelSeries, p.Kernel.Release), EnvLane+"=1"),
+		Env:    append(guestEnv(t.Environ, p.Kernel.Release), EnvLane+"=1"),
 		Stage:  c.Stage,
 		Images: []images.Image{p.Images.Pause, p.Images.Busybox, p.Images.Hog},
 		Crictl: p.Crictl,
@@ -303,17 +334,50 @@ func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.W
 	if err != nil {
 		return Result{}, err
 	}
+	out := filepath.Join(tmp, "out.img")
+	if err := MakeOutImage(ctx, c.Log, out); err != nil {
+		return Result{}, err
+	}
 	payloadTook := time.Since(t0)
 
 	for i := 1; ; i++ {
 		cw := &countingWriter{w: stdout}
-		res, bootPanic, err := boot(ctx, c, p, pl.Marker, disk, filepath.Join(tmp, fmt.Sprintf("console-%d.log", i)), cw, stderr)
+		res, bootPanic, err := boot(ctx, c, p, pl.Marker, Disks{Payload: disk, Out: out}, filepath.Join(tmp, fmt.Sprintf("console-%d.log", i)), cw, stderr)
 		res.Payload = payloadTook
 		if err == nil || !bootPanic || cw.n > 0 || i == bootAttempts || ctx.Err() != nil {
-			return res, err
+			// Whatever the checks wrote, even when they failed or the
+			// guest was killed.
+			return res, errors.Join(err, copyOut(context.WithoutCancel(ctx), c, out, stderr))
 		}
 		fmt.Fprintf(stderr, "nodevm: the guest kernel panicked while booting, before the tests started; booting again (%d/%d)\n", i+1, bootAttempts)
 	}
+}
+
+// guestEnv is the test binary's environment in the guest: vmtest's
+// selection of the host's, without the output disk's variables (EnvOut
+// names a host directory; the lane script sets EnvOutDir).
+func guestEnv(host []string, release string) []string {
+	env := vmtest.GuestEnv(host, KernelSeries, release)
+	return slices.DeleteFunc(env, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == EnvOut || name == EnvOutDir
+	})
+}
+
+// copyOut copies the output disk's files to c.Out, saying where on
+// stderr; without c.Out it says that they were not kept.
+func copyOut(ctx context.Context, c Config, image string, stderr io.Writer) error {
+	if c.Out == "" {
+		fmt.Fprintf(stderr, "nodevm: the output disk is not kept (%s is not set)\n", EnvOut)
+		return nil
+	}
+	files, err := CopyOut(ctx, image, c.Out)
+	if len(files) > 0 {
+		fmt.Fprintf(stderr, "nodevm: the guest's output: %d files in %s: %s\n", len(files), c.Out, strings.Join(files, ", "))
+	} else if err == nil {
+		fmt.Fprintf(stderr, "nodevm: the guest wrote nothing on its output disk (%s unchanged)\n", c.Out)
+	}
+	return err
 }
 
 // makePayload writes the payload tree and its image beneath tmp.
@@ -349,13 +413,21 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// Disks are a run's own disk images besides the cached root filesystem.
+type Disks struct {
+	// Payload is read-only in the guest; Out is the output disk, the
+	// only one the guest writes back to the host.
+	Payload, Out string
+}
+
 // QemuArgs returns qemu's command line: vmtest's microvm and kernel
 // parameters, the root image (snapshot=on: the guest's writes go to a
-// temporary file, the cached image stays clean) and the payload disk as
-// virtio-mmio block devices (vda, vdb in this order), no network device at
-// all (pods' networking stays inside the guest), the console (ttyS0) in a
-// file and the test channel (ttyS1) on stdout.
-func QemuArgs(c Config, vmlinux, initrd, rootfs, payload, console string, tscKHz int) []string {
+// temporary file, the cached image stays clean), the payload disk
+// (read-only) and the output disk (read-write) as virtio-mmio block
+// devices (vda, vdb, vdc in this order), no network device at all (pods'
+// networking stays inside the guest), the console (ttyS0) in a file and
+// the test channel (ttyS1) on stdout.
+func QemuArgs(c Config, vmlinux, initrd, rootfs string, disks Disks, console string, tscKHz int) []string {
 	params := append(vmtest.KernelParams(tscKHz),
 		"root=/dev/vda",
 		"systemd.unified_cgroup_hierarchy=1",
@@ -382,16 +454,18 @@ func QemuArgs(c Config, vmlinux, initrd, rootfs, payload, console string, tscKHz
 		"-append", strings.Join(params, " "),
 		"-drive", "id=root,file=" + rootfs + ",format=raw,if=none,snapshot=on",
 		"-device", "virtio-blk-device,drive=root",
-		"-drive", "id=payload,file=" + payload + ",format=raw,if=none,readonly=on",
+		"-drive", "id=payload,file=" + disks.Payload + ",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=payload",
+		"-drive", "id=out,file=" + disks.Out + ",format=raw,if=none",
+		"-device", "virtio-blk-device,drive=out",
 	}
 }
 
 // boot runs one guest.
-func boot(ctx context.Context, c Config, p *Prepared, marker, disk, console string, stdout, stderr io.Writer) (res Result, bootPanic bool, _ error) {
+func boot(ctx context.Context, c Config, p *Prepared, marker string, disks Disks, console string, stdout, stderr io.Writer) (res Result, bootPanic bool, _ error) {
 	secs := int((c.Timeout + time.Second - 1) / time.Second)
 	args := append([]string{"-k", strconv.Itoa(int(vmtest.KillGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"},
-		QemuArgs(c, p.Kernel.Vmlinux, p.Image.Initrd, p.Image.Rootfs, disk, console, vmtest.HostTSCkHz())...)
+		QemuArgs(c, p.Kernel.Vmlinux, p.Image.Initrd, p.Image.Rootfs, disks, console, vmtest.HostTSCkHz())...)
 	cmd := exec.Command("timeout", args...)
 	cmd.Stdin = nil // /dev/null: the test channel carries output only
 	var qemuErr bytes.Buffer
@@ -407,7 +481,7 @@ func boot(ctx context.Context, c Config, p *Prepared, marker, disk, console stri
 		return res, false, fmt.Errorf("start qemu: %w", err)
 	}
 	c.Log.Info("booting the node", "kernel", p.Kernel.Release, "memory", c.Memory, "cpus", c.CPUs, "tcg", c.TCG,
-		"timeout", c.Timeout, "timeout_pid", cmd.Process.Pid)
+		"race", c.Race, "timeout", c.Timeout, "timeout_pid", cmd.Process.Pid, "host_load", HostLoad())
 	// On cancellation (the runner got SIGINT or SIGTERM) stop the guest:
 	// timeout(1) forwards SIGTERM to qemu. By pid, never by name.
 	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
@@ -443,6 +517,17 @@ func boot(ctx context.Context, c Config, p *Prepared, marker, disk, console stri
 	}
 	return res, bootPanic, fmt.Errorf("guest powered off without an exit status (kernel panic, initrd or lane unit failure; see the console above)%s",
 		suffix(bytes.TrimSpace(qemuErr.Bytes())))
+}
+
+// HostLoad is the host's load average (/proc/loadavg's first three
+// figures), logged with the guest's start and end: other lanes' VMs on the
+// same cores slow the guest down.
+func HostLoad() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func suffix(b []byte) string {

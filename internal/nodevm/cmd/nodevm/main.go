@@ -15,6 +15,9 @@
 //	nodevm -lane [-run REGEXP] [-v] [PACKAGE]
 //
 // prepares the caches, runs the checks and prints one summary line.
+// NODEGUARD_NODE_OUT names the directory the guest's output disk is
+// copied to (make test-node: out/node); NODEGUARD_NODE_RACE the race
+// check's mode (quick, full, off).
 package main
 
 import (
@@ -79,7 +82,7 @@ func execTest(ctx context.Context, binary string, args []string, log *slog.Logge
 	}
 	res, err := nodevm.Run(ctx, c, p, nodevm.Test{Binary: binary, Args: args, Dir: dir, Environ: os.Environ()}, os.Stdout, os.Stderr)
 	log.Info("guest ended", "payload_disk", res.Payload.Round(time.Millisecond), "guest", res.Elapsed.Round(time.Millisecond),
-		"exit_status", res.Status, "exited", res.Exited)
+		"exit_status", res.Status, "exited", res.Exited, "host_load", nodevm.HostLoad())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodevm: %v\n", err)
 		if res.TimedOut {
@@ -97,7 +100,7 @@ func lane(ctx context.Context, args []string, log *slog.Logger) int {
 	runRE := fs.String("run", "", "passed to go test -run")
 	verbose := fs.Bool("v", false, "also print go test's === RUN lines")
 	goCmd := fs.String("go", "go", "the go command")
-	timeout := fs.Duration("timeout", nodevm.DefaultTestTimeout, "go test -timeout")
+	timeout := fs.Duration("timeout", 0, fmt.Sprintf("go test -timeout (default %s, plus %s's allowance for the race)", nodevm.DefaultTestTimeout, nodevm.EnvRace))
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage:\n  go test -tags %s -exec /abs/path/nodevm PACKAGE   (with %s set)\n  nodevm -lane [flags] [PACKAGE]\n",
 			nodevm.LaneTag, nodevm.EnvStage)
@@ -114,6 +117,16 @@ func lane(ctx context.Context, args []string, log *slog.Logger) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodevm: %v\n", err)
 		return 2
+	}
+	// The runner go test starts sits in the package directory: a
+	// relative output directory is this one's.
+	if out := os.Getenv(nodevm.EnvOut); out != "" && !filepath.IsAbs(out) {
+		abs, err := filepath.Abs(out)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "nodevm: %s: %v\n", nodevm.EnvOut, err)
+			return 2
+		}
+		os.Setenv(nodevm.EnvOut, abs)
 	}
 	base, err := nodevm.ConfigFromEnv(os.Getenv, log)
 	if err != nil {

@@ -1,0 +1,77 @@
+package nodevm
+
+import (
+	"fmt"
+	"time"
+)
+
+// The OOM race in the node lane (the last check of internal/nodelane):
+// `nodeguard bench eviction` against the guest's containerd with the
+// systemd driver, in one of these modes, chosen on the host with EnvRace
+// (the guest gets the same variable). The mode also sets how long the lane
+// may take: RaceAllowance is added to the guest's and the test binary's
+// bounds.
+const (
+	// RaceQuick is the default: two rates, two trials each.
+	RaceQuick = "quick"
+	// RaceFull is the README's set, for its figures.
+	RaceFull = "full"
+	// RaceOff skips the race check.
+	RaceOff = "off"
+	// DefaultRace is the mode when EnvRace is empty.
+	DefaultRace = RaceQuick
+)
+
+// RaceSet is one mode's scenario and bound.
+type RaceSet struct {
+	// Rates and Trials are bench eviction's --rates and --trials.
+	Rates  string
+	Trials int
+	// Bound stops the race (SIGTERM, then its own cleanup) when it takes
+	// longer; the lane's bounds are raised by as much (RaceAllowance).
+	Bound time.Duration
+}
+
+// The race's fixed setting in every mode: node allocatable (the pod root's
+// hard limit) of 256 MiB, no more than half of what the 2 GiB guest has
+// available after the other checks (the race refuses more), and the
+// kubelet's hard threshold of 10% of it.
+const (
+	RaceBudget    = "256Mi"
+	RaceThreshold = "10%"
+)
+
+// raceSets are the modes' scenarios. Each trial costs 12-25 s under
+// single-threaded TCG (a hog pod's sandbox, its ramp, the release, the
+// settle between trials; nodeguard's trials also start a fresh agent),
+// the background pods ~40 s once; a Bound is about twice what its set
+// took when measured.
+var raceSets = map[string]RaceSet{
+	RaceQuick: {Rates: "200Mi/s,1Gi/s", Trials: 2, Bound: 15 * time.Minute},
+	RaceFull:  {Rates: "50Mi/s,200Mi/s,1Gi/s", Trials: 3, Bound: 45 * time.Minute},
+}
+
+// ParseRace returns the mode named by v ("" is DefaultRace).
+func ParseRace(v string) (string, error) {
+	switch v {
+	case "":
+		return DefaultRace, nil
+	case RaceQuick, RaceFull, RaceOff:
+		return v, nil
+	}
+	return "", fmt.Errorf("%s=%q: want %s, %s or %s", EnvRace, v, RaceQuick, RaceFull, RaceOff)
+}
+
+// Race returns the scenario of mode; ok is false for RaceOff and unknown
+// modes.
+func Race(mode string) (RaceSet, bool) {
+	s, ok := raceSets[mode]
+	return s, ok
+}
+
+// RaceAllowance is what mode adds to the lane's bounds: its race's Bound,
+// and nothing when it is off.
+func RaceAllowance(mode string) time.Duration {
+	s, _ := Race(mode)
+	return s.Bound
+}
