@@ -3,7 +3,6 @@
 package nodelane
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,30 +103,7 @@ func (n *node) driverMismatch(t *testing.T) {
 
 func (n *node) cgroupfsDriver(t *testing.T) {
 	requireAgent(t)
-	b, err := os.ReadFile(containerdConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := bytes.ReplaceAll(b, []byte("SystemdCgroup = true"), []byte("SystemdCgroup = false"))
-	if bytes.Equal(off, b) {
-		t.Fatalf("%s has no SystemdCgroup = true to turn off", containerdConfig)
-	}
-	if err := os.WriteFile(containerdConfig, off, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := systemctl(containerdBound, "restart", "containerd"); err != nil {
-		t.Fatalf("systemctl restart containerd: %v %s", err, out)
-	}
-	if _, err := waitFor("containerd's CRI with SystemdCgroup=false", containerdBound, func() (bool, string, error) {
-		info, err := crictl("info")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		systemd, _, ok, err := RuncSystemdCgroup(info)
-		return ok && err == nil && !systemd, fmt.Sprintf("systemd %v ok %v err %v", systemd, ok, err), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setSystemdCgroup(t, false)
 	v := n.values
 	v.CgroupDriver = "cgroupfs"
 	n.restartAgent(t, v)

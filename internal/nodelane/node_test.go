@@ -115,6 +115,7 @@ func TestNode(t *testing.T) {
 	t.Run("deleting every pod leaves nothing behind", n.cleanup)
 	t.Run("a cgroupDriver other than containerd's is refused, saying which to set", n.driverMismatch)
 	t.Run("with containerd's cgroupfs driver, nodeguard's cgroupfs driver runs the pods in /kubepods", n.cgroupfsDriver)
+	t.Run("the OOM race on containerd's systemd driver: nodeguard loses no trial to the kernel OOM killer", n.race)
 }
 
 // writeConfig writes the installed configuration with v over it.
