@@ -75,7 +75,7 @@ test-vm:
 # and the kernel are cached in /var/cache/nodeguard-vm. NODE_FLAGS: e.g.
 # -run 'TestNode/(systemd|containerd)' or -v. The last check is the OOM
 # race (nodeguard bench eviction on the guest's containerd): NODE_RACE=quick
-# (the default: 200Mi/s and 1Gi/s, 2 trials), full (the README's set:
+# (the default: 200Mi/s and 1Gi/s, 1 trial each), full (the README's set:
 # 50Mi/s, 200Mi/s and 1Gi/s, 3 trials; for its figures) or off. What the
 # guest writes on its output disk (the race's eviction.csv, eviction.png,
 # report and agent log in race-<mode>/) is copied to NODE_OUT.
