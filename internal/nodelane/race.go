@@ -95,8 +95,9 @@ func ParseRaceCSV(b []byte) ([]RaceTrial, error) {
 // RaceStrategy sums up one strategy's trials.
 type RaceStrategy struct {
 	Strategy string
-	// Caught counts trials detected in time with no error; KernelOOMFirst
-	// those lost to the kernel OOM killer; KernelOOM those with any OOM
+	// Caught counts trials detected in time and killed before the kernel
+	// OOM killer fired, with no error; KernelOOMFirst those lost to the
+	// kernel OOM killer (detected or not); KernelOOM those with any OOM
 	// kill in the pod root.
 	Trials, Caught, KernelOOMFirst, KernelOOM int
 	Missed, TimedOut, Collateral, Errors      int
@@ -104,7 +105,7 @@ type RaceStrategy struct {
 
 // String is the strategy's summary line.
 func (s RaceStrategy) String() string {
-	return fmt.Sprintf("%s: caught %d of %d trials, lost to the kernel OOM killer %d, any kernel OOM kill %d, missed %d, timed out %d, collateral evictions %d, errors %d",
+	return fmt.Sprintf("%s: caught %d of %d trials before the kernel OOM killer, lost to it %d, any kernel OOM kill %d, missed %d, timed out %d, collateral evictions %d, errors %d",
 		s.Strategy, s.Caught, s.Trials, s.KernelOOMFirst, s.KernelOOM, s.Missed, s.TimedOut, s.Collateral, s.Errors)
 }
 
@@ -120,7 +121,7 @@ func SummarizeRace(trials []RaceTrial) []RaceStrategy {
 		}
 		s := &out[i]
 		s.Trials++
-		if t.Detected && !t.Missed && t.Err == "" {
+		if t.Detected && !t.Missed && !t.KernelOOMFirst && t.Err == "" {
 			s.Caught++
 		}
 		if t.KernelOOMFirst {
