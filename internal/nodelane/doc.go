@@ -25,16 +25,20 @@
 //     Cache below).
 //
 //  2. Runs `CGO_ENABLED=0 go test -tags nodelane -json -count=1 -timeout
-//     12m -exec <abs>/bin/nodevm ./internal/nodelane`. go test builds the
+//     22m -exec <abs>/bin/nodevm ./internal/nodelane` (12m, plus the race
+//     mode's allowance: 10m quick, 35m full, none off). go test builds the
 //     static test binary and starts `nodevm <binary> <flags>`, which puts
 //     on a payload disk (an ext4 image made per run with mkfs.ext4 -d in
 //     a temporary directory): the test binary and a script with its
 //     environment and flags, the package's testdata/, the make install
-//     stage, the three image archives and crictl. It then boots
+//     stage, the three image archives and crictl; and makes an empty
+//     output disk (64 MiB, sparse, ext4 without a journal, label
+//     nodelane-out). It then boots
 //
-//     timeout -k 5 840 qemu-system-x86_64 -M microvm,... -accel tcg,thread=single
+//     timeout -k 5 1440 qemu-system-x86_64 -M microvm,... -accel tcg,thread=single
 //     -m 2G -smp 2 -nic none -kernel vmlinux -initrd initrd.cpio
 //     -drive file=rootfs.img,snapshot=on (vda) -drive file=payload.img,readonly=on (vdb)
+//     -drive file=out.img (vdc)
 //
 //     with the kernel command line `root=/dev/vda
 //     systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all
@@ -48,19 +52,31 @@
 //     image's modules.dep), mounts /dev/vda and switch_roots to
 //     /lib/systemd/systemd. nodelane.target pulls in multi-user.target and
 //     nodelane.service, which runs once the node is up: it mounts the
-//     payload (LABEL=nodelane-payload), copies the stage into / (that is
-//     "installed with make install"), installs crictl, runs systemctl
+//     payload (LABEL=nodelane-payload) read-only and the output disk
+//     (LABEL=nodelane-out) read-write at /run/nodelane/out, exported to
+//     the tests as NODEGUARD_NODE_OUT_DIR; copies the stage into / (that
+//     is "installed with make install"), installs crictl, runs systemctl
 //     daemon-reload, imports the images with `ctr -n k8s.io images
 //     import`, runs the test binary as root with its output on ttyS1,
-//     prints "NODEGUARD-VM-EXIT-<nonce>=<status>" there and reboots
-//     (-no-reboot makes that qemu's exit). ttyS0, the console, goes to a
+//     unmounts the output disk, prints
+//     "NODEGUARD-VM-EXIT-<nonce>=<status>" there and reboots (-no-reboot
+//     makes that qemu's exit). ttyS0, the console, goes to a
 //     file: its "nodelane:" lines and systemd's status lines about
 //     multi-user.target and containerd are printed as progress while the
 //     guest runs, the lines reporting a kernel bug after it, and its tail
 //     when the guest ends without the marker. A kernel that panics while
 //     booting is booted again, twice at most.
 //
-//  4. Prints the checks' output as it arrives (a go test "--- PASS/FAIL"
+//  4. Once qemu has exited (checks passed or not, guest finished or
+//     killed), copies the output disk's files to NODEGUARD_NODE_OUT
+//     (make test-node: out/node, git-ignored) and prints where: debugfs
+//     `rdump /` of the image file into a fresh directory, then only
+//     directories and regular files beneath the target through os.Root
+//     (the guest's symbolic links and devices are left out and reported);
+//     nothing is mounted on the host. Files of the same name are
+//     replaced, others kept, so each race mode keeps its own race-<mode>/.
+//
+//  5. Prints the checks' output as it arrives (a go test "--- PASS/FAIL"
 //     line per check and the lines they log), then one summary line:
 //
 //     node <uname -r>: checks N, passed P, failed F, skipped S; FAILED: ...
@@ -166,18 +182,46 @@
 //   - containerd switched to SystemdCgroup = false and nodeguard to
 //     cgroupfs: the pod runs with its container in
 //     /kubepods/burstable/pod<uid>/<id>, its pod cgroup's memory.max is its
-//     limit, and the cgroup goes with the pod.
+//     limit, and the cgroup goes with the pod;
+//   - the OOM race (README's "The OOM race"), unless
+//     NODEGUARD_NODE_RACE=off: nodeguard.service stopped, containerd back
+//     to SystemdCgroup = true (restarted, its CRI reporting it), every
+//     sandbox removed, MemAvailable at least twice the budget, then
+//     `nodeguard bench eviction --runtime-endpoint
+//     unix:///run/containerd/containerd.sock --cgroup-driver systemd
+//     --cgroup-root / --budget 256Mi --threshold 10% --rates R --trials N
+//     --out /run/nodelane/out/race-<mode> --log-level warn`, with R and N
+//     of the mode (nodevm.Race: quick 200Mi/s,1Gi/s and 1
+//     trial, full 50Mi/s,200Mi/s,1Gi/s and 3 trials), all four v2
+//     strategies (nodeguard, kubelet's 10 s poll, poll1s, psi), bounded by
+//     the mode's Bound (SIGTERM, its own cleanup, SIGKILL 4 min later).
+//     Each trial's progress line, the race's table and nodeguard's targets
+//     and one summary line per strategy (read from eviction.csv by its
+//     header's names: caught before the kernel OOM killer, lost to it,
+//     missed, collateral, errors) go into the check's log; its report,
+//     progress, eviction.csv, eviction.png and the agent's log stay on the
+//     output disk. It fails when the race errs, or when one of
+//     nodeguard's trials failed, was lost to the kernel OOM killer or
+//     evicted a pod other than the hog, or there are fewer than R x N of
+//     them. Latencies are printed, never asserted (benchmarks print
+//     figures; TCG makes them 10-100x the hardware's anyway).
 //
 // # Knobs
 //
 //	NODEGUARD_NODE_STAGE    the make install DESTDIR (make test-node sets it)
 //	NODEGUARD_VM_CACHE      the cache directory, shared with the VM lane
-//	NODEGUARD_NODE_TIMEOUT  per guest run, seconds or a duration; default 14m
+//	NODEGUARD_NODE_TIMEOUT  per guest run, seconds or a duration; default 14m plus the
+//	                        race mode's allowance (24m quick, 49m full, 14m off)
 //	NODEGUARD_NODE_MEMORY   qemu -m; default 2G
 //	NODEGUARD_NODE_CPUS     vCPUs; default 2
 //	NODEGUARD_NODE_TCG      single (default) or multi (one host thread per vCPU)
 //	NODEGUARD_NODE_CONSOLE  1 copies the whole console to stderr after the run
 //	NODEGUARD_NODE_SOURCES  the apt sources file; default the host's debian.sources
+//	NODEGUARD_NODE_RACE     the race check: quick (default), full (the README's set, for
+//	                        its figures) or off; make test-node NODE_RACE=full
+//	NODEGUARD_NODE_OUT      the host directory the output disk is copied to (absolute, or
+//	                        relative to where nodevm -lane runs); make test-node sets
+//	                        out/node (NODE_OUT=); unset, the disk is thrown away
 //
 // `make test-node NODE_FLAGS="-run 'TestNode/systemd' -v"` narrows the
 // checks and prints go test's === RUN lines too. Subtest names are the

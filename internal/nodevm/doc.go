@@ -3,8 +3,12 @@
 // and caches a Debian 12 root filesystem with systemd and containerd for
 // Debian's 6.12 kernel, with a busybox initrd that mounts it; writes the
 // per-run payload disk (the test binary, the make install stage, crictl,
-// the test images); boots them in qemu; and drives `go test -tags nodelane
-// -exec nodevm`, printing one line per check and a summary. cmd/nodevm is
+// the test images) and an empty output disk; boots them in qemu; copies
+// what the checks wrote on the output disk (the OOM race's files) to a
+// host directory; and drives `go test -tags nodelane -exec nodevm`,
+// printing one line per check and a summary. race.go holds the race
+// check's modes (NODEGUARD_NODE_RACE), shared by the lane's bounds and the
+// check. cmd/nodevm is
 // its command. It reuses the VM lane's kernel cache, host tools, exit-marker
 // stream and console handling (internal/vmtest).
 //
@@ -14,7 +18,11 @@
 //     apt-get; kernel packages are only downloaded and read; crictl is
 //     built into the cache, never into the clone.
 //   - The cached root filesystem is never written: qemu boots it with
-//     snapshot=on, and the payload disk read-only.
+//     snapshot=on, and the payload disk read-only. The output disk, made
+//     per run, is the only one the guest writes back.
+//   - Nothing is mounted on the host: the output disk is read with
+//     debugfs from its image file, and only its directories and regular
+//     files are copied, beneath the target directory through os.Root.
 //   - Cached things are built in a temporary directory beneath the cache
 //     under an flock and published by rename, so a concurrent run never
 //     sees half of one; a build killed midway leaves a directory the next
