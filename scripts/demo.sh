@@ -150,6 +150,6 @@ wait "$run_pid" 2>/dev/null || true
 run_pid=""
 rm -rf "$run_dir"
 
-step "8/8 the OOM race: nodeguard against a kubelet-style 10 s poller, a 1 s poller and PSI triggers (bench eviction --quick)"
+step "8/8 the OOM race: the shipped agent against a kubelet-style 10 s poller, the kubelet's v1 memcg notifier, a 1 s poller and PSI triggers (bench eviction --quick)"
 "$BIN" bench eviction --quick --out out/demo --log-level warn || echo "bench eviction failed (see above)"
 [ -f out/demo/eviction.png ] && echo "plot: out/demo/eviction.png, rows: out/demo/eviction.csv"

@@ -266,7 +266,14 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return err
 	}
 	if rc.Memory != nil {
-		log.Info("node allocatable enforced on kubepods", "memory_bytes", *rc.Memory, "cpu_shares", rc.CPUShares, "cpu_weight", rc.CPUWeight)
+		attrs := []any{"memory_bytes", *rc.Memory}
+		if rc.CPUShares != nil {
+			attrs = append(attrs, "cpu_shares", *rc.CPUShares)
+		}
+		if rc.CPUWeight != nil {
+			attrs = append(attrs, "cpu_weight", *rc.CPUWeight)
+		}
+		log.Info("node allocatable enforced on kubepods", attrs...)
 	}
 	var network *lifecycle.Network
 	if cfg.Network.Manage || checkNetwork {

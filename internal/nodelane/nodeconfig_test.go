@@ -105,8 +105,12 @@ func TestNodeConfigSettings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, _, _ := Lookup(out, "cgroupRoot"); got != "nodeguard" {
-			t.Errorf("cgroupRoot = %v, want the installed nodeguard", got)
+		want, ok, err := Lookup(installed, "cgroupRoot")
+		if err != nil || !ok {
+			t.Fatalf("the installed file has no cgroupRoot: %v", err)
+		}
+		if got, _, _ := Lookup(out, "cgroupRoot"); got != want {
+			t.Errorf("cgroupRoot = %v, want the installed %v", got, want)
 		}
 	})
 }

@@ -47,6 +47,20 @@ type fakeRuntime struct {
 	calls    []string
 	lastList *runtimeapi.ListPodSandboxRequest
 	images   map[string]string // name -> id
+	// driver is what RuntimeConfig reports; nil answers Unimplemented,
+	// as containerd 1.6 does.
+	driver *runtimeapi.CgroupDriver
+}
+
+func (f *fakeRuntime) RuntimeConfig(context.Context, *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	f.record("RuntimeConfig")
+	f.mu.Lock()
+	d := f.driver
+	f.mu.Unlock()
+	if d == nil {
+		return nil, status.Error(codes.Unimplemented, "unknown method RuntimeConfig")
+	}
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: *d}}, nil
 }
 
 func (f *fakeRuntime) record(call string) {
@@ -440,4 +454,33 @@ func TestSeconds(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestCgroupDriverIsWhatTheRuntimeReports(t *testing.T) {
+	f, c := dialFake(t)
+	t.Run("a runtime without RuntimeConfig does not say", func(t *testing.T) {
+		d, ok, err := c.CgroupDriver(t.Context())
+		if err != nil || ok || d != "" {
+			t.Errorf("CgroupDriver = %q, %v, %v; want not reported", d, ok, err)
+		}
+	})
+	for _, tt := range []struct {
+		driver runtimeapi.CgroupDriver
+		want   string
+	}{{runtimeapi.CgroupDriver_SYSTEMD, "systemd"}, {runtimeapi.CgroupDriver_CGROUPFS, "cgroupfs"}} {
+		t.Run("a runtime reporting "+tt.want+" says so", func(t *testing.T) {
+			f.mu.Lock()
+			f.driver = &tt.driver
+			f.mu.Unlock()
+			d, ok, err := c.CgroupDriver(t.Context())
+			if err != nil || !ok || d != tt.want {
+				t.Errorf("CgroupDriver = %q, %v, %v; want %q", d, ok, err, tt.want)
+			}
+		})
+	}
+	t.Run("the peer of the socket is this process, serving the fake", func(t *testing.T) {
+		if got := c.RuntimePID(); got != os.Getpid() {
+			t.Errorf("RuntimePID = %d, want %d (SO_PEERCRED)", got, os.Getpid())
+		}
+	})
 }
