@@ -65,13 +65,26 @@ func TestTracepointIn(t *testing.T) {
 	}
 }
 
+// tracefsAtStart is what Tracefs found before any test of the package ran
+// (package variables are set before TestMain and the tests).
+var tracefsAtStart = func() error { _, err := Tracefs(); return err }()
+
 func TestTracefsOnThisHost(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	// What the agent does before its first classic attach: on a freshly
-	// booted machine nothing has mounted tracefs yet.
+	// booted machine nothing has mounted tracefs yet. The VM lane's guest
+	// (NODEGUARD_VM_RELEASE set) boots like one, with neither tracefs nor
+	// debugfs mounted, so there the mount itself is what is tested.
+	inVM := os.Getenv("NODEGUARD_VM_RELEASE") != ""
+	if inVM && tracefsAtStart == nil {
+		t.Fatal("the VM lane's guest had tracefs mounted before the tests: its init must leave it unmounted, as on a freshly booted machine")
+	}
 	root, err := EnsureTracefs()
 	if err != nil {
-		t.Fatalf("EnsureTracefs: %v", err)
+		t.Fatalf("EnsureTracefs (tracefs before the tests: %v): %v", tracefsAtStart, err)
+	}
+	if tracefsAtStart != nil {
+		t.Logf("tracefs was not mounted (%v); EnsureTracefs mounted it", tracefsAtStart)
 	}
 	if again, err := Tracefs(); err != nil || again != root {
 		t.Fatalf("Tracefs() after EnsureTracefs = %q, %v; want %q", again, err, root)

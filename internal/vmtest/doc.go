@@ -69,8 +69,9 @@
 //
 // /init (busybox sh, PID 1) mounts proc, sysfs, devtmpfs, devpts, /dev/shm,
 // /run, cgroup2 on /sys/fs/cgroup with systemd's options (nsdelegate,
-// memory_recursiveprot), bpffs on /sys/fs/bpf, tracefs on
-// /sys/kernel/tracing and debugfs; brings lo up; writes every controller of
+// memory_recursiveprot) and bpffs on /sys/fs/bpf, but neither tracefs nor
+// debugfs: as on a freshly booted machine, the code under test mounts
+// tracefs itself (host.EnsureTracefs); brings lo up; writes every controller of
 // the root's cgroup.controllers into its cgroup.subtree_control, so the
 // sandboxes cgtest makes beneath the root get memory, cpu, io, pids and the
 // rest. The test binary runs as root with every capability (unlike the

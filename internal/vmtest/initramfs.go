@@ -73,8 +73,9 @@ mount -t tmpfs -o nosuid,nodev,mode=0755 tmpfs /run
 mount -t cgroup2 -o nosuid,nodev,noexec,nsdelegate,memory_recursiveprot cgroup2 /sys/fs/cgroup ||
 	mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /sys/fs/cgroup || fail "mount cgroup2"
 mount -t bpf -o nosuid,nodev,noexec,mode=700 bpf /sys/fs/bpf || fail "mount bpffs"
-mount -t tracefs -o nosuid,nodev,noexec tracefs /sys/kernel/tracing || fail "mount tracefs"
-mount -t debugfs -o nosuid,nodev,noexec debugfs /sys/kernel/debug || say "mount debugfs failed"
+# Neither tracefs nor debugfs: like a freshly booted machine, where nothing
+# has mounted them yet, the code under test must mount tracefs itself
+# (host.EnsureTracefs) before its first classic attach.
 ln -sf /proc/self/fd /dev/fd
 ln -sf /proc/self/fd/0 /dev/stdin
 ln -sf /proc/self/fd/1 /dev/stdout
