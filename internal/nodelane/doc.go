@@ -250,7 +250,9 @@
 //     watchdog check 31 s (WatchdogSec=30 is the shipped unit's), kill -9
 //     to every pod adopted 16 s, the runaway pod evicted 18 s after its
 //     apply (its ramp, not nodeguard, sets that), deleting every pod and
-//     checking for leftovers 13 s. Warm, `make test-node` takes 2m16s (the
-//     guest 2m13s, the checks 1m42s of it).
+//     checking for leftovers 13 s, the two driver checks ~20 s, the quick
+//     race 3m56s (8 trials) and the full one 15m43s (36). Warm, `make
+//     test-node` takes 6m50s with the quick race (7m11s in a CI run), 16m30s
+//     with NODE_RACE=full, about 2m30s with NODE_RACE=off.
 //   - qemu's RSS is about 1.1 GiB of the guest's 2 GiB.
 package nodelane
