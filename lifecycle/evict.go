@@ -114,7 +114,9 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 // reason Evicted, and is never started again.
 func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 	m := a.m
+	start := time.Now()
 	m.mu.Lock()
+	locked := time.Now()
 	st, ok := m.pods[d.Victim.UID]
 	if !ok || st.deleting {
 		m.mu.Unlock()
@@ -151,18 +153,24 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 	m.mu.Unlock()
 
 	var errs []error
+	killStart := time.Now()
 	if d.Hard && parent != "" {
 		if _, err := m.cfg.Cgroups.Kill(parent); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	killed := time.Now()
 	st.poke()
 	if err := os.MkdirAll(filepath.Dir(m.evictedPath(pod.UID)), 0o700); err == nil {
 		if b, err := json.Marshal(ev); err == nil {
 			errs = append(errs, os.WriteFile(m.evictedPath(pod.UID), b, 0o600))
 		}
 	}
-	m.log.Info("pod evicted", "pod", key(pod), "hard", d.Hard, "grace", g, "message", d.Message)
+	// The stages of the eviction manager's kill_latency that are spent
+	// here: waiting for the pod manager's lock, the kill itself and
+	// recording the eviction.
+	m.log.Info("pod evicted", "pod", key(pod), "hard", d.Hard, "grace", g, "message", d.Message,
+		"lock_wait", locked.Sub(start), "kill", killed.Sub(killStart), "record", time.Since(killed))
 	return errors.Join(errs...)
 }
 

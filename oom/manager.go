@@ -318,12 +318,10 @@ func (m *Manager) evaluate(ctx context.Context) {
 	res := m.policy.Evaluate(obs, now)
 	decided := m.now()
 
-	if m.conds == nil || !maps.Equal(m.conds, res.Conditions) {
-		m.conds = res.Conditions
-		m.obs.OnConditions(maps.Clone(res.Conditions))
-	}
-	m.oomScoreAdj(res.NextVictim)
-
+	// The decisions first: a hard eviction's kill is the one thing on
+	// the path to released memory. Raising the next victim's
+	// oom_score_adj (which may first put back the previous one's,
+	// through the runtime) and the condition observers come after it.
 	crossed := snap.Time
 	if !wakeAt.IsZero() && wakeAt.Before(crossed) {
 		crossed = wakeAt
@@ -332,6 +330,12 @@ func (m *Manager) evaluate(ctx context.Context) {
 		tm := Timing{Crossed: crossed, Detected: detected, Decided: decided, Snapshotted: snapshotted, SnapshotRead: snap.Took}
 		m.act(ctx, d, tm, why, wakes)
 	}
+
+	if m.conds == nil || !maps.Equal(m.conds, res.Conditions) {
+		m.conds = res.Conditions
+		m.obs.OnConditions(maps.Clone(res.Conditions))
+	}
+	m.oomScoreAdj(res.NextVictim)
 }
 
 // watchUnseen hands Watch the cgroups of pods that snap lacks and that it

@@ -357,6 +357,43 @@ func TestManagerRaisesAndRestoresOOMScoreAdj(t *testing.T) {
 	}
 }
 
+func TestManagerKillsBeforeMovingTheRaisedOOMScoreAdj(t *testing.T) {
+	h := startManager(t, hard100, nil)
+	a, b, c := pod("a", 0, 0), pod("b", 0, 0), pod("c", 0, 0)
+	h.actor.setPods(ref(a, "/kubepods/pod-a"), ref(b, "/kubepods/pod-b"), ref(c, "/kubepods/pod-c"))
+	cgA, cgB, cgC := cgroup("/kubepods/pod-a", 11, 1*Gi), cgroup("/kubepods/pod-b", 12, 500*Mi), cgroup("/kubepods/pod-c", 13, 300*Mi)
+	var atKill []string
+	h.actor.evictFn = func(ctx context.Context, d Decision) error {
+		atKill = h.actor.adjustments()
+		return nil
+	}
+	evaluate := func(avail int64) {
+		t.Helper()
+		h.snap.set(avail, cgA, cgB, cgC)
+		n := h.m.Evaluations()
+		h.m.Wake("test", time.Time{})
+		eventually(t, "an evaluation", func() bool { return h.m.Evaluations() > n })
+	}
+	evaluate(150 * Mi) // near the line: a, the largest, raised
+	if got, want := h.actor.adjustments(), []string{"set a 1000"}; !slices.Equal(got, want) {
+		t.Fatalf("adjustments %q, want %q", got, want)
+	}
+	// Now b, then c, outrank a, and memory is below the hard threshold:
+	// b is killed, c becomes the next victim. The kill comes before
+	// putting back a's oom_score_adj (a runtime call) and raising c's.
+	cgA.Memory.Usage = uint64(100 * Mi)
+	evaluate(50 * Mi)
+	if got := h.actor.evicted(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("evicted %q, want b", got)
+	}
+	if want := []string{"set a 1000"}; !slices.Equal(atKill, want) {
+		t.Errorf("adjustments when b was killed %q, want %q (the kill first)", atKill, want)
+	}
+	if got, want := h.actor.adjustments(), []string{"set a 1000", "restore a", "set c 1000"}; !slices.Equal(got, want) {
+		t.Errorf("adjustments after the pass %q, want %q", got, want)
+	}
+}
+
 func TestManagerAttributesOOMKills(t *testing.T) {
 	h := startManager(t, hard100, nil)
 	h.actor.setPods(ref(pod("a", 0, 0), "/kubepods/pod-a"), ref(pod("b", 0, 0), "/kubepods/pod-b"))
