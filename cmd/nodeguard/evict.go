@@ -218,7 +218,7 @@ func (a *admitter) admit(p *corev1.Pod) error {
 // ms between fires.
 type podRootTripwire struct {
 	tw tripwire.Tripwire
-	// chase keeps the line just above usage once usage is past it: on
+	// chase keeps the line above usage once usage is past it: on
 	// v2 with tripwire.KindMemoryHigh, where a memory.high below usage
 	// would make the writer reclaim synchronously, and on v1 as it always
 	// was (a usage threshold armed below usage fires only after usage
@@ -288,12 +288,26 @@ func (p *podRootTripwire) rearm(s *pressure.Snapshot) {
 		return
 	}
 	if usage := s.Node.Pods.Usage; p.chase && at <= usage {
-		// Already over: the manager is evaluating anyway. A
-		// memory.high below usage would reclaim synchronously in the
-		// writer: keep the wire just above. (The working-set poll
-		// stays at the line: usage above it is page cache, or a
-		// crossing it has fired for.)
-		at = usage + 1<<20
+		// Usage is past the line. A v1 threshold armed below usage
+		// fires only after usage has gone down and up again, and a
+		// memory.high below usage would make the writer reclaim
+		// synchronously: the wire must go above usage. Where the
+		// working set is still below the line, usage is over it by page
+		// cache: arm where the working set reaches the line if the
+		// cache stays (the line plus usage - working set, the
+		// allowance the kubelet's memcg notifier makes for
+		// inactive_file). Not "just above usage": the wire would then
+		// fire every MiB, and re-arming a v1 threshold takes two RCU
+		// grace periods (5-6 ms), in which a ramp of 200 MiB/s or more
+		// passes the new level before it is armed, and nothing fires
+		// until the safety tick. Already over by the working set too,
+		// the manager is evaluating anyway: just above usage. (The
+		// working-set poll stays at the line.)
+		if ws := s.Node.Pods.WorkingSet(); ws < at {
+			at += usage - ws
+		} else {
+			at = usage + 1<<20
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

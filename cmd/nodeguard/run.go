@@ -351,7 +351,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	go func() { defer wg.Done(); storage.Run(ctx) }()
 	fwd := &eventForwarder{ch: make(chan event.Event, 1024)}
 	var evictMgr atomic.Pointer[oom.Manager]
-	var wire *podRootTripwire
+	// Set once the eviction manager exists, after sensing has started:
+	// read by the sensor's observer goroutine.
+	var wire atomic.Pointer[podRootTripwire]
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{kube}, rootDir: cfg.RootDir,
 		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
@@ -362,8 +364,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			}
 		},
 		onSnapshot: func(snap *pressure.Snapshot) {
-			if wire != nil {
-				wire.rearm(snap)
+			if w := wire.Load(); w != nil {
+				w.rearm(snap)
 			}
 		},
 	}
@@ -403,7 +405,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 				log.Warn("no tripwire on the pod root: the safety tick and PSI triggers drive evictions", "err", err)
 			} else {
 				defer w.tw.Close()
-				wire = w
+				wire.Store(w)
 				wg.Add(1)
 				go func() { defer wg.Done(); w.run(ctx, em) }()
 			}
@@ -447,7 +449,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		}
 		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
 	}
-	rl := &reloader{cur: cfg, load: ctl.reload, path: ctl.path, logs: ctl.logs, em: em, wire: wire, n: n, log: log, status: status}
+	rl := &reloader{cur: cfg, load: ctl.reload, path: ctl.path, logs: ctl.logs, em: em, wire: wire.Load(), n: n, log: log, status: status}
 	wg.Add(2)
 	go func() { defer wg.Done(); n.runWatchdog(ctx, beats, status) }()
 	go func() { defer wg.Done(); rl.run(ctx, ctl.hup) }()

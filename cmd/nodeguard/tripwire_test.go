@@ -22,22 +22,36 @@ func (a *armRecorder) Arm(th uint64) error { a.arms = append(a.arms, th); return
 func TestPodRootTripwireRearm(t *testing.T) {
 	const capacity = 1 << 30
 	th := []oom.Threshold{{Signal: nodestats.SignalAllocatableMemoryAvailable, Value: oom.ThresholdValue{Quantity: 100 << 20}}}
-	snap := func(usage uint64) *pressure.Snapshot {
+	// usages are {usage, inactive_file} of the pod root.
+	snap := func(u [2]uint64) *pressure.Snapshot {
 		s := &pressure.Snapshot{Signals: []nodestats.Observation{{Signal: nodestats.SignalAllocatableMemoryAvailable, Available: capacity / 2, Capacity: capacity}}}
-		s.Node.Pods.Usage = usage
+		s.Node.Pods.Usage, s.Node.Pods.InactiveFile = u[0], u[1]
 		return s
 	}
 	const line = capacity - 100<<20
 	tests := []struct {
 		name   string
 		chase  bool
-		usages []uint64
+		usages [][2]uint64
 		want   []uint64
 	}{
-		{"below the line the wire sits at the line", false, []uint64{256 << 20}, []uint64{line}},
-		{"page cache above the line does not move the working-set wire", false, []uint64{256 << 20, line + 64<<20, line + 96<<20}, []uint64{line}},
-		{"a memory.high or v1 wire is kept just above usage", true, []uint64{line + 64<<20}, []uint64{line + 65<<20}},
-		{"moves under 1 MiB are skipped", true, []uint64{line + 64<<20, line + 64<<20 + 512<<10}, []uint64{line + 65<<20}},
+		{"below the line the wire sits at the line", false, [][2]uint64{{256 << 20, 0}}, []uint64{line}},
+		{"page cache above the line does not move the working-set wire", false,
+			[][2]uint64{{256 << 20, 0}, {line + 64<<20, 96 << 20}, {line + 96<<20, 128 << 20}}, []uint64{line}},
+		{"page cache below the line: the v1 or memory.high wire sits at the line", true, [][2]uint64{{line - 8<<20, 64 << 20}}, []uint64{line}},
+		// usage past the line by cache, the working set 32 MiB below
+		// it: armed where the working set reaches the line, as long as
+		// the cache stays (96 MiB above usage), not 1 MiB above usage.
+		{"usage past the line by page cache: the wire is where the working set reaches the line", true,
+			[][2]uint64{{line + 64<<20, 96 << 20}}, []uint64{line + 96<<20}},
+		{"the working set growing under the same cache does not move it", true,
+			[][2]uint64{{line + 64<<20, 96 << 20}, {line + 80<<20, 96 << 20}, {line + 95<<20, 96 << 20}}, []uint64{line + 96<<20}},
+		{"cache reclaimed: the wire comes down with it", true,
+			[][2]uint64{{line + 64<<20, 96 << 20}, {line + 16<<20, 32 << 20}}, []uint64{line + 96<<20, line + 32<<20}},
+		{"the working set past the line too: the wire is kept just above usage", true,
+			[][2]uint64{{line + 64<<20, 32 << 20}}, []uint64{line + 65<<20}},
+		{"moves under 1 MiB are skipped", true,
+			[][2]uint64{{line + 64<<20, 0}, {line + 64<<20 + 512<<10, 0}}, []uint64{line + 65<<20}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
