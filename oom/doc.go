@@ -52,7 +52,9 @@
 //
 //   - Every evaluation runs on a fresh snapshot; wake-ups coalesce (one
 //     pending at a time, keeping the earliest evidence time), and
-//     evaluations are at least MinInterval apart.
+//     evaluations are at least MinInterval apart, except for a wake-up
+//     with evidence (a tripwire's or PSI trigger's crossing time), which
+//     is evaluated at once: those sources limit their own rate.
 //   - Hard evictions are carried out in the loop up to "kill sent"; soft
 //     ones in their own goroutine, so a graceful stop never blocks the
 //     loop. A failed Evict is logged, forgotten by the policy and retried

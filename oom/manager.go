@@ -219,6 +219,37 @@ func (m *Manager) Wake(reason string, at time.Time) {
 	}
 }
 
+// evidence reports whether the pending wake-up carries the time of a
+// crossing (a tripwire's or a PSI trigger's): such a wake-up is evaluated
+// at once, not held off by MinInterval. Those sources limit themselves (a
+// tripwire fires once per arming, the working-set poll at most every 20
+// ms, a PSI trigger once per window); the storms MinInterval is for are
+// reclaim events and releases, which carry no time.
+func (m *Manager) evidence() bool {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	return !m.wakeAt.IsZero()
+}
+
+// holdOff waits d, or less when a wake-up with evidence arrives; false
+// when ctx ended.
+func (m *Manager) holdOff(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-m.wake:
+			if m.evidence() {
+				return true
+			}
+		}
+	}
+}
+
 // takeWake returns and clears the pending wake-up.
 func (m *Manager) takeWake() (at time.Time, why string, n int) {
 	m.wmu.Lock()
@@ -260,11 +291,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-m.wake:
-			if d := m.cfg.MinInterval - time.Since(last); d > 0 {
-				select {
-				case <-ctx.Done():
+			if d := m.cfg.MinInterval - time.Since(last); d > 0 && !m.evidence() {
+				if !m.holdOff(ctx, d) {
 					return nil
-				case <-time.After(d):
 				}
 			}
 		}

@@ -357,6 +357,29 @@ func TestManagerRaisesAndRestoresOOMScoreAdj(t *testing.T) {
 	}
 }
 
+func TestManagerEvaluatesEvidenceAtOnceButHoldsOffOtherWakes(t *testing.T) {
+	h := startManager(t, hard100, func(c *ManagerConfig) { c.MinInterval = time.Hour })
+	n := h.m.Evaluations()
+	// A wake-up without evidence (a reclaim event, a release) right after
+	// an evaluation waits out MinInterval.
+	h.m.Wake("reclaim", time.Time{})
+	time.Sleep(50 * time.Millisecond)
+	if got := h.m.Evaluations(); got != n {
+		t.Fatalf("evaluations %d after a plain wake-up within MinInterval, want %d", got, n)
+	}
+	// A tripwire's crossing is evaluated at once, the pending plain
+	// wake-up with it.
+	at := time.Now()
+	h.m.Wake("tripwire:usage_threshold", at)
+	eventually(t, "the evaluation of a tripwire's wake-up", func() bool { return h.m.Evaluations() > n })
+	if got := h.m.Evaluations(); got != n+1 {
+		t.Errorf("evaluations %d, want %d (one for both wake-ups)", got, n+1)
+	}
+	// And again right after: evidence never waits for MinInterval.
+	h.m.Wake("psi:memory some 10%", time.Now())
+	eventually(t, "the evaluation of a PSI trigger's wake-up", func() bool { return h.m.Evaluations() > n+1 })
+}
+
 func TestManagerKillsBeforeMovingTheRaisedOOMScoreAdj(t *testing.T) {
 	h := startManager(t, hard100, nil)
 	a, b, c := pod("a", 0, 0), pod("b", 0, 0), pod("c", 0, 0)
