@@ -79,16 +79,24 @@ test-vm:
 # 50Mi/s, 200Mi/s and 1Gi/s, 3 trials; for its figures) or off. What the
 # guest writes on its output disk (the race's eviction.csv, eviction.png,
 # report and agent log in race-<mode>/) is copied to NODE_OUT.
-NODEVM     ?= bin/nodevm
-NODE_FLAGS ?=
-NODE_RACE  ?=
-NODE_OUT   ?= out/node
+# NODE_CONTAINERD=v2.4.2 (or 2) runs the checks on containerd 2.x instead of
+# the root filesystem's 1.6.20 (debian, the default): built once from the
+# Go module proxy into the cache, put on the payload disk and installed in
+# the guest over Debian's; its CRI reports the cgroup driver (RuntimeConfig),
+# so a mismatch is refused when nodeguard starts. The race defaults to off
+# there (NODE_RACE= still chooses).
+NODEVM          ?= bin/nodevm
+NODE_FLAGS      ?=
+NODE_RACE       ?=
+NODE_CONTAINERD ?=
+NODE_OUT        ?= out/node
 
 test-node:
 	$(GO) build -o $(NODEVM) ./internal/nodevm/cmd/nodevm
 	@stage=$$(mktemp -d /tmp/nodeguard-stage.XXXXXX) && trap 'rm -rf "$$stage"' EXIT && \
 		$(MAKE) --no-print-directory install DESTDIR="$$stage" && \
 		NODEGUARD_NODE_STAGE="$$stage" NODEGUARD_NODE_OUT='$(abspath $(NODE_OUT))' $(if $(NODE_RACE),NODEGUARD_NODE_RACE='$(NODE_RACE)') \
+		$(if $(NODE_CONTAINERD),NODEGUARD_NODE_CONTAINERD='$(NODE_CONTAINERD)') \
 		$(abspath $(NODEVM)) -lane -go '$(GO)' $(NODE_FLAGS)
 
 # Fuzzing: each Go fuzz target below for FUZZTIME (go test -fuzz takes one
