@@ -274,7 +274,7 @@ func (n *node) containerd(t *testing.T) {
 			t.Errorf("image %s is not imported (crictl images)", name)
 		}
 	}
-	saveOutput(t, "containerd", map[string][]byte{"crictl-info.json": info, "crictl-images.json": out})
+	saveOutput(t, "containerd-"+n.runtime, map[string][]byte{"crictl-info.json": info, "crictl-images.json": out})
 	t.Logf("%s %s (%s) %s in %s; CRI RuntimeConfig cgroup driver: %s; CRI runtime %s with SystemdCgroup=%v; sandbox image %s (%s)",
 		ver.RuntimeName, ver.RuntimeVersion, exe, p["SubState"], p["ControlGroup"], reported, runtime, systemd, sandbox, from)
 }

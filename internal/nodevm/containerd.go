@@ -339,6 +339,6 @@ install -m 0755 ` + strings.Join(bins, " ") + ` ` + ContainerdBinDir + `/
 install -m 0644 "$src/config.toml" ` + ContainerdConfigPath + `
 install -D -m 0644 "$src/containerd.service.conf" ` + ContainerdDropIn + `
 systemctl daemon-reload
-systemctl start containerd
+systemctl start containerd || { journalctl -u containerd -n 30 --no-pager -o cat; exit 1; }
 `
 }

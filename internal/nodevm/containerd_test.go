@@ -255,7 +255,7 @@ func TestContainerdInstallScript(t *testing.T) {
 		`install -m 0644 "$src/config.toml" ` + ContainerdConfigPath,
 		`install -D -m 0644 "$src/containerd.service.conf" ` + ContainerdDropIn,
 		"systemctl daemon-reload",
-		"systemctl start containerd",
+		"systemctl start containerd || { journalctl -u containerd -n 30 --no-pager -o cat; exit 1; }",
 	}
 	at := 0
 	for _, want := range order {

@@ -220,7 +220,7 @@ say "units reloaded"
 if [ -f "$payload/` + payloadContainerdInstall + `" ]; then
 	say "installing containerd from the payload"
 	/bin/sh "$payload/` + payloadContainerdInstall + `" >/run/nodelane/containerd-install.log 2>&1 ||
-		{ say "installing containerd from the payload failed: $(tail -n 20 /run/nodelane/containerd-install.log)"; finish 125; }
+		{ say "installing containerd from the payload failed: $(tail -n 40 /run/nodelane/containerd-install.log)"; finish 125; }
 	say "$(containerd --version) installed and started"
 fi
 systemctl is-active --quiet containerd || say "containerd is $(systemctl is-active containerd) before the image import"
