@@ -11,6 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/internal/nodevm"
 )
 
 // The driver checks run last, on a node without pods (the cleanup check
@@ -122,6 +124,7 @@ func (n *node) refusedAtStart(t *testing.T, agent, runtime string, after NodeVal
 // sandbox refused, with the pod's status saying which driver to set.
 func (n *node) driverMismatch(t *testing.T) {
 	requireAgent(t)
+	n.requireReportedDriver(t)
 	if n.runtimeDriver != "" {
 		if d, err := runtimeDriver(); err != nil || d != "systemd" {
 			t.Fatalf("precondition: containerd's RuntimeConfig reports %q (%v), want systemd", d, err)
@@ -172,8 +175,20 @@ func (n *node) driverMismatch(t *testing.T) {
 	}
 }
 
+// requireReportedDriver fails t at once on containerd 2.x when the
+// containerd check did not read its driver through RuntimeConfig: the
+// driver checks would otherwise take the path of a runtime that does not
+// report one.
+func (n *node) requireReportedDriver(t *testing.T) {
+	t.Helper()
+	if n.runtime == nodevm.ContainerdV2 && n.runtimeDriver == "" {
+		t.Fatalf("precondition: containerd %s reported no cgroup driver through RuntimeConfig in the containerd check; see that check", nodevm.ContainerdV2)
+	}
+}
+
 func (n *node) cgroupfsDriver(t *testing.T) {
 	requireAgent(t)
+	n.requireReportedDriver(t)
 	setSystemdCgroup(t, false)
 	v := n.values
 	v.CgroupDriver = "cgroupfs"
