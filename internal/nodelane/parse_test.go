@@ -5,6 +5,7 @@ package nodelane
 import (
 	"errors"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -185,11 +186,12 @@ func TestKernelOOMLines(t *testing.T) {
 	}
 }
 
-// Files in testdata/crictl are crictl v1.37.0's output against containerd
-// 2.4.2 (the lane's build) with the lane's version 3 config and against
-// Debian's 1.6.20, each started on the development host with its root,
-// state and socket in a temporary directory, with the three images
-// imported.
+// Files in testdata/crictl are crictl v1.37.0's output: containerd
+// 2.4.2's info and images from the lane's guest (the containerd check
+// keeps them on the output disk: the lane's build and version 3 config,
+// the three images imported); its version and runtime-config, and
+// Debian's 1.6.20's, from each started on the development host with its
+// root, state and socket in a temporary directory.
 
 func crictlFixture(t *testing.T, name string) []byte {
 	t.Helper()
@@ -243,6 +245,9 @@ func TestParseCRIVersion(t *testing.T) {
 	}
 }
 
+// pinnedField is the pinned field of crictl images -o json, however spaced.
+var pinnedField = regexp.MustCompile(`"pinned":\s*(true|false)`)
+
 func TestSandboxImage(t *testing.T) {
 	const pause = "registry.local/nodeguard/pause:3.9"
 	v2Images := crictlFixture(t, "containerd-2.4.2-images.json")
@@ -259,13 +264,13 @@ func TestSandboxImage(t *testing.T) {
 		}
 	})
 	t.Run("nothing pinned and no sandboxImage is not reported", func(t *testing.T) {
-		unpinned := strings.ReplaceAll(string(v2Images), `"pinned": true`, `"pinned": false`)
+		unpinned := pinnedField.ReplaceAllString(string(v2Images), `"pinned": false`)
 		if _, _, err := SandboxImage([]byte(`{"config":{}}`), []byte(unpinned)); !errors.Is(err, ErrNotReported) {
 			t.Errorf("%v, want ErrNotReported", err)
 		}
 	})
 	t.Run("two pinned images are ambiguous", func(t *testing.T) {
-		both := strings.ReplaceAll(string(v2Images), `"pinned": false`, `"pinned": true`)
+		both := pinnedField.ReplaceAllString(string(v2Images), `"pinned": true`)
 		if _, _, err := SandboxImage([]byte(`{"config":{}}`), []byte(both)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%v, want ErrMalformed", err)
 		}
