@@ -333,6 +333,7 @@
 //     s after boot; the refusals at start come 0.7 s after systemctl
 //     restart. Warm, with the race off: 3m2s (the guest 2m57s, the checks
 //     2m22s of it), against 6m33s for Debian's containerd with the quick
-//     race.
+//     race; with the quick race on containerd 2.4.2 (NODE_RACE=quick)
+//     8m12s, every nodeguard trial caught before the kernel OOM killer.
 //   - qemu's RSS is about 1.1 GiB of the guest's 2 GiB.
 package nodelane
