@@ -1,8 +1,11 @@
 // Package nodelane holds the node lane's checks: nodeguard installed with
 // `make install` and run as the systemd service it is on a production node
-// (systemd as PID 1, pure cgroup v2, Debian's containerd as its own service
-// with SystemdCgroup = true), inside a qemu VM that boots a real Debian 12
-// root filesystem. It is the node lane of `make test` (after the VM lane);
+// (systemd as PID 1, pure cgroup v2, containerd as its own service with
+// SystemdCgroup = true: Debian's 1.6.20, or containerd 2.x with
+// NODEGUARD_NODE_CONTAINERD, see "Two containerds" below), inside a qemu VM
+// that boots a real Debian 12 root filesystem. It is the node lane of
+// `make test` (after the VM lane), which runs it on both containerds:
+// Debian's with the quick race, then containerd 2.4.2 without it;
 // package internal/nodevm builds and boots the VM, and its command
 // cmd/nodevm is the lane's driver and go test's runner.
 //
@@ -31,7 +34,8 @@
 //     on a payload disk (an ext4 image made per run with mkfs.ext4 -d in
 //     a temporary directory): the test binary and a script with its
 //     environment and flags, the package's testdata/, the make install
-//     stage, the three image archives and crictl; and makes an empty
+//     stage, the three image archives and crictl (and, for containerd
+//     2.x, its binaries, config and installer); and makes an empty
 //     output disk (64 MiB, sparse, ext4 without a journal, label
 //     nodelane-out). It then boots
 //
@@ -56,8 +60,9 @@
 //     (LABEL=nodelane-out) read-write at /run/nodelane/out, exported to
 //     the tests as NODEGUARD_NODE_OUT_DIR; copies the stage into / (that
 //     is "installed with make install"), installs crictl, runs systemctl
-//     daemon-reload, imports the images with `ctr -n k8s.io images
-//     import`, runs the test binary as root with its output on ttyS1,
+//     daemon-reload, installs the payload's containerd when it has one
+//     (see "Two containerds"), imports the images with `ctr -n k8s.io
+//     images import`, runs the test binary as root with its output on ttyS1,
 //     unmounts the output disk, prints
 //     "NODEGUARD-VM-EXIT-<nonce>=<status>" there and reboots (-no-reboot
 //     makes that qemu's exit). ttyS0, the console, goes to a
@@ -79,7 +84,12 @@
 //  5. Prints the checks' output as it arrives (a go test "--- PASS/FAIL"
 //     line per check and the lines they log), then one summary line:
 //
-//     node <uname -r>: checks N, passed P, failed F, skipped S; FAILED: ...
+//     node <uname -r>, containerd <version>: checks N, passed P, failed F, skipped S; FAILED: ...
+//
+//     (the header line before the checks names the containerd too:
+//     "debian 1.6.20~ds1-1+deb12u3 (the root filesystem's)", read from the
+//     image's dpkg status with debugfs, or "v2.4.2 (cached, on the
+//     payload)"), so that the two runs are told apart
 //
 //     and exits non-zero when a check or the package failed.
 //
@@ -116,6 +126,16 @@
 //   - crictl/v1.37.0/crictl: a static crictl
 //     (sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0, the demo's), built with
 //     CGO_ENABLED=0 go install into the cache, never into the clone;
+//   - containerd/v2.4.2-<recipe hash>/{containerd,containerd-shim-runc-v2,
+//     ctr}, only when a run asks for containerd 2.x: `CGO_ENABLED=0
+//     GOTOOLCHAIN=local go install -tags no_btrfs -ldflags "-s -w -X
+//     .../version.Version=v2.4.2" github.com/containerd/containerd/v2/cmd/
+//     {containerd,containerd-shim-runc-v2,ctr}@v2.4.2` outside any module
+//     (no replace directives: the module proxy's release as it is), into
+//     a temporary directory under containerd/lock, checked static and
+//     published by renaming the directory; the hash covers the module,
+//     version, commands, tags and linker flags. Modules and build
+//     artefacts go to the go command's own caches;
 //   - the pause, busybox and hog images of internal/images, in their own
 //     cache (/var/cache/nodeguard-images).
 //
@@ -126,10 +146,19 @@
 // is bounded (the constants of node_test.go, each with why):
 //
 //   - systemd reached multi-user.target;
-//   - containerd.service is active, and `crictl info` shows the runc
-//     runtime's options.SystemdCgroup = true (containerd 1.6 has no CRI
-//     RuntimeConfig), the local pause image as sandbox image, and the
-//     three images imported;
+//   - containerd.service is active and is the run's containerd (`crictl
+//     version`'s RuntimeVersion: the root filesystem's package version
+//     as dpkg-query says it, or v2.4.2; the unit's main process
+//     /usr/bin/containerd or /usr/local/bin/containerd); `crictl
+//     runtime-config` (CRI RuntimeConfig) reports the systemd cgroup
+//     driver, or answers Unimplemented (containerd 1.6), which fails the
+//     check on containerd 2.x; `crictl info` shows the runc runtime's
+//     options.SystemdCgroup = true; the sandbox image is the local pause
+//     image (1.6: `crictl info`'s config.sandboxImage; 2.x, whose info does
+//     not show it: the one image `crictl images` marks pinned); and the
+//     three images are imported. What RuntimeConfig reported decides how
+//     the driver checks below go; crictl info and images are kept on the
+//     output disk (containerd-debian/ or containerd-v2.4.2/);
 //   - `systemctl start nodeguard` returns with the unit active (Type=notify:
 //     only READY=1 from the main process does that) within 60 s, with a
 //     STATUS= text. Before it, the node's configuration is written: the
@@ -138,7 +167,10 @@
 //     unix:///run/containerd/containerd.sock, cgroupDriver systemd,
 //     cgroupRoot /, podManifestPath /etc/nodeguard/manifests (with a static
 //     pod in it), and systemReserved memory such that node allocatable is
-//     640 MiB;
+//     640 MiB. The journal then has the agent's line of what it read of
+//     the runtime's driver at start: "cgroup driver matches the runtime's"
+//     with cgroup_driver=systemd where RuntimeConfig reported it, "the
+//     runtime does not report its cgroup driver" where it did not;
 //   - `journalctl -u nodeguard -o json`: every line of nodeguard's has a
 //     PRIORITY, "nodeguard running" is 6 (info), and the warning a reload
 //     with a restart-only change (eviction.tick) provokes is 4; no syslog
@@ -176,11 +208,22 @@
 //     nodeguard's IPAM directory (<rootDir>/cni/networks), and nothing in
 //     containerd, each a subtest;
 //   - nodeguard restarted with cgroupDriver: cgroupfs on containerd's
-//     systemd driver: an applied pod gets no sandbox, its status says "set
-//     cgroupDriver: systemd" (runc's refusal of a cgroupfs parent,
-//     explained), and no cgroup of it is left once it is deleted;
-//   - containerd switched to SystemdCgroup = false and nodeguard to
-//     cgroupfs: the pod runs with its container in
+//     systemd driver. Where RuntimeConfig reports the driver (containerd
+//     2.x), the start is refused: `systemctl restart nodeguard` fails
+//     before READY, the unit is not active (Restart=always tries again
+//     every 2 s), the journal has "cgroup driver mismatch: cgroupDriver
+//     is cgroupfs but the runtime reports systemd; ... set cgroupDriver:
+//     systemd", no sandbox runs; then the agent is started again with the
+//     node's values. Where it does not (1.6), the agent starts, and an
+//     applied pod gets no sandbox, its status says "set cgroupDriver:
+//     systemd" (runc's refusal of a cgroupfs parent, explained), and no
+//     cgroup of it is left once it is deleted;
+//   - containerd switched to SystemdCgroup = false (restarted; its CRI
+//     reporting it, RuntimeConfig too where it reports), then, where
+//     RuntimeConfig reports the driver, the reverse mismatch refused at
+//     start the same way (cgroupDriver is systemd but the runtime reports
+//     cgroupfs), and nodeguard switched to cgroupfs: the pod runs with its
+//     container in
 //     /kubepods/burstable/pod<uid>/<id>, its pod cgroup's memory.max is its
 //     limit, and the cgroup goes with the pod;
 //   - the OOM race (README's "The OOM race"), unless
@@ -206,6 +249,30 @@
 //     them. Latencies are printed, never asserted (benchmarks print
 //     figures; TCG makes them 10-100x the hardware's anyway).
 //
+// # Two containerds
+//
+// NODEGUARD_NODE_CONTAINERD (make test-node NODE_CONTAINERD=) picks the
+// guest's containerd: unset or "debian", the root filesystem's 1.6.20,
+// whose CRI answers RuntimeConfig with Unimplemented; "v2.4.2" (or "2"),
+// containerd 2.4.2 built into the cache (see Cache) and put on the
+// payload disk: the lane script runs its installer before the image
+// import, which stops Debian's containerd (started by the boot, nothing
+// run on it), removes its state (/var/lib/containerd, /run/containerd),
+// installs containerd, containerd-shim-runc-v2 and ctr into
+// /usr/local/bin (before /usr/bin in every PATH of the guest; the config
+// names the shim by path as well), writes the version 3 config of
+// nodevm.ContainerdV2Config to /etc/containerd/config.toml (the CRI's
+// runtime settings in io.containerd.cri.v1.runtime: runc with SystemdCgroup
+// = true on a line of its own, as in the 1.6 config, so the checks switch
+// it the same way; CNI bin_dirs /usr/lib/cni; the images plugin with the
+// pause image pinned as sandbox; NRI disabled; containerd 2.4 migrates it
+// to version 4 at start with a warning) and a containerd.service drop-in
+// whose ExecStart is /usr/local/bin/containerd, reloads systemd and starts
+// containerd. The cached image is never changed; Debian's runc 1.1.5 runs
+// the containers. On that run the race defaults to off
+// (NODEGUARD_NODE_RACE=quick or full still runs it): the race measures
+// nodeguard's eviction, not the runtime.
+//
 // # Knobs
 //
 //	NODEGUARD_NODE_STAGE    the make install DESTDIR (make test-node sets it)
@@ -218,7 +285,12 @@
 //	NODEGUARD_NODE_CONSOLE  1 copies the whole console to stderr after the run
 //	NODEGUARD_NODE_SOURCES  the apt sources file; default the host's debian.sources
 //	NODEGUARD_NODE_RACE     the race check: quick (default), full (the README's set, for
-//	                        its figures) or off; make test-node NODE_RACE=full
+//	                        its figures) or off; make test-node NODE_RACE=full; off by
+//	                        default with containerd 2.x
+//	NODEGUARD_NODE_CONTAINERD
+//	                        debian (default: the root filesystem's 1.6.20) or v2.4.2 (2):
+//	                        containerd 2.x from the cache, on the payload disk; make
+//	                        test-node NODE_CONTAINERD=v2.4.2
 //	NODEGUARD_NODE_OUT      the host directory the output disk is copied to (absolute, or
 //	                        relative to where nodevm -lane runs); make test-node sets
 //	                        out/node (NODE_OUT=); unset, the disk is thrown away
@@ -252,7 +324,18 @@
 //     apply (its ramp, not nodeguard, sets that), deleting every pod and
 //     checking for leftovers 13 s, the two driver checks ~20 s, the quick
 //     race 3m56s (8 trials) and the full one 15m43s (36). Warm, `make
-//     test-node` takes 6m50s with the quick race (7m11s in a CI run), 16m30s
-//     with NODE_RACE=full, about 2m30s with NODE_RACE=off.
+//     test-node` took 2m16s without the race (the guest 2m13s, the checks
+//     1m42s of it); with the quick race 6m33s-6m50s (7m11s in a CI run),
+//     with NODE_RACE=full 16m30s.
+//   - On containerd 2.4.2 (NODEGUARD_NODE_CONTAINERD=v2.4.2): the first
+//     build 3m44s with empty Go caches (the module downloads included;
+//     the environment notes measured about 6 min), 6 s with a warm build
+//     cache, nothing once cached; in the guest the installer takes 6 s
+//     (Debian's containerd stopped, 2.4.2 started), the checks start ~33
+//     s after boot; the refusals at start come 0.7 s after systemctl
+//     restart. Warm, with the race off: 3m2s (the guest 2m57s, the checks
+//     2m22s of it), against 6m33s for Debian's containerd with the quick
+//     race; with the quick race on containerd 2.4.2 (NODE_RACE=quick)
+//     8m12s, every nodeguard trial caught before the kernel OOM killer.
 //   - qemu's RSS is about 1.1 GiB of the guest's 2 GiB.
 package nodelane

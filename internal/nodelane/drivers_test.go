@@ -11,6 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/internal/nodevm"
 )
 
 // The driver checks run last, on a node without pods (the cleanup check
@@ -57,8 +59,80 @@ func deletePod(t *testing.T, p podRef) {
 	}
 }
 
+// refusedAtStart restarts nodeguard with cgroupDriver agent on a runtime
+// that reports driver runtime through CRI RuntimeConfig, and checks that
+// the start is refused before READY: systemctl restart fails, the unit is
+// not active, and the journal has the agent's error naming both drivers
+// and the one to set; no sandbox runs. It then restarts the agent with
+// after, waiting for READY.
+func (n *node) refusedAtStart(t *testing.T, agent, runtime string, after NodeValues) {
+	t.Helper()
+	v := n.values
+	v.CgroupDriver = agent
+	if err := n.writeConfig(v); err != nil {
+		t.Fatal(err)
+	}
+	cursor, err := journalCursor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	out, err := systemctl(startCmdBound, "restart", "nodeguard")
+	took := time.Since(t0)
+	if err == nil {
+		t.Errorf("systemctl restart nodeguard succeeded (READY=1) with cgroupDriver %s on containerd's %s driver, which RuntimeConfig reports: want it refused at start", agent, runtime)
+	}
+	want := []string{"cgroup driver mismatch", "cgroupDriver is " + agent + " but the runtime reports " + runtime, "set cgroupDriver: " + runtime}
+	e, jerr := waitJournal(cursor, journalBound, "the agent's refusal naming both drivers", func(e JournalEntry) bool {
+		if e["_PID"] == "1" {
+			return false
+		}
+		for _, w := range want {
+			if !strings.Contains(e["MESSAGE"], w) {
+				return false
+			}
+		}
+		return true
+	})
+	if jerr != nil {
+		t.Errorf("%v; journal:\n%s", jerr, journalText("nodeguard", 20))
+	}
+	p, perr := unitProps("nodeguard", "ActiveState", "SubState", "Result", "ExecMainStatus", "NRestarts")
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	if p["ActiveState"] == "active" {
+		t.Errorf("nodeguard.service is %s/%s after the refusal", p["ActiveState"], p["SubState"])
+	}
+	if sbs, err := criPods(); err == nil {
+		for _, sb := range sbs {
+			if sb.Labels[LabelPodUID] != "" && sb.State == "SANDBOX_READY" {
+				t.Errorf("a sandbox runs after the refusal: %+v", sb)
+			}
+		}
+	}
+	if jerr == nil {
+		t.Logf("refused at start (systemctl restart: %s after %s; unit %s/%s, result %s, exit status %s, restarts %s): %q",
+			firstLine(out), took.Round(time.Millisecond), p["ActiveState"], p["SubState"], p["Result"], p["ExecMainStatus"], p["NRestarts"], e["MESSAGE"])
+	}
+	n.restartAgent(t, after)
+}
+
+// driverMismatch: nodeguard with cgroupDriver: cgroupfs on containerd's
+// systemd driver. A runtime that reports its driver (containerd 2.x)
+// gets the agent refused at start; one that does not (1.6) gets every
+// sandbox refused, with the pod's status saying which driver to set.
 func (n *node) driverMismatch(t *testing.T) {
 	requireAgent(t)
+	n.requireReportedDriver(t)
+	if n.runtimeDriver != "" {
+		if d, err := runtimeDriver(); err != nil || d != "systemd" {
+			t.Fatalf("precondition: containerd's RuntimeConfig reports %q (%v), want systemd", d, err)
+		}
+		n.refusedAtStart(t, "cgroupfs", "systemd", n.values)
+		return
+	}
+	t.Logf("containerd does not report its cgroup driver (CRI RuntimeConfig; see the containerd check): the agent starts, and each sandbox is checked")
 	v := n.values
 	v.CgroupDriver = "cgroupfs"
 	n.restartAgent(t, v)
@@ -101,12 +175,30 @@ func (n *node) driverMismatch(t *testing.T) {
 	}
 }
 
+// requireReportedDriver fails t at once on containerd 2.x when the
+// containerd check did not read its driver through RuntimeConfig: the
+// driver checks would otherwise take the path of a runtime that does not
+// report one.
+func (n *node) requireReportedDriver(t *testing.T) {
+	t.Helper()
+	if n.runtime == nodevm.ContainerdV2 && n.runtimeDriver == "" {
+		t.Fatalf("precondition: containerd %s reported no cgroup driver through RuntimeConfig in the containerd check; see that check", nodevm.ContainerdV2)
+	}
+}
+
 func (n *node) cgroupfsDriver(t *testing.T) {
 	requireAgent(t)
+	n.requireReportedDriver(t)
 	setSystemdCgroup(t, false)
 	v := n.values
 	v.CgroupDriver = "cgroupfs"
-	n.restartAgent(t, v)
+	if n.runtimeDriver != "" {
+		// The reverse mismatch: the systemd driver on containerd's
+		// cgroupfs, refused at start as well.
+		n.refusedAtStart(t, "systemd", "cgroupfs", v)
+	} else {
+		n.restartAgent(t, v)
+	}
 	if out, err := applyPods(appliedPod.File); err != nil {
 		t.Fatalf("nodeguard pod apply -f %s: %v %s", appliedPod.File, err, out)
 	}

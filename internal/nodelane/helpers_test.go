@@ -245,6 +245,24 @@ func crictl(args ...string) ([]byte, error) {
 	return stdout(cmdTimeout, "crictl", append([]string{"--runtime-endpoint", "unix://" + nodevm.ContainerdSocket, "--timeout", "20s"}, args...)...)
 }
 
+// runtimeDriver asks containerd for its cgroup driver through CRI
+// RuntimeConfig (crictl runtime-config): "systemd" or "cgroupfs", or an
+// error matching ErrNotReported where the runtime does not say
+// (containerd 1.6).
+func runtimeDriver() (string, error) {
+	out, err := run(cmdTimeout, "crictl", "--runtime-endpoint", "unix://"+nodevm.ContainerdSocket, "--timeout", "20s", "runtime-config")
+	return RuntimeConfigDriver([]byte(out), err != nil)
+}
+
+// criVersion is `crictl version`.
+func criVersion() (CRIVersion, error) {
+	out, err := crictl("version")
+	if err != nil {
+		return CRIVersion{}, err
+	}
+	return ParseCRIVersion(out)
+}
+
 // criPods returns every sandbox containerd has.
 func criPods() ([]CRISandbox, error) {
 	out, err := crictl("pods", "-o", "json")

@@ -3,7 +3,6 @@
 package nodelane
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeguard/nodeguard/internal/images"
+	"github.com/nodeguard/nodeguard/internal/nodevm"
 )
 
 // Bounds of the checks, each with why. Under TCG the node is 5-10 times
@@ -87,6 +87,14 @@ type node struct {
 	values    NodeValues
 	current   []byte // the configuration file now
 	pods      []*podRef
+	// runtime is the run's containerd (nodevm.EnvContainerd, parsed): which
+	// one the containerd check expects to find.
+	runtime string
+	// runtimeDriver is the cgroup driver containerd reported through CRI
+	// RuntimeConfig in the containerd check; "" where it does not report
+	// one (containerd 1.6). The checks that depend on the runtime's
+	// behaviour go by it.
+	runtimeDriver string
 }
 
 // TestNode checks nodeguard as a systemd service on a systemd node with
@@ -99,7 +107,11 @@ func TestNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read the installed configuration: %v", err)
 	}
-	n := &node{installed: installed}
+	ctrd, err := nodevm.ParseContainerd(os.Getenv(nodevm.EnvContainerd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{installed: installed, runtime: ctrd}
 	t.Run("systemd reached multi-user.target", n.multiUser)
 	t.Run("containerd is active and its CRI uses the systemd cgroup driver", n.containerd)
 	t.Run("systemctl start nodeguard reaches active through READY", n.start)
@@ -194,6 +206,48 @@ func (n *node) containerd(t *testing.T) {
 	if p["ActiveState"] != "active" || p["SubState"] != "running" {
 		t.Fatalf("containerd.service is %s/%s; journal:\n%s", p["ActiveState"], p["SubState"], journalText("containerd", 30))
 	}
+	ver, err := criVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Readlink("/proc/" + p["MainPID"] + "/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runtime is the one this run asked for (nodevm.EnvContainerd).
+	switch n.runtime {
+	case nodevm.ContainerdV2:
+		if ver.RuntimeVersion != nodevm.ContainerdV2 {
+			t.Errorf("the CRI reports %s %s, want the payload's containerd %s", ver.RuntimeName, ver.RuntimeVersion, nodevm.ContainerdV2)
+		}
+		if want := nodevm.ContainerdBinDir + "/containerd"; exe != want {
+			t.Errorf("containerd.service runs %s, want the payload's %s (the unit's drop-in)", exe, want)
+		}
+	default:
+		pkg, err := run(cmdTimeout, "dpkg-query", "-W", "-f=${Version}", "containerd")
+		if err != nil || !strings.HasPrefix(strings.TrimSpace(pkg), strings.TrimPrefix(ver.RuntimeVersion, "v")) {
+			t.Errorf("the CRI reports %s %s, not the root filesystem's package containerd %s (%v)", ver.RuntimeName, ver.RuntimeVersion, strings.TrimSpace(pkg), err)
+		}
+		if exe != "/usr/bin/containerd" {
+			t.Errorf("containerd.service runs %s, want Debian's /usr/bin/containerd", exe)
+		}
+	}
+	// The driver as the runtime reports it (CRI RuntimeConfig), where it
+	// does: containerd 2.x must; 1.6 answers Unimplemented.
+	reported := "not reported"
+	switch driver, err := runtimeDriver(); {
+	case errors.Is(err, ErrNotReported):
+		reported = "not reported (" + err.Error() + ")"
+		if n.runtime == nodevm.ContainerdV2 {
+			t.Errorf("containerd %s does not report its cgroup driver: %v", ver.RuntimeVersion, err)
+		}
+	case err != nil:
+		t.Error(err)
+	case driver != CgroupDriver:
+		t.Errorf("CRI RuntimeConfig reports the %s cgroup driver, want %s (SystemdCgroup = true)", driver, CgroupDriver)
+	default:
+		n.runtimeDriver, reported = driver, driver
+	}
 	info, err := crictl("info")
 	if err != nil {
 		t.Fatal(err)
@@ -207,24 +261,44 @@ func (n *node) containerd(t *testing.T) {
 	case !systemd:
 		t.Errorf("the CRI's default runtime %q has SystemdCgroup false: containers would get cgroupfs paths", runtime)
 	}
-	var v struct {
-		Config struct {
-			SandboxImage string `json:"sandboxImage"`
-		} `json:"config"`
-	}
-	if err := json.Unmarshal(info, &v); err != nil || v.Config.SandboxImage != images.PauseName {
-		t.Errorf("sandbox image %q (%v), want the local pause image %s", v.Config.SandboxImage, err, images.PauseName)
-	}
 	out, err := crictl("images", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
+	}
+	sandbox, from, err := SandboxImage(info, out)
+	if err != nil || sandbox != images.PauseName {
+		t.Errorf("sandbox image %q (%v), want the local pause image %s", sandbox, err, images.PauseName)
 	}
 	for _, name := range []string{images.PauseName, images.BusyboxName, images.HogName} {
 		if !strings.Contains(string(out), `"`+name+`"`) {
 			t.Errorf("image %s is not imported (crictl images)", name)
 		}
 	}
-	t.Logf("containerd %s in %s; CRI runtime %s with SystemdCgroup=%v; sandbox image %s", p["SubState"], p["ControlGroup"], runtime, systemd, v.Config.SandboxImage)
+	saveOutput(t, "containerd-"+n.runtime, map[string][]byte{"crictl-info.json": info, "crictl-images.json": out})
+	t.Logf("%s %s (%s) %s in %s; CRI RuntimeConfig cgroup driver: %s; CRI runtime %s with SystemdCgroup=%v; sandbox image %s (%s)",
+		ver.RuntimeName, ver.RuntimeVersion, exe, p["SubState"], p["ControlGroup"], reported, runtime, systemd, sandbox, from)
+}
+
+// saveOutput writes files into dir on the output disk (nodevm.EnvOutDir),
+// for the host to keep (fixtures of a new runtime's output); a failure is
+// logged, not a check's failure.
+func saveOutput(t *testing.T, dir string, files map[string][]byte) {
+	t.Helper()
+	root := os.Getenv(nodevm.EnvOutDir)
+	if root == "" {
+		t.Logf("%s is not set: %s/ is not kept", nodevm.EnvOutDir, dir)
+		return
+	}
+	d := filepath.Join(root, dir)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Logf("keep %s: %v", d, err)
+		return
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(d, name), b, 0o644); err != nil {
+			t.Logf("keep %s: %v", name, err)
+		}
+	}
 }
 
 // reservedFor returns systemReserved's memory that leaves node allocatable
@@ -264,6 +338,10 @@ func (n *node) start(t *testing.T) {
 	t.Logf("node configuration written: %s over the installed file, systemReserved memory %s (allocatable %d MiB); static pod %s in %s",
 		"runtimeEndpoint, cgroupDriver, cgroupRoot, podManifestPath", reserved, allocatable>>20, staticPod, ManifestDir)
 
+	cursor, err := journalCursor()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	out, startErr := systemctl(startCmdBound, "start", "nodeguard")
 	took := time.Since(t0)
@@ -286,6 +364,24 @@ func (n *node) start(t *testing.T) {
 	}
 	t.Logf("active (READY=1 through sd_notify, Type=%s NotifyAccess=%s) %s after systemctl start; main pid %s; watchdog %s; status %q",
 		p["Type"], p["NotifyAccess"], took.Round(time.Millisecond), p["MainPID"], p["WatchdogUSec"], p["StatusText"])
+
+	// What the agent read of the runtime's cgroup driver before READY:
+	// the driver CRI RuntimeConfig reported (the containerd check read it
+	// with crictl), or that the runtime reports none.
+	what, match := "the agent's line that the runtime does not report its cgroup driver", func(m string) bool {
+		return strings.Contains(m, "does not report its cgroup driver")
+	}
+	if d := n.runtimeDriver; d != "" {
+		what, match = "the agent's line that its cgroup driver matches the runtime's "+d, func(m string) bool {
+			return strings.Contains(m, "cgroup driver matches the runtime's") && strings.Contains(m, "cgroup_driver="+d)
+		}
+	}
+	e, err := waitJournal(cursor, journalBound, what, func(e JournalEntry) bool { return e["_PID"] != "1" && match(e["MESSAGE"]) })
+	if err != nil {
+		t.Errorf("%v", err)
+	} else {
+		t.Logf("at start: %q", e["MESSAGE"])
+	}
 }
 
 // agentEntries returns the journal entries that nodeguard's own processes

@@ -103,8 +103,8 @@ func ParseFlatKeyed(b []byte) (map[string]int64, error) {
 	return m, sc.Err()
 }
 
-// RuncSystemdCgroup reads `crictl info` (containerd 1.6: no RuntimeConfig,
-// so the driver is read from the CRI plugin's own config in the output)
+// RuncSystemdCgroup reads `crictl info` (the CRI plugin's own config,
+// which containerd 1.6 and 2.x both show: 1.6 has no RuntimeConfig to ask)
 // and returns the runc runtime's options.SystemdCgroup, with the default
 // runtime's name; ok is false when the output does not say.
 func RuncSystemdCgroup(info []byte) (systemd bool, runtime string, ok bool, err error) {
@@ -296,4 +296,120 @@ func KernelOOMLines(log string) []string {
 		}
 	}
 	return out
+}
+
+// ErrNotReported reports that the runtime does not say what was asked: a
+// CRI call it answers Unimplemented (containerd 1.6's RuntimeConfig), or
+// a field its answer lacks. It is not ErrMalformed: the runtime is older,
+// not broken.
+var ErrNotReported = errors.New("not reported by the runtime")
+
+// RuntimeConfigDriver reads `crictl runtime-config`: the cgroup driver the
+// runtime reports through CRI RuntimeConfig, as "systemd" or "cgroupfs".
+// out is the command's output and failed whether it failed: a failure
+// that says Unimplemented (containerd 1.6) and an answer without a
+// driver are ErrNotReported; other failures and unknown drivers are
+// ErrMalformed.
+func RuntimeConfigDriver(out []byte, failed bool) (string, error) {
+	if failed {
+		if bytes.Contains(out, []byte("code = Unimplemented")) {
+			return "", fmt.Errorf("crictl runtime-config: %w: %s", ErrNotReported, lastLine(out))
+		}
+		return "", fmt.Errorf("crictl runtime-config failed: %w: %s", ErrMalformed, lastLine(out))
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || strings.TrimSpace(k) != "cgroup driver" {
+			continue
+		}
+		switch d := strings.TrimSpace(v); d {
+		case "SYSTEMD":
+			return "systemd", nil
+		case "CGROUPFS":
+			return "cgroupfs", nil
+		default:
+			return "", fmt.Errorf("crictl runtime-config: cgroup driver %q: %w", d, ErrMalformed)
+		}
+	}
+	return "", fmt.Errorf("crictl runtime-config names no cgroup driver: %w", ErrNotReported)
+}
+
+// lastLine returns the last non-empty line of b, trimmed.
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// CRIVersion is what `crictl version` says of the runtime.
+type CRIVersion struct {
+	RuntimeName, RuntimeVersion, RuntimeAPIVersion string
+}
+
+// ParseCRIVersion parses `crictl version` ("RuntimeName:  containerd"
+// lines); a name or version missing is ErrMalformed.
+func ParseCRIVersion(out []byte) (CRIVersion, error) {
+	var v CRIVersion
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		switch val = strings.TrimSpace(val); strings.TrimSpace(k) {
+		case "RuntimeName":
+			v.RuntimeName = val
+		case "RuntimeVersion":
+			v.RuntimeVersion = val
+		case "RuntimeApiVersion":
+			v.RuntimeAPIVersion = val
+		}
+	}
+	if v.RuntimeName == "" || v.RuntimeVersion == "" {
+		return v, fmt.Errorf("parse crictl version %q: no runtime name or version: %w", out, ErrMalformed)
+	}
+	return v, nil
+}
+
+// SandboxImage returns the image the CRI plugin makes sandboxes from, and
+// where that was read: containerd 1.6 shows its sandbox_image in `crictl
+// info` (config.sandboxImage); containerd 2.x keeps it in the images
+// plugin, which `crictl info` does not show, and marks it pinned in
+// `crictl images -o json` (pinned_images.sandbox): then the one pinned
+// image is it, and more than one pinned image is ambiguous
+// (ErrMalformed). Neither shown is ErrNotReported.
+func SandboxImage(info, images []byte) (image, source string, err error) {
+	var i struct {
+		Config struct {
+			SandboxImage string `json:"sandboxImage"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(info, &i); err != nil {
+		return "", "", fmt.Errorf("parse crictl info: %w: %w", ErrMalformed, err)
+	}
+	if i.Config.SandboxImage != "" {
+		return i.Config.SandboxImage, "crictl info config.sandboxImage", nil
+	}
+	var l struct {
+		Images []struct {
+			RepoTags []string `json:"repoTags"`
+			Pinned   bool     `json:"pinned"`
+		} `json:"images"`
+	}
+	if err := json.Unmarshal(images, &l); err != nil {
+		return "", "", fmt.Errorf("parse crictl images: %w: %w", ErrMalformed, err)
+	}
+	var pinned []string
+	for _, im := range l.Images {
+		if im.Pinned {
+			pinned = append(pinned, strings.Join(im.RepoTags, ","))
+		}
+	}
+	switch len(pinned) {
+	case 0:
+		return "", "", fmt.Errorf("crictl info has no config.sandboxImage and no image is pinned: %w", ErrNotReported)
+	case 1:
+		return pinned[0], "the one pinned image of crictl images", nil
+	}
+	return "", "", fmt.Errorf("crictl info has no config.sandboxImage and %d images are pinned (%s): %w", len(pinned), strings.Join(pinned, " "), ErrMalformed)
 }

@@ -5,6 +5,7 @@ package nodelane
 import (
 	"errors"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -182,5 +183,108 @@ func TestKernelOOMLines(t *testing.T) {
 	}
 	if got := KernelOOMLines("[ 1.0] all quiet\n"); got != nil {
 		t.Errorf("KernelOOMLines = %q on a quiet log", got)
+	}
+}
+
+// Files in testdata/crictl are crictl v1.37.0's output: containerd
+// 2.4.2's info and images from the lane's guest (the containerd check
+// keeps them on the output disk: the lane's build and version 3 config,
+// the three images imported); its version and runtime-config, and
+// Debian's 1.6.20's, from each started on the development host with its
+// root, state and socket in a temporary directory.
+
+func crictlFixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/crictl/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestRuntimeConfigDriver(t *testing.T) {
+	tests := []struct {
+		name   string
+		out    []byte
+		failed bool
+		want   string
+		err    error
+	}{
+		{"containerd 2.4.2 reports the systemd driver", crictlFixture(t, "containerd-2.4.2-runtime-config.txt"), false, "systemd", nil},
+		{"the cgroupfs driver is read as such", []byte("cgroup driver:   CGROUPFS\n"), false, "cgroupfs", nil},
+		{"containerd 1.6.20's Unimplemented is not reported", crictlFixture(t, "containerd-1.6.20-runtime-config.txt"), true, "", ErrNotReported},
+		{"an answer without Linux config is not reported", []byte(""), false, "", ErrNotReported},
+		{"another failure is malformed", []byte("connect: connection refused"), true, "", ErrMalformed},
+		{"an unknown driver is malformed", []byte("cgroup driver:   WHATEVER\n"), false, "", ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := RuntimeConfigDriver(tt.out, tt.failed)
+			if got != tt.want || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Errorf("RuntimeConfigDriver = %q, %v; want %q, %v", got, err, tt.want, tt.err)
+			}
+			if errors.Is(err, ErrNotReported) && errors.Is(err, ErrMalformed) {
+				t.Errorf("%v is both not reported and malformed", err)
+			}
+		})
+	}
+}
+
+func TestParseCRIVersion(t *testing.T) {
+	for file, want := range map[string]CRIVersion{
+		"containerd-2.4.2-version.txt":  {"containerd", "v2.4.2", "v1"},
+		"containerd-1.6.20-version.txt": {"containerd", "1.6.20~ds1", "v1"},
+	} {
+		got, err := ParseCRIVersion(crictlFixture(t, file))
+		if err != nil || got != want {
+			t.Errorf("%s: %+v, %v; want %+v", file, got, err, want)
+		}
+	}
+	if _, err := ParseCRIVersion([]byte("Version:  0.1.0\n")); !errors.Is(err, ErrMalformed) {
+		t.Errorf("no runtime: %v, want ErrMalformed", err)
+	}
+}
+
+// pinnedField is the pinned field of crictl images -o json, however spaced.
+var pinnedField = regexp.MustCompile(`"pinned":\s*(true|false)`)
+
+func TestSandboxImage(t *testing.T) {
+	const pause = "registry.local/nodeguard/pause:3.9"
+	v2Images := crictlFixture(t, "containerd-2.4.2-images.json")
+	t.Run("containerd 1.6 shows it in crictl info", func(t *testing.T) {
+		im, src, err := SandboxImage(fixture(t, "crictl-info.json"), []byte(`{"images":[]}`))
+		if err != nil || im != pause || !strings.Contains(src, "sandboxImage") {
+			t.Errorf("%q from %q, %v", im, src, err)
+		}
+	})
+	t.Run("containerd 2.x pins it", func(t *testing.T) {
+		im, src, err := SandboxImage(crictlFixture(t, "containerd-2.4.2-info.json"), v2Images)
+		if err != nil || im != pause || !strings.Contains(src, "pinned") {
+			t.Errorf("%q from %q, %v", im, src, err)
+		}
+	})
+	t.Run("nothing pinned and no sandboxImage is not reported", func(t *testing.T) {
+		unpinned := pinnedField.ReplaceAllString(string(v2Images), `"pinned": false`)
+		if _, _, err := SandboxImage([]byte(`{"config":{}}`), []byte(unpinned)); !errors.Is(err, ErrNotReported) {
+			t.Errorf("%v, want ErrNotReported", err)
+		}
+	})
+	t.Run("two pinned images are ambiguous", func(t *testing.T) {
+		both := pinnedField.ReplaceAllString(string(v2Images), `"pinned": true`)
+		if _, _, err := SandboxImage([]byte(`{"config":{}}`), []byte(both)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%v, want ErrMalformed", err)
+		}
+	})
+	for _, bad := range [][2]string{{"not json", "{}"}, {"{}", "not json"}} {
+		if _, _, err := SandboxImage([]byte(bad[0]), []byte(bad[1])); !errors.Is(err, ErrMalformed) {
+			t.Errorf("SandboxImage(%q, %q) = %v, want ErrMalformed", bad[0], bad[1], err)
+		}
+	}
+}
+
+func TestRuncSystemdCgroupOfContainerd2(t *testing.T) {
+	systemd, runtime, ok, err := RuncSystemdCgroup(crictlFixture(t, "containerd-2.4.2-info.json"))
+	if err != nil || !ok || !systemd || runtime != "runc" {
+		t.Errorf("containerd 2.4.2's crictl info: systemd %v runtime %q ok %v err %v; want runc's SystemdCgroup true, as 1.6 shows it", systemd, runtime, ok, err)
 	}
 }

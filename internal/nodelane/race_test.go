@@ -5,6 +5,7 @@ package nodelane
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -236,18 +237,36 @@ func setSystemdCgroup(t *testing.T, on bool) {
 			t.Fatalf("systemctl restart containerd: %v %s", err, out)
 		}
 	}
+	want := "cgroupfs"
+	if on {
+		want = "systemd"
+	}
+	reported := "not reported"
 	d, err := waitFor(fmt.Sprintf("containerd's CRI with SystemdCgroup=%v", on), containerdBound, func() (bool, string, error) {
 		info, err := crictl("info")
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		systemd, _, ok, err := RuncSystemdCgroup(info)
-		return ok && err == nil && systemd == on, fmt.Sprintf("systemd %v ok %v err %v", systemd, ok, err), nil
+		if !ok || err != nil || systemd != on {
+			return false, fmt.Sprintf("systemd %v ok %v err %v", systemd, ok, err), nil
+		}
+		// A runtime that reports its driver (RuntimeConfig) must report
+		// the new one too.
+		switch driver, err := runtimeDriver(); {
+		case errors.Is(err, ErrNotReported):
+			return true, "", nil
+		case err != nil:
+			return false, err.Error(), nil
+		default:
+			reported = driver
+			return driver == want, "RuntimeConfig reports " + driver, nil
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("containerd's CRI has SystemdCgroup=%v (%s)", on, d.Round(time.Millisecond))
+	t.Logf("containerd's CRI has SystemdCgroup=%v, RuntimeConfig cgroup driver %s (%s)", on, reported, d.Round(time.Millisecond))
 }
 
 // removeSandboxes stops and removes every sandbox containerd has, and

@@ -3,7 +3,9 @@
 // and caches a Debian 12 root filesystem with systemd and containerd for
 // Debian's 6.12 kernel, with a busybox initrd that mounts it; writes the
 // per-run payload disk (the test binary, the make install stage, crictl,
-// the test images) and an empty output disk; boots them in qemu; copies
+// the test images and, with NODEGUARD_NODE_CONTAINERD=v2.4.2, containerd
+// 2.x with its config, unit drop-in and installer: containerd.go) and an
+// empty output disk; boots them in qemu; copies
 // what the checks wrote on the output disk (the OOM race's files) to a
 // host directory; and drives `go test -tags nodelane -exec nodevm`,
 // printing one line per check and a summary. race.go holds the race
@@ -15,10 +17,14 @@
 // Invariants:
 //
 //   - Nothing is installed on the host except the runners' tools through
-//     apt-get; kernel packages are only downloaded and read; crictl is
-//     built into the cache, never into the clone.
+//     apt-get; kernel packages are only downloaded and read; crictl and
+//     containerd 2.x are built into the cache, never into the clone, with
+//     the module proxy's releases as they are (no replace directives) and
+//     GOTOOLCHAIN=local.
 //   - The cached root filesystem is never written: qemu boots it with
-//     snapshot=on, and the payload disk read-only. The output disk, made
+//     snapshot=on, and the payload disk read-only. It is the same for
+//     both containerds: containerd 2.x replaces Debian's in the guest's
+//     snapshot only. The output disk, made
 //     per run, is the only one the guest writes back.
 //   - Nothing is mounted on the host: the output disk is read with
 //     debugfs from its image file, and only its directories and regular

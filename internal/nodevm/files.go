@@ -86,17 +86,9 @@ var Masked = []struct{ Unit, Why string }{
 // packages and nodeguard put them. The guest has no network device: a pull
 // would fail anyway, this makes it fail at once.
 func ContainerdConfig(sandboxImage string) (string, error) {
-	q := map[string]string{}
-	for k, v := range map[string]string{"sandbox_image": sandboxImage, "bin_dir": CNIBinDir, "conf_dir": CNIConfDir} {
-		if v == "" {
-			return "", fmt.Errorf("render containerd config: %s is empty", k)
-		}
-		for _, r := range v {
-			if !unicode.IsPrint(r) {
-				return "", fmt.Errorf("render containerd config: %s %q has a non-printable character", k, v)
-			}
-		}
-		q[k] = strconv.Quote(v) // Go's quoting agrees with TOML's for printable text
+	q, err := quoteConfigValues(map[string]string{"sandbox_image": sandboxImage, "bin_dir": CNIBinDir, "conf_dir": CNIConfDir})
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -131,6 +123,25 @@ func ContainerdConfig(sandboxImage string) (string, error) {
 	return b.String(), nil
 }
 
+// quoteConfigValues returns each value of a containerd config as a TOML
+// string; an empty value or one with a non-printable character is an
+// error.
+func quoteConfigValues(values map[string]string) (map[string]string, error) {
+	q := map[string]string{}
+	for k, v := range values {
+		if v == "" {
+			return nil, fmt.Errorf("render containerd config: %s is empty", k)
+		}
+		for _, r := range v {
+			if !unicode.IsPrint(r) {
+				return nil, fmt.Errorf("render containerd config: %s %q has a non-printable character", k, v)
+			}
+		}
+		q[k] = strconv.Quote(v) // Go's quoting agrees with TOML's for printable text
+	}
+	return q, nil
+}
+
 // laneUnit runs the payload once the node is up. Type=exec: the unit is
 // active as soon as its program runs, so the boot finishes (systemctl
 // is-system-running answers) while the tests run; a oneshot would hold
@@ -163,10 +174,11 @@ AllowIsolate=yes
 
 // laneScript is the lane unit's program. It mounts the payload disk and
 // the output disk (read-write, its path exported as EnvOutDir), installs
-// the staged `make install` tree, crictl and the images, runs the test
-// binary with its output on the test channel, prints the exit marker,
-// unmounts the output disk (so the host finds everything on it) and ends
-// the guest. Its own messages, prefixed "nodelane:", go to the console
+// the staged `make install` tree and crictl, runs the payload's containerd
+// installer when it has one (ContainerdInstallScript), imports the images,
+// runs the test binary with its output on the test channel, prints the
+// exit marker, unmounts the output disk (so the host finds everything on
+// it) and ends the guest. Its own messages, prefixed "nodelane:", go to the console
 // (the runner prints them as progress). The exit status 125 means the
 // payload could not be set up.
 const laneScript = `#!/bin/sh
@@ -203,6 +215,14 @@ install -m 0755 "$payload/bin/crictl" /usr/local/bin/crictl || finish 125
 say "stage installed"
 systemctl daemon-reload || { say "systemctl daemon-reload failed"; finish 125; }
 say "units reloaded"
+# Another containerd than the root filesystem's (NODEGUARD_NODE_CONTAINERD):
+# its installer replaces Debian's before anything runs on it.
+if [ -f "$payload/` + payloadContainerdInstall + `" ]; then
+	say "installing containerd from the payload"
+	/bin/sh "$payload/` + payloadContainerdInstall + `" >/run/nodelane/containerd-install.log 2>&1 ||
+		{ say "installing containerd from the payload failed: $(tail -n 40 /run/nodelane/containerd-install.log)"; finish 125; }
+	say "$(containerd --version) installed and started"
+fi
 systemctl is-active --quiet containerd || say "containerd is $(systemctl is-active containerd) before the image import"
 # The imports run side by side (2 vCPUs; each is mostly containerd's work).
 pids=""

@@ -70,9 +70,16 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 	if p.Image.Built {
 		state = "built in " + p.Image.BuildTime["total"].String()
 	}
+	ctrd := p.ContainerdVersion + " (the root filesystem's)"
+	if b := p.Containerd; b != nil {
+		ctrd = b.Version + " (cached, on the payload)"
+		if b.Built {
+			ctrd = b.Version + " (built in " + b.BuildTime.String() + ", on the payload)"
+		}
+	}
 	prepared := time.Since(start).Round(time.Millisecond)
-	fmt.Fprintf(stdout, "=== node lane: kernel %s, root filesystem %s (%s), crictl %s, ready in %s; race %s; host load average %s\n",
-		p.Kernel.Release, p.Image.Key, state, CrictlVersion, prepared, c.Base.Race, HostLoad())
+	fmt.Fprintf(stdout, "=== node lane: kernel %s, root filesystem %s (%s), containerd %s, crictl %s, ready in %s; race %s; host load average %s\n",
+		p.Kernel.Release, p.Image.Key, state, ctrd, CrictlVersion, prepared, c.Base.Race, HostLoad())
 
 	timeout := c.TestTimeout
 	if timeout == 0 {
@@ -85,7 +92,7 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 	args := append([]string{"test", "-tags", LaneTag, "-json", "-count=1", "-timeout", timeout.String(), "-exec", c.Runner}, c.GoTestFlags...)
 	args = append(args, pkg)
 	cmd := exec.CommandContext(ctx, c.Go, args...)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", EnvStage+"="+c.Base.Stage, EnvRace+"="+c.Base.Race)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", EnvStage+"="+c.Base.Stage, EnvRace+"="+c.Base.Race, EnvContainerd+"="+c.Base.Containerd)
 	if c.Base.Out != "" {
 		cmd.Env = append(cmd.Env, EnvOut+"="+c.Base.Out)
 	}
@@ -103,7 +110,7 @@ func RunLane(ctx context.Context, c LaneConfig, stdout, stderr io.Writer) error 
 	}
 	sum, rerr := ReadChecks(pipe, stdout, c.Verbose)
 	werr := cmd.Wait()
-	sum.Release = p.Kernel.Release
+	sum.Release, sum.Containerd = p.Kernel.Release, p.ContainerdVersion
 	fmt.Fprintf(stdout, "=== node lane: prepare %s, go test (build, payload, boot, checks) %s, total %s; host load average %s\n",
 		prepared, time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second), HostLoad())
 	fmt.Fprintln(stdout, sum.String())
@@ -137,7 +144,10 @@ type Skip struct{ Check, Reason string }
 // Summary adds up one run of the checks. A check is a test without
 // subtests: a test with subtests only sums them up.
 type Summary struct {
-	Release                         string
+	// Release is the guest kernel's; Containerd names the guest's
+	// containerd (Prepared.ContainerdVersion), so that the runs on each
+	// are told apart.
+	Release, Containerd             string
 	Checks, Passed, Failed, Skipped int
 	FailedChecks                    []string
 	Skips                           []Skip
@@ -146,11 +156,16 @@ type Summary struct {
 	PackageFailed bool
 }
 
-// String returns the summary line, e.g. "node 6.12.117+deb12-amd64: checks
-// 12, passed 11, failed 1, skipped 0; FAILED: TestNode/x".
+// String returns the summary line, e.g. "node 6.12.117+deb12-amd64,
+// containerd v2.4.2: checks 12, passed 11, failed 1, skipped 0; FAILED:
+// TestNode/x".
 func (s *Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "node %s: checks %d, passed %d, failed %d, skipped %d", s.Release, s.Checks, s.Passed, s.Failed, s.Skipped)
+	b.WriteString("node " + s.Release)
+	if s.Containerd != "" {
+		b.WriteString(", containerd " + s.Containerd)
+	}
+	fmt.Fprintf(&b, ": checks %d, passed %d, failed %d, skipped %d", s.Checks, s.Passed, s.Failed, s.Skipped)
 	if len(s.Skips) > 0 {
 		r := make([]string, len(s.Skips))
 		for i, k := range s.Skips {

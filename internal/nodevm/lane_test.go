@@ -79,4 +79,9 @@ func TestSummaryString(t *testing.T) {
 	if got := s.String(); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	s.Containerd = ContainerdV2
+	want = "node 6.12.117+deb12-amd64, containerd v2.4.2: checks 3, passed 1, failed 1, skipped 1 (TestNode/c: why); FAILED: TestNode/b"
+	if got := s.String(); got != want {
+		t.Errorf("with the containerd named:\ngot  %q\nwant %q", got, want)
+	}
 }

@@ -75,6 +75,46 @@ type Payload struct {
 	Crictl string
 	// Marker is the exit marker's prefix (ExitMarkerPrefix-<nonce>).
 	Marker string
+	// Containerd, when set, replaces the root filesystem's containerd
+	// in the guest (see ContainerdInstallScript).
+	Containerd *PayloadContainerd
+}
+
+// PayloadContainerd is a containerd for the payload's containerd/: the
+// binaries (Binaries in the host directory Dir) go to bin/, with Config as
+// config.toml, the unit's drop-in and the installer the lane script runs.
+type PayloadContainerd struct {
+	Version  string
+	Dir      string
+	Binaries []string
+	Config   string
+}
+
+// entries returns the payload's containerd/ tree.
+func (c *PayloadContainerd) entries() ([]Entry, error) {
+	if c.Version == "" || c.Dir == "" || len(c.Binaries) == 0 || c.Config == "" {
+		return nil, fmt.Errorf("payload: containerd %q incomplete (binaries %q in %q, config %d bytes)", c.Version, c.Binaries, c.Dir, len(c.Config))
+	}
+	d := payloadContainerd
+	es := []Entry{
+		{Path: d, Mode: fs.ModeDir | 0o755},
+		{Path: d + "/bin", Mode: fs.ModeDir | 0o755},
+	}
+	for _, b := range c.Binaries {
+		if b == "" || strings.ContainsAny(b, "/ '\"$") {
+			return nil, fmt.Errorf("payload: bad containerd binary name %q", b)
+		}
+		host := filepath.Join(c.Dir, b)
+		if err := vmtest.CheckStatic(host); err != nil {
+			return nil, fmt.Errorf("payload: containerd %s: %w", c.Version, err)
+		}
+		es = append(es, Entry{Path: d + "/bin/" + b, Mode: 0o755, Host: host})
+	}
+	return append(es,
+		Entry{Path: d + "/config.toml", Mode: 0o644, Data: c.Config},
+		Entry{Path: d + "/containerd.service.conf", Mode: 0o644, Data: containerdDropIn},
+		Entry{Path: payloadContainerdInstall, Mode: 0o755, Data: ContainerdInstallScript(c.Version, c.Binaries)},
+	), nil
 }
 
 // Entry is one file of the payload tree: a directory (Mode has
@@ -150,6 +190,13 @@ func (p *Payload) Entries() ([]Entry, error) {
 			return nil, fmt.Errorf("payload: image %s has no archive", im.Name)
 		}
 		es = append(es, Entry{Path: payloadImages + "/" + filepath.Base(im.Archive), Mode: 0o644, Host: im.Archive})
+	}
+	if p.Containerd != nil {
+		ces, err := p.Containerd.entries()
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, ces...)
 	}
 	es = append(es, dir(payloadPkg))
 	if p.Dir != "" {

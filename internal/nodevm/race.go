@@ -53,6 +53,18 @@ var raceSets = map[string]RaceSet{
 	RaceFull:  {Rates: "50Mi/s,200Mi/s,1Gi/s", Trials: 3, Bound: 35 * time.Minute},
 }
 
+// DefaultRaceFor is the race mode when EnvRace is empty on a run with
+// containerd (ParseContainerd's): DefaultRace on the root filesystem's,
+// off on containerd 2.x, whose run is there for the runtime's checks (the
+// race measures nodeguard's eviction, the same on either runtime, and
+// costs ~4 minutes); EnvRace=quick or full runs it there too.
+func DefaultRaceFor(containerd string) string {
+	if containerd == ContainerdDebian {
+		return DefaultRace
+	}
+	return RaceOff
+}
+
 // ParseRace returns the mode named by v ("" is DefaultRace).
 func ParseRace(v string) (string, error) {
 	switch v {

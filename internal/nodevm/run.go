@@ -103,7 +103,10 @@ type Config struct {
 	// Out is the absolute host directory the output disk's files go to;
 	// empty: nowhere.
 	Out string
-	// Go is the go command that builds crictl.
+	// Containerd is the guest's containerd (EnvContainerd), already
+	// parsed: ContainerdDebian or ContainerdV2.
+	Containerd string
+	// Go is the go command that builds crictl and containerd 2.x.
 	Go  string
 	Log *slog.Logger
 }
@@ -123,9 +126,17 @@ func ConfigFromEnv(getenv func(string) string, log *slog.Logger) (Config, error)
 		Go:       "go",
 		Log:      log,
 	}
+	ctrd, err := ParseContainerd(getenv(EnvContainerd))
+	if err != nil {
+		return c, err
+	}
+	c.Containerd = ctrd
 	race, err := ParseRace(getenv(EnvRace))
 	if err != nil {
 		return c, err
+	}
+	if getenv(EnvRace) == "" {
+		race = DefaultRaceFor(ctrd)
 	}
 	c.Race = race
 	c.Timeout += RaceAllowance(race)
@@ -197,14 +208,22 @@ type Prepared struct {
 	Image  *Image
 	Crictl string
 	Images images.Set
+	// Containerd is the built containerd 2.x the payload carries; nil for
+	// the root filesystem's (ContainerdDebian).
+	Containerd *ContainerdBuild
+	// ContainerdVersion names the guest's containerd for the lane's
+	// lines: Debian's package version as the image's dpkg status has
+	// it, or the built release.
+	ContainerdVersion string
 	// Took is how long Prepare took, and its steps.
 	Took map[string]time.Duration
 }
 
 // Prepare installs missing host tools, and resolves, builds or reuses the
 // kernel (the VM lane's cache), the root filesystem with its initrd, a
-// static crictl and the test images. The three builds run in parallel;
-// each is serialised across processes by its own flock.
+// static crictl, the test images and, for ContainerdV2, containerd 2.x.
+// The builds run in parallel; each is serialised across processes by its
+// own flock.
 func Prepare(ctx context.Context, c Config) (*Prepared, error) {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -257,9 +276,21 @@ func Prepare(ctx context.Context, c Config) (*Prepared, error) {
 	timed("rootfs", func() (err error) { p.Image, err = CachedImage(ctx, c.CacheDir, c.Sources, r, c.Log); return })
 	timed("crictl", func() (err error) { p.Crictl, err = CachedCrictl(ctx, c.CacheDir, c.Go, c.Log); return })
 	timed("images", func() (err error) { p.Images, err = images.Cached(ctx, images.DefaultCacheDir, c.Log); return })
+	if c.Containerd == ContainerdV2 {
+		timed("containerd", func() (err error) { p.Containerd, err = CachedContainerd(ctx, c.CacheDir, c.Go, c.Log); return })
+	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	switch {
+	case p.Containerd != nil:
+		p.ContainerdVersion = p.Containerd.Version
+	default:
+		p.ContainerdVersion = ContainerdDebian
+		if v := imagePackageVersion(ctx, p.Image.Rootfs, "containerd"); v != "" {
+			p.ContainerdVersion = "debian " + v
+		}
 	}
 	p.Took["total"] = time.Since(start).Round(time.Millisecond)
 	return p, nil
@@ -328,6 +359,13 @@ func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.W
 		Images: []images.Image{p.Images.Pause, p.Images.Busybox, p.Images.Hog},
 		Crictl: p.Crictl,
 		Marker: vmtest.ExitMarkerPrefix + "-" + hex.EncodeToString(nonce),
+	}
+	if p.Containerd != nil {
+		conf, err := ContainerdV2Config(images.PauseName)
+		if err != nil {
+			return Result{}, err
+		}
+		pl.Containerd = &PayloadContainerd{Version: p.Containerd.Version, Dir: p.Containerd.Dir, Binaries: p.Containerd.Binaries, Config: conf}
 	}
 	t0 := time.Now()
 	disk, err := makePayload(ctx, c.Log, tmp, pl)
