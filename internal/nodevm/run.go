@@ -159,36 +159,20 @@ func ConfigFromEnv(getenv func(string) string, log *slog.Logger) (Config, error)
 		return c, fmt.Errorf("%s=%q: want multi or single", EnvTCG, c.TCG)
 	}
 	if v := getenv(EnvTimeout); v != "" {
-		d, err := parseDuration(v)
+		d, err := vmtest.ParseTimeout(v)
 		if err != nil {
 			return c, fmt.Errorf("%s=%q: %w", EnvTimeout, v, err)
 		}
 		c.Timeout = d
 	}
 	if v := getenv(EnvCPUs); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 64 {
-			return c, fmt.Errorf("%s=%q: want a number of vCPUs from 1 to 64", EnvCPUs, v)
+		n, err := vmtest.ParseCPUs(v)
+		if err != nil {
+			return c, fmt.Errorf("%s=%q: %w", EnvCPUs, v, err)
 		}
 		c.CPUs = n
 	}
 	return c, nil
-}
-
-// parseDuration accepts whole seconds or a Go duration, at least a second.
-func parseDuration(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		n, nerr := strconv.Atoi(v)
-		if nerr != nil {
-			return 0, errors.New("want seconds or a duration such as 10m")
-		}
-		d = time.Duration(n) * time.Second
-	}
-	if d < time.Second {
-		return 0, errors.New("want at least one second")
-	}
-	return d, nil
 }
 
 // nodeTools are the host tools of the build besides the VM lane's (qemu,

@@ -103,24 +103,35 @@ func ConfigFromEnv(getenv func(string) string, log *slog.Logger) (Config, error)
 		c.Memory = DefaultMemory
 	}
 	if v := getenv(EnvTimeout); v != "" {
-		d, err := parseTimeout(v)
+		d, err := ParseTimeout(v)
 		if err != nil {
 			return c, fmt.Errorf("%s=%q: %w", EnvTimeout, v, err)
 		}
 		c.Timeout = d
 	}
 	if v := getenv(EnvCPUs); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 64 {
-			return c, fmt.Errorf("%s=%q: want a number of vCPUs from 1 to 64", EnvCPUs, v)
+		n, err := ParseCPUs(v)
+		if err != nil {
+			return c, fmt.Errorf("%s=%q: %w", EnvCPUs, v, err)
 		}
 		c.CPUs = n
 	}
 	return c, nil
 }
 
-// parseTimeout accepts whole seconds or a Go duration, at least one second.
-func parseTimeout(v string) (time.Duration, error) {
+// ParseCPUs accepts a number of vCPUs from 1 to 64 (the VM and node
+// lanes' knob).
+func ParseCPUs(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 64 {
+		return 0, errors.New("want a number of vCPUs from 1 to 64")
+	}
+	return n, nil
+}
+
+// ParseTimeout accepts whole seconds or a Go duration, at least one
+// second (the VM and node lanes' timeout knobs).
+func ParseTimeout(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		n, nerr := strconv.Atoi(v)

@@ -53,8 +53,8 @@ func TestConfigFromEnv(t *testing.T) {
 
 func TestParseTimeout(t *testing.T) {
 	for in, want := range map[string]time.Duration{"240": 240 * time.Second, "4m": 4 * time.Minute, "1s": time.Second} {
-		if got, err := parseTimeout(in); err != nil || got != want {
-			t.Errorf("parseTimeout(%q) = %v, %v; want %v", in, got, err, want)
+		if got, err := ParseTimeout(in); err != nil || got != want {
+			t.Errorf("ParseTimeout(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
 }
