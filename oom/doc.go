@@ -59,6 +59,11 @@
 //     ones in their own goroutine, so a graceful stop never blocks the
 //     loop. A failed Evict is logged, forgotten by the policy and retried
 //     by the next evaluation.
+//   - Releases are checked before a pass observes: a victim whose release
+//     was seen (its cgroup gone, its working set below ReleasedFraction of
+//     its usage at decision time, or Released) is left out of the
+//     observations from that pass on, while the actor still lists it, so
+//     it is never chosen, nor escalated, again.
 //   - Each decision logs one line (signal, threshold, observed, victim,
 //     rank, hard, grace, dry_run, stage latencies) and each oom_score_adj
 //     change one line. Kernel events other than OOM kills are never logged

@@ -693,3 +693,71 @@ func TestManagerWatchesAPodCgroupTheSnapshotLacks(t *testing.T) {
 		t.Errorf("watched %q, want one cgroup once", watched)
 	}
 }
+
+// A victim whose working set falls below ReleasedFraction while its
+// cgroup still exists is released in that pass, and must not be chosen
+// again in it: it is no longer pending, and a hard threshold met in the
+// same pass would otherwise "escalate" it, a second eviction of a pod
+// already evicted, logged and counted.
+func TestManagerNeverChoosesAVictimReleasedInTheSamePass(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// unlist: the actor stops listing the victim once evicted, as
+		// the lifecycle does; otherwise its list was taken before the
+		// eviction was recorded.
+		unlist bool
+	}{
+		{"when the actor no longer lists it", true},
+		{"when the actor still lists it", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			both := ThresholdConfig{
+				EvictionHard:            map[string]string{"memory.available": "100Mi"},
+				EvictionSoft:            map[string]string{"memory.available": "500Mi"},
+				EvictionSoftGracePeriod: map[string]string{"memory.available": "1ns"},
+			}
+			h := startManager(t, both, nil)
+			crit := pod("crit", 0, 0)
+			crit.Critical = true // never a victim: a is the only candidate
+			h.actor.setPods(ref(pod("a", 0, 0), "/kubepods/pod-a"), ref(crit, "/kubepods/pod-crit"))
+			if tt.unlist {
+				h.actor.mu.Lock()
+				h.actor.evictFn = func(_ context.Context, d Decision) error {
+					h.actor.mu.Lock()
+					defer h.actor.mu.Unlock()
+					h.actor.pods = slices.DeleteFunc(h.actor.pods, func(r PodRef) bool { return r.UID == d.Victim.UID })
+					return nil
+				}
+				h.actor.mu.Unlock()
+			}
+			h.snap.set(400*Mi, cgroup("/kubepods/pod-a", 11, Gi), cgroup("/kubepods/pod-crit", 12, 100*Mi))
+			h.m.Wake("test", time.Time{}) // the soft threshold is first met
+			time.Sleep(15 * time.Millisecond)
+			h.m.Wake("test", time.Time{}) // its grace period (1ns) has passed
+			if got := receive(t, h.rec.decisions, "decision"); got.d.Victim.UID != "a" || got.d.Hard {
+				t.Fatalf("first decision %+v, want a soft eviction of a", got.d)
+			}
+
+			// a's working set falls below 10% of 1Gi, its cgroup still
+			// there, while the node crosses the hard threshold.
+			h.snap.set(80*Mi, cgroup("/kubepods/pod-a", 11, 50*Mi), cgroup("/kubepods/pod-crit", 12, 500*Mi))
+			n := h.m.Evaluations()
+			h.m.Wake("test", time.Time{})
+			eventually(t, "the evaluation", func() bool { return h.m.Evaluations() > n })
+			if rel := receive(t, h.rec.released, "release"); rel.d.Victim.UID != "a" {
+				t.Errorf("released %s, want a", rel.d.Victim.UID)
+			}
+			select {
+			case got := <-h.rec.decisions:
+				t.Errorf("a second decision: hard=%v victim=%s signal=%s (a was released in this pass)", got.d.Hard, got.d.Victim.UID, got.d.Threshold)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if got := h.actor.evicted(); !slices.Equal(got, []string{"a"}) {
+				t.Errorf("evicted %q, want a once", got)
+			}
+			if n := strings.Count(h.logs(), `msg="evict pod"`); n != 1 {
+				t.Errorf("%d eviction lines logged, want 1", n)
+			}
+		})
+	}
+}
