@@ -20,6 +20,12 @@
 // (ParsePSIRule) add "memory.full.avg10>40 for 10s" on the node or, with
 // "pod:", on each pod cgroup.
 //
+// TripwirePolicy places the tripwire on the pod cgroup root (package
+// oom/tripwire senses, this decides): at the pod root usage where the
+// nearest memory threshold would be crossed, kept above usage by the page
+// cache's allowance where the mechanism needs it, moved only by 1 MiB or
+// more.
+//
 // Invariants of the policy:
 //
 //   - Time is passed in; nothing reads a clock. One Evaluate makes at most
