@@ -75,6 +75,8 @@
 //     change one line. Kernel events other than OOM kills are never logged
 //     one by one.
 //   - oom_score_adj: Result.NextVictim's is raised to 1000 once, put back
-//     when the next victim changes, pressure recedes, or Run returns. Dry
-//     run changes nothing and evicts nothing.
+//     when the next victim changes, pressure recedes, or Run returns. A
+//     raise that failed (perhaps in part) is put back all the same, and
+//     tried again while the pod stays the next victim. Dry run changes
+//     nothing and evicts nothing.
 package oom

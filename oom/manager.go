@@ -111,6 +111,7 @@ type Manager struct {
 
 	// loop-only state
 	raised      types.UID // the pod whose oom_score_adj is raised
+	raiseFailed bool      // ... perhaps in part only: raise it again
 	conds       map[Condition]bool
 	snapErrAt   time.Time
 	running     atomic.Bool
@@ -670,16 +671,18 @@ func (m *Manager) checkReleases(snap *pressure.Snapshot, refs []PodRef) {
 }
 
 // oomScoreAdj raises the next victim's oom_score_adj and puts back the
-// previous one's, once per change.
+// previous one's, once per change. A raise that failed may have raised
+// some of the pod's processes: the pod counts as raised (put back when
+// the next victim changes), and is raised again at the next evaluation.
 func (m *Manager) oomScoreAdj(next *Pod) {
 	var want types.UID
 	if next != nil {
 		want = next.UID
 	}
-	if want == m.raised {
+	if want == m.raised && !m.raiseFailed {
 		return
 	}
-	if m.raised != "" {
+	if m.raised != "" && m.raised != want {
 		if !m.cfg.DryRun {
 			if err := m.cfg.Actor.RestoreOOMScoreAdj(m.raised); err != nil {
 				m.log.Warn("restore oom_score_adj", "uid", string(m.raised), "err", err)
@@ -688,12 +691,13 @@ func (m *Manager) oomScoreAdj(next *Pod) {
 		m.log.Info("restore oom_score_adj", "uid", string(m.raised), "dry_run", m.cfg.DryRun)
 		m.raised = ""
 	}
+	m.raiseFailed = false
 	if next == nil {
 		return
 	}
 	if !m.cfg.DryRun {
 		if err := m.cfg.Actor.SetOOMScoreAdj(next.UID, NextVictimOOMScoreAdj); err != nil {
-			// Not raised: tried again at the next evaluation.
+			m.raised, m.raiseFailed = next.UID, true
 			m.log.Warn("raise oom_score_adj of the next victim", "victim", next.Namespace+"/"+next.Name,
 				"uid", string(next.UID), "err", err)
 			return

@@ -28,6 +28,7 @@ type fakeActor struct {
 	evicts  []Decision
 	adj     []string // "set a 1000", "restore a"
 	evictFn func(ctx context.Context, d Decision) error
+	setErr  func(uid types.UID) error // SetOOMScoreAdj's error, when set
 }
 
 func (a *fakeActor) Pods() []PodRef {
@@ -57,6 +58,9 @@ func (a *fakeActor) SetOOMScoreAdj(uid types.UID, adj int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.adj = append(a.adj, fmt.Sprintf("set %s %d", uid, adj))
+	if a.setErr != nil {
+		return a.setErr(uid)
+	}
 	return nil
 }
 
@@ -355,6 +359,38 @@ func TestManagerRaisesAndRestoresOOMScoreAdj(t *testing.T) {
 	if got := h.actor.adjustments(); got[len(got)-1] != "restore b" {
 		t.Errorf("on exit %q, want b restored", got)
 	}
+}
+
+// A SetOOMScoreAdj that fails may have raised some of the pod's
+// processes: it is tried again while the pod stays the next victim, and
+// restored like a raised pod once it is not.
+func TestManagerRestoresAPartlyRaisedVictim(t *testing.T) {
+	h := startManager(t, hard100, nil)
+	h.actor.mu.Lock()
+	h.actor.setErr = func(uid types.UID) error {
+		if uid == "a" {
+			return errors.New("oom_score_adj of pid 42 to 1000: permission denied")
+		}
+		return nil
+	}
+	h.actor.mu.Unlock()
+	a, b := pod("a", 0, 0), pod("b", 0, 0)
+	h.actor.setPods(ref(a, "/kubepods/pod-a"), ref(b, "/kubepods/pod-b"))
+	cgA, cgB := cgroup("/kubepods/pod-a", 11, 1*Gi), cgroup("/kubepods/pod-b", 12, 500*Mi)
+	step := func(want []string, cgs ...pressure.Cgroup) {
+		t.Helper()
+		h.snap.set(150*Mi, cgs...)
+		n := h.m.Evaluations()
+		h.m.Wake("test", time.Time{})
+		eventually(t, "an evaluation", func() bool { return h.m.Evaluations() > n })
+		if got := h.actor.adjustments(); !slices.Equal(got, want) {
+			t.Errorf("adjustments %q, want %q", got, want)
+		}
+	}
+	step([]string{"set a 1000"}, cgA, cgB)
+	step([]string{"set a 1000", "set a 1000"}, cgA, cgB) // tried again
+	cgA.Memory.Usage = uint64(100 * Mi)                  // b is now the top-ranked
+	step([]string{"set a 1000", "set a 1000", "restore a", "set b 1000"}, cgA, cgB)
 }
 
 func TestManagerEvaluatesEvidenceAtOnceButHoldsOffOtherWakes(t *testing.T) {
