@@ -111,7 +111,7 @@ type Manager struct {
 
 	// loop-only state
 	raised      types.UID // the pod whose oom_score_adj is raised
-	raiseFailed bool      // ... perhaps in part only: raise it again
+	raiseFailed bool      // its last raise failed, perhaps in part: raise it again
 	conds       map[Condition]bool
 	snapErrAt   time.Time
 	running     atomic.Bool
