@@ -124,9 +124,11 @@ type Actor interface {
 	// the message. It returns once the kill was sent (hard) or the stop
 	// requested (soft); the rest completes in the background.
 	Evict(ctx context.Context, d Decision) error
-	// SetOOMScoreAdj sets the oom_score_adj of every process of a pod
-	// (raising the next victim under pressure); Restore puts back the
-	// kubelet's policy value.
+	// SetOOMScoreAdj sets the oom_score_adj of every process of a pod,
+	// the sandbox's included (raising the next victim under pressure);
+	// Restore puts back on each process it raised the value that process
+	// had, and gives container processes that joined since the kubelet's
+	// value for their container.
 	SetOOMScoreAdj(uid types.UID, adj int) error
 	RestoreOOMScoreAdj(uid types.UID) error
 }
