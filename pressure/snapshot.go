@@ -123,6 +123,14 @@ type Config struct {
 
 // Snapshotter reads Snapshots. Snapshot may be called from one goroutine
 // at a time; Add and Remove from any.
+//
+// Only Snapshot and Close close a cgroup's descriptors. Remove runs on the
+// kernel event goroutine while a Snapshot may be reading the very entry it
+// removes, outside the lock: closing there would fail that reading with
+// EBADF (and the policy ranks a pod without a reading first), or let a
+// file opened meanwhile take the descriptor's number, so that the reading
+// returns another file's content. Remove therefore retires the entry, and
+// the next Snapshot closes it before it reads anything.
 type Snapshotter struct {
 	cfg Config
 	log *slog.Logger
@@ -130,6 +138,7 @@ type Snapshotter struct {
 	mu      sync.Mutex
 	entries map[string]*entry // by Rel
 	pending []string          // Rels added since the last tick
+	retired []*entry          // removed since the last tick, still open
 	scanned time.Time
 
 	meminfo *nodestats.MeminfoReader
@@ -260,13 +269,27 @@ func (s *Snapshotter) Add(rel string) {
 	s.mu.Unlock()
 }
 
-// Remove stops reading the cgroup at rel.
+// Remove stops reading the cgroup at rel from the next Snapshot on. A
+// Snapshot under way may still read it; its descriptors are closed when
+// the next one starts.
 func (s *Snapshotter) Remove(rel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.entries[rel]; ok {
-		e.close()
 		delete(s.entries, rel)
+		s.retired = append(s.retired, e)
+	}
+}
+
+// closeRetired closes the entries removed since the last Snapshot. It is
+// called by Snapshot only, before it reads, so no reading uses them.
+func (s *Snapshotter) closeRetired() {
+	s.mu.Lock()
+	retired := s.retired
+	s.retired = nil
+	s.mu.Unlock()
+	for _, e := range retired {
+		e.close()
 	}
 }
 
@@ -405,6 +428,7 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 // at (injected: the caller's clock).
 func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 	start := time.Now()
+	s.closeRetired()
 	if now.Sub(s.scanned) >= s.cfg.RescanEvery {
 		if err := s.rescan(); err != nil {
 			s.log.Warn("rescan cgroups", "err", err)
@@ -552,7 +576,7 @@ func (s *Snapshotter) signals(snap *Snapshot) []nodestats.Observation {
 	return nodestats.AppendObservations(nil, in, snap.Time)
 }
 
-// Close releases every descriptor.
+// Close releases every descriptor. It must not run while a Snapshot does.
 func (s *Snapshotter) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -560,6 +584,10 @@ func (s *Snapshotter) Close() error {
 		e.close()
 		delete(s.entries, rel)
 	}
+	for _, e := range s.retired {
+		e.close()
+	}
+	s.retired = nil
 	if s.meminfo != nil {
 		_ = s.meminfo.Close()
 	}
