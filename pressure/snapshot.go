@@ -113,6 +113,12 @@ type Config struct {
 	// NodeFSPath and ImageFSPath are paths on the node and image
 	// filesystems ("" leaves the signals out).
 	NodeFSPath, ImageFSPath string
+	// StatFSTimeout bounds a filesystem's statfs (default
+	// nodestats.DefaultStatFSTimeout); past it the filesystem's signals
+	// are left out of the Snapshot. StatFS replaces nodestats.StatFS,
+	// for tests.
+	StatFSTimeout time.Duration
+	StatFS        func(path string) (nodestats.FSStats, error)
 	// RescanEvery walks the roots again to find cgroups missed by Add.
 	RescanEvery time.Duration
 	// SlowEvery: cgroup cpu and io pressure are read every SlowEvery-th
@@ -146,7 +152,10 @@ type Snapshotter struct {
 	sysPSI  map[psi.Resource]*psi.File
 	roots   []root
 	pods    *cgstat.Reader
-	ticks   int
+	// nodeFS and imageFS are one probe when both paths are the same:
+	// one statfs per filesystem in flight at most.
+	nodeFS, imageFS *nodestats.FSProbe
+	ticks           int
 }
 
 // root is one monitored subtree in every hierarchy. A cgroup beneath it has
@@ -253,6 +262,16 @@ func New(cfg Config) (_ *Snapshotter, retErr error) {
 			return nil, fmt.Errorf("new snapshotter: pod root %q: %w", cfg.PodsRoot, err)
 		}
 		s.pods = cgstat.NewReader(src)
+	}
+	if cfg.NodeFSPath != "" {
+		s.nodeFS = nodestats.NewFSProbe(cfg.NodeFSPath, cfg.StatFSTimeout, cfg.StatFS)
+	}
+	switch {
+	case cfg.ImageFSPath == "":
+	case cfg.ImageFSPath == cfg.NodeFSPath:
+		s.imageFS = s.nodeFS
+	default:
+		s.imageFS = nodestats.NewFSProbe(cfg.ImageFSPath, cfg.StatFSTimeout, cfg.StatFS)
 	}
 	if err := s.rescan(); err != nil {
 		return nil, err
@@ -538,12 +557,19 @@ func (s *Snapshotter) readNode(ctx context.Context, snap *Snapshot) {
 			n.HasPods = true
 		}
 	}
-	if s.cfg.NodeFSPath != "" {
-		n.NodeFS, err = nodestats.NodeFS(ctx, s.cfg.NodeFSPath)
+	// A filesystem that does not answer in time is unknown: its
+	// signals are left out (neither full nor empty) and the error says
+	// why.
+	if s.nodeFS != nil {
+		n.NodeFS, err = s.nodeFS.Stat(ctx)
 		n.okNodeFS = fail(err)
 	}
-	if s.cfg.ImageFSPath != "" {
-		n.ImageFS, err = nodestats.ImageFS(ctx, s.cfg.ImageFSPath)
+	switch {
+	case s.imageFS == nil:
+	case s.imageFS == s.nodeFS:
+		n.ImageFS, n.okImageFS = n.NodeFS, n.okNodeFS
+	default:
+		n.ImageFS, err = s.imageFS.Stat(ctx)
 		n.okImageFS = fail(err)
 	}
 	n.PIDs, err = nodestats.ReadPIDs(s.cfg.ProcDir)
