@@ -46,13 +46,11 @@ func Tasks(dirs []Dir) (int64, error) {
 			return n, nil
 		}
 		// pids.current is missing from a cgroup2 directory whose parent
-		// does not delegate pids, and from a v1 or cgroup2 root: count
-		// instead. Any other failure is the answer.
+		// does not delegate pids (a hybrid host's), from a root, and
+		// from a cgroup that is gone, which the walk below tells.
+		// Any other failure is the answer.
 		if !errors.Is(err, fs.ErrNotExist) {
 			return 0, err
-		}
-		if _, serr := os.Stat(d.Path); serr != nil {
-			return 0, fmt.Errorf("count the tasks of %s: %w", d.Path, serr)
 		}
 	}
 	if mem == "" {
