@@ -97,11 +97,21 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 			continue
 		}
 		req := qos.PodRequests(p)
+		// The figures the kubelet ranks pid.available and the inodesFree
+		// signals by: the pod cgroup's tasks, read now (one small file:
+		// a fork bomb grows between storage samples), and the inodes of
+		// the last storage sample.
+		pids, pidsErr := m.cfg.Cgroups.Tasks(it.parent)
+		inodes, inodesKnown := m.inodeUsage(p.UID)
 		ref := oom.PodRef{CgroupRel: d.Rel, Pod: oom.Pod{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p), Priority: qos.Priority(p),
 			Critical: qos.IsCritical(p), Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: it.source != SourceAPI,
 			MemoryRequest: req.Memory().Value(), EphemeralRequest: req.StorageEphemeral().Value(),
 			EphemeralUsage: m.ephemeralUsage(p.UID),
+			Inodes:         inodes,
+			InodesUnknown:  !inodesKnown,
+			PIDs:           pids,
+			PIDsUnknown:    pidsErr != nil,
 			GracePeriod:    grace(p),
 		}}
 		out = append(out, ref)

@@ -37,10 +37,17 @@ type Pod struct {
 	EphemeralRequest, EphemeralUsage int64
 	// Inodes is the number of inodes the pod uses on the node
 	// filesystems (writable layers, logs, local volumes): the ranking of
-	// the inodesFree signals.
-	Inodes int64
-	// PIDs is the number of tasks in the pod cgroup.
-	PIDs int64
+	// the inodesFree signals. InodesUnknown: there is no figure (the pod
+	// started after the last storage sample); the kubelet ranks such a
+	// pod first, and so does the policy.
+	Inodes        int64
+	InodesUnknown bool
+	// PIDs is the number of tasks in the pod cgroup (its pids.current),
+	// the ranking of pid.available; PIDsUnknown: it could not be read,
+	// and the pod goes first among those of its priority (the kubelet's
+	// pod without stats).
+	PIDs        int64
+	PIDsUnknown bool
 	// ReclaimStall is the time its tasks spent in memory reclaim (eBPF
 	// aggregates), the first tie-breaker after the kubelet's order.
 	ReclaimStall time.Duration
