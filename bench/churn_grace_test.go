@@ -19,13 +19,14 @@ type graceRunner struct {
 
 	mu       sync.Mutex
 	running  map[string]*corev1.Pod
+	deleted  map[string]bool
 	applied  int // of the second batch
 	graceEnd chan struct{}
 	bad      []string // pods that would not wait out a grace period
 }
 
 func newGraceRunner(pods int) *graceRunner {
-	return &graceRunner{pods: pods, running: map[string]*corev1.Pod{}, graceEnd: make(chan struct{})}
+	return &graceRunner{pods: pods, running: map[string]*corev1.Pod{}, deleted: map[string]bool{}, graceEnd: make(chan struct{})}
 }
 
 func (g *graceRunner) Apply(_ context.Context, pods []*corev1.Pod, _ string) ([]*corev1.Pod, error) {
@@ -51,30 +52,40 @@ func (g *graceRunner) Delete(_ context.Context, _, name string) error {
 	if _, ok := g.running[name]; !ok {
 		return errors.New("no pod " + name)
 	}
+	g.deleted[name] = true
 	return nil
 }
 
-func (g *graceRunner) Wait(ctx context.Context, _, name string, pred func(*corev1.Pod, bool) bool) error {
+// Get finds a pod until it was deleted and, for the first batch, its grace
+// period ended.
+func (g *graceRunner) Get(_, name string) (*corev1.Pod, bool) {
 	g.mu.Lock()
-	p := g.running[name]
-	g.mu.Unlock()
-	running := p.DeepCopy()
-	running.Status.Phase = corev1.PodRunning
-	if pred(running, true) {
-		return nil
+	defer g.mu.Unlock()
+	p, ok := g.running[name]
+	if !ok || !g.deleted[name] {
+		return p, ok
 	}
 	if strings.HasPrefix(name, "grace-quiet-") {
 		select {
 		case <-g.graceEnd:
-		case <-ctx.Done():
-			return ctx.Err()
+		default:
+			return p, true
 		}
 	}
-	g.mu.Lock()
 	delete(g.running, name)
-	g.mu.Unlock()
-	if !pred(nil, false) {
-		return errors.New("pred wants neither running nor gone")
+	return nil, false
+}
+
+// Wait is for Running, which every pod is once applied.
+func (g *graceRunner) Wait(_ context.Context, _, name string, pred func(*corev1.Pod, bool) bool) error {
+	p, ok := g.Get("bench", name)
+	if !ok {
+		return errors.New("no pod " + name)
+	}
+	running := p.DeepCopy()
+	running.Status.Phase = corev1.PodRunning
+	if !pred(running, true) {
+		return errors.New("pred does not want a running pod")
 	}
 	return nil
 }
