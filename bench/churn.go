@@ -26,7 +26,10 @@ type PodRunner interface {
 type ChurnConfig struct {
 	Pods, Parallel int
 	Image          string
-	Progress       io.Writer
+	// Grace, when set, runs the grace scenario (RunChurnGrace): the pods'
+	// terminationGracePeriodSeconds, waited out in full by each deletion.
+	Grace    time.Duration
+	Progress io.Writer
 }
 
 // ChurnRow is one strategy's figures.

@@ -17,7 +17,9 @@
 //     adopted, never duplicated; extra sandboxes of one pod are removed.
 //
 // Invariants: it never touches a sandbox or container without nodeguard's
-// label; every CRI call runs under a bounded context; a failure in one pod
+// label; every CRI call runs under a bounded context, and at most
+// Config.Workers pods' calls and Config.Stops grace periods are in flight
+// (a container waiting out its grace holds no worker); a failure in one pod
 // never stops the others; pod status follows Kubernetes (phase,
 // conditions, container states with OOMKilled, pod IP).
 package lifecycle

@@ -85,8 +85,11 @@ type Config struct {
 	// Workers bounds how many pods are synced at once (default 8: CRI
 	// calls of different pods overlap, as the kubelet's per-pod workers).
 	Workers int
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Stops bounds the containers waiting out their grace period at once
+	// (DefaultStops when zero); they hold no Workers slot.
+	Stops  int
+	Logger *slog.Logger
+	Now    func() time.Time
 	// HasCapSysResource and MinOOMScoreAdj: without CAP_SYS_RESOURCE
 	// oom_score_adj cannot go below the runtime's own minimum.
 	HasCapSysResource bool
@@ -119,6 +122,11 @@ type Manager struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
+	// orphans: the pod UIDs whose orphaned sandboxes a worker is tearing
+	// down (orphans.go).
+	orphans map[types.UID]bool
+	// slots bounds the CRI calls in flight (slots.go).
+	slots *slots
 	// clampedOnce: the oom_score_adj clamp is logged once.
 	clampedOnce sync.Once
 
@@ -264,6 +272,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
 	}
+	if cfg.Stops <= 0 {
+		cfg.Stops = DefaultStops
+	}
 	if cfg.GCInterval <= 0 {
 		cfg.GCInterval = DefaultGCInterval
 	}
@@ -274,7 +285,8 @@ func New(cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{}}
+	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
+		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops)}
 	if err := m.loadPersisted(); err != nil {
 		return nil, err
 	}
@@ -489,29 +501,31 @@ func (m *Manager) SourcesReady() {
 // Run reconciles until ctx is done. Every pod has its own worker (as the
 // kubelet's pod workers): a new or changed pod is synced at once, not at the
 // next round, and a slow pod delays no other. At most Config.Workers pods
-// talk to the runtime at a time. Run itself removes the sandboxes of pods
-// nobody wants and starts the workers of new pods.
+// talk to the runtime at a time; their containers waiting out a grace
+// period are not counted there (slots.go). Run itself starts the workers
+// of new pods and of the teardown of sandboxes nobody wants (orphans.go).
 func (m *Manager) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.Resync)
 	defer t.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	sem := make(chan struct{}, m.cfg.Workers)
 	for {
 		m.beat.Store(m.now().UnixNano())
 		m.mu.Lock()
 		for uid, st := range m.pods {
-			if !st.working {
+			// A pod whose UID's orphaned sandboxes are being torn down
+			// waits for its worker until they are gone (orphans.go).
+			if !st.working && !m.orphans[uid] {
 				st.working = true
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					m.podWorker(ctx, uid, st, sem)
+					m.podWorker(ctx, uid, st)
 				}()
 			}
 		}
 		m.mu.Unlock()
-		m.removeOrphans(ctx)
+		m.removeOrphans(ctx, &wg)
 		m.relist(ctx)
 		m.maybeGC(ctx, &wg)
 		if err := m.cfg.Cgroups.UpdateQOS(ctx, m.desiredPods()); err != nil && err.Error() != m.qosErr {
@@ -633,44 +647,9 @@ func call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, callTimeout)
 }
 
-// removeOrphans tears down nodeguard's sandboxes whose pod is not desired
-// (only once every source was loaded: a restarted nodeguard adopts).
-func (m *Manager) removeOrphans(ctx context.Context) {
-	if !m.sourcesReady.Load() {
-		return
-	}
-	cctx, cancel := call(ctx)
-	sandboxes, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.ManagedLabel: "true"})
-	cancel()
-	if err != nil {
-		m.log.Warn("list sandboxes", "err", err)
-		return
-	}
-	for _, sb := range sandboxes {
-		uid := types.UID(sb.GetMetadata().GetUid())
-		m.mu.Lock()
-		_, desired := m.pods[uid]
-		m.mu.Unlock()
-		if !desired {
-			m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace, true)
-			m.mu.Lock()
-			_, desired = m.pods[uid]
-			m.mu.Unlock()
-			if !desired {
-				if parent := sb.GetAnnotations()[AnnotationCgroupParent]; parent != "" {
-					m.removePodCgroup(ctx, parent, true)
-				}
-				if err := m.teardownVolumes(ctx, uid); err != nil {
-					m.log.Warn("remove volumes of an orphaned sandbox", "uid", uid, "err", err)
-				}
-			}
-		}
-	}
-}
-
 // podWorker syncs one pod whenever it is poked and every Resync, until the
 // pod is removed or ctx ends.
-func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState, sem chan struct{}) {
+func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -686,7 +665,7 @@ func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState, se
 		m.mu.Lock()
 		deleting := st.deleting
 		m.mu.Unlock()
-		sem <- struct{}{}
+		m.slots.acquire()
 		cctx, cancel := call(ctx)
 		sbs, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.PodUIDLabel: string(uid)})
 		cancel()
@@ -696,7 +675,7 @@ func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState, se
 		} else {
 			m.setError(st, "ListFailed", err)
 		}
-		<-sem
+		m.slots.release()
 		if removed {
 			return
 		}
@@ -803,7 +782,8 @@ func (m *Manager) logDir(p *corev1.Pod) string {
 // teardownSandbox stops every container with the grace period, then the
 // sandbox (which kills without grace), and removes both. parent is the pod
 // cgroup the sandbox was made in ("" if unknown); with podGone the pod
-// cgroup is removed too, as no other sandbox of the pod will use it.
+// cgroup is removed too, as no other sandbox of the pod will use it. The
+// caller holds a work slot.
 func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time.Duration, podGone bool) {
 	cctx, cancel := call(ctx)
 	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
@@ -811,21 +791,21 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 	if err != nil {
 		m.log.Warn("list containers of sandbox", "sandbox", id, "err", err)
 	}
-	var wg sync.WaitGroup
+	// The stops wait out the grace period on stop slots, not on the
+	// caller's work slot (slots.go).
+	var stops []func()
 	for _, c := range ctrs {
 		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			stops = append(stops, func() {
 				sctx, cancel := context.WithTimeout(ctx, g+callTimeout)
 				defer cancel()
 				if err := m.cfg.Runtime.StopContainer(sctx, c.Id, g); err != nil {
 					m.log.Warn("stop container", "container", c.Id, "err", err)
 				}
-			}()
+			})
 		}
 	}
-	wg.Wait()
+	m.slots.waitOut(stops)
 	cctx, cancel = call(ctx)
 	defer cancel()
 	if err := m.cfg.Runtime.StopPodSandbox(cctx, id); err != nil && !errors.Is(err, cri.ErrNotFound) {

@@ -38,6 +38,10 @@ type rig struct {
 	// backoffInitial and backoffMax, when set, replace the tests' short
 	// restart back-off.
 	backoffInitial, backoffMax time.Duration
+	// runtime, when set, wraps the CRI client the manager is given;
+	// workers, when set, is its Config.Workers.
+	runtime func(lifecycle.Runtime) lifecycle.Runtime
+	workers int
 }
 
 func newRig(t *testing.T) *rig {
@@ -80,8 +84,12 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 	if r.backoffInitial > 0 {
 		bi, bm = r.backoffInitial, r.backoffMax
 	}
+	var rt lifecycle.Runtime = r.client
+	if r.runtime != nil {
+		rt = r.runtime(rt)
+	}
 	m, err := lifecycle.New(lifecycle.Config{
-		Runtime: r.client, Cgroups: r.cg, RootDir: r.root, MemoryCapacity: 8 << 30,
+		Runtime: rt, Cgroups: r.cg, Workers: r.workers, RootDir: r.root, MemoryCapacity: 8 << 30,
 		BackoffInitial: bi, BackoffMax: bm, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,

@@ -120,7 +120,12 @@ func newBenchChurnCmd(g *globalFlags) *cobra.Command {
 (apply -> Running, delete -> gone) and once as the bare CRI calls (pod cgroup,
 RunPodSandbox, CreateContainer, StartContainer; StopContainer, StopPodSandbox,
 RemovePodSandbox), the floor. Without --runtime-endpoint it starts the private
-test containerd (its own network namespace, local images) and removes it after.`,
+test containerd (its own network namespace, local images) and removes it after.
+
+With --grace the pods have that terminationGracePeriodSeconds and a container
+that ignores SIGTERM, so every deletion waits all of it out; nodeguard starts
+N pods with nothing else going on (the floor), then deletes them all at once
+and starts N more while they are in grace, and reports both side by side.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -156,6 +161,9 @@ test containerd (its own network namespace, local images) and removes it after.`
 			}
 			defer cleanup()
 			layout, cg, root, mi := host.layout, host.cg, host.root, host.mi
+			if cfg.Grace > 0 {
+				return benchChurnGrace(cmd, cfg, client, host, log, out)
+			}
 			floor, err := bench.RunChurnFloor(ctx, client, cg, cfg)
 			if err != nil {
 				return fmt.Errorf("direct CRI: %w", err)
@@ -210,6 +218,7 @@ test containerd (its own network namespace, local images) and removes it after.`
 	cmd.Flags().StringVar(&endpoint, "runtime-endpoint", "", "CRI socket; empty starts the private test containerd")
 	cmd.Flags().StringVar(&cgroupRoot, "cgroup-root", "nodeguard-bench", "cgroup root for the pods (relative: beneath nodeguard's own cgroup)")
 	cmd.Flags().StringVar(&out, "out", "", "directory for churn.csv")
+	cmd.Flags().DurationVar(&cfg.Grace, "grace", 0, "the pods' grace period, waited out in full: start latency while deletions are in grace (e.g. 30s; whole seconds)")
 	return cmd
 }
 

@@ -1,0 +1,78 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+)
+
+// removeOrphans finds nodeguard's sandboxes whose pod is not desired (only
+// once every source was loaded: a restarted nodeguard adopts) and hands
+// each such pod's to a worker, on wg: their containers' grace period must
+// not hold up the Run loop, whose passes are the relist and the watchdog's
+// heartbeat. A pod whose orphans are already being torn down is left to
+// that worker, however often the listing sees them again.
+func (m *Manager) removeOrphans(ctx context.Context, wg *sync.WaitGroup) {
+	if !m.sourcesReady.Load() {
+		return
+	}
+	cctx, cancel := call(ctx)
+	sandboxes, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.ManagedLabel: "true"})
+	cancel()
+	if err != nil {
+		m.log.Warn("list sandboxes", "err", err)
+		return
+	}
+	byPod := map[types.UID][]*runtimeapi.PodSandbox{}
+	m.mu.Lock()
+	for _, sb := range sandboxes {
+		uid := types.UID(sb.GetMetadata().GetUid())
+		if _, desired := m.pods[uid]; !desired && !m.orphans[uid] {
+			byPod[uid] = append(byPod[uid], sb)
+		}
+	}
+	for uid := range byPod {
+		m.orphans[uid] = true
+	}
+	m.mu.Unlock()
+	for uid, sbs := range byPod {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.teardownOrphans(ctx, uid, sbs)
+		}()
+	}
+}
+
+// teardownOrphans tears down the orphaned sandboxes of pod uid and, unless
+// the pod was applied again meanwhile, its cgroups and volumes. Until it
+// returns the Run loop starts no worker for uid, so the two never race for
+// the pod's sandbox, cgroup or volumes.
+func (m *Manager) teardownOrphans(ctx context.Context, uid types.UID, sbs []*runtimeapi.PodSandbox) {
+	m.slots.acquire()
+	for _, sb := range sbs {
+		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], orphanGrace, true)
+	}
+	m.mu.Lock()
+	_, desired := m.pods[uid]
+	m.mu.Unlock()
+	if !desired {
+		for _, sb := range sbs {
+			if parent := sb.GetAnnotations()[AnnotationCgroupParent]; parent != "" {
+				m.removePodCgroup(ctx, parent, true)
+			}
+		}
+		if err := m.teardownVolumes(ctx, uid); err != nil {
+			m.log.Warn("remove volumes of an orphaned sandbox", "uid", uid, "err", err)
+		}
+	}
+	m.slots.release()
+	m.mu.Lock()
+	delete(m.orphans, uid)
+	m.mu.Unlock()
+	m.poke() // a pod of this UID applied meanwhile gets its worker now
+}
