@@ -1,12 +1,17 @@
 package lifecycle
 
 import (
+	"log/slog"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/mounts"
+	"github.com/nodeguard/nodeguard/oom"
 )
 
 const mi = 1 << 20
@@ -153,6 +158,103 @@ func TestCheckLocalStorage(t *testing.T) {
 			}
 			if v.Threshold == "" {
 				t.Error("the violation names no threshold")
+			}
+		})
+	}
+}
+
+// decisions records what an Observer is told.
+type decisions struct{ got []oom.Decision }
+
+func (d *decisions) OnDecision(dec oom.Decision, _ oom.Timing) { d.got = append(d.got, dec) }
+
+// TestEnforceLocalStorage drives the enforcement of one measured pod
+// through the eviction actor, without a runtime: a soft eviction only
+// marks the pod and wakes its worker, which is not running here.
+func TestEnforceLocalStorage(t *testing.T) {
+	over := PodStorage{Volumes: []mounts.VolumeUsage{disk("scratch", 5*mi)}}
+	const msg = `Usage of EmptyDir volume "scratch" exceeds the limit "4Mi". `
+	for _, c := range []struct {
+		name     string
+		cfg      LocalStorageConfig
+		source   string
+		priority int32
+		// wantEvicted: the pod is Failed, Evicted; wantReported: the
+		// observer hears of it (once over two passes).
+		wantEvicted, wantReported, wantDryRun bool
+	}{
+		{name: "an API pod past its sizeLimit is evicted and reported", source: SourceAPI, wantEvicted: true, wantReported: true},
+		{name: "in dry run it is reported once and left running", cfg: LocalStorageConfig{DryRun: true}, source: SourceAPI, wantReported: true, wantDryRun: true},
+		{name: "a static pod is spared, as by the kubelet", source: "file"},
+		{name: "a critical pod is spared", source: SourceAPI, priority: 2000000000},
+		{name: "an exempt pod is spared", cfg: LocalStorageConfig{Exempt: []string{"default/p"}}, source: SourceAPI},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obs := &decisions{}
+			c.cfg.Observer = obs
+			m := &Manager{cfg: Config{RootDir: t.TempDir(), LocalStorage: c.cfg}, log: slog.New(slog.DiscardHandler), now: time.Now,
+				pods: map[types.UID]*podState{}, ls: newLocalStorage(c.cfg)}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "u1"},
+				Spec: corev1.PodSpec{Volumes: []corev1.Volume{emptyDir("scratch", "", "4Mi")}, Containers: []corev1.Container{ctr("main", "")},
+					Priority: &c.priority}}
+			st := &podState{pod: pod, source: c.source, sandboxID: "sb", kick: make(chan struct{}, 1),
+				status: corev1.PodStatus{Phase: corev1.PodRunning}}
+			m.pods[pod.UID] = st
+			s := over
+			s.UID = pod.UID
+			for range 2 {
+				m.enforceLocalStorage(t.Context(), &s, time.Now())
+			}
+
+			got, _ := m.Get("default", "p")
+			evicted := got.Status.Phase == corev1.PodFailed && got.Status.Reason == ReasonEvicted && got.Status.Message == msg
+			if evicted != c.wantEvicted {
+				t.Errorf("status %s %q %q; evicted %v, want %v", got.Status.Phase, got.Status.Reason, got.Status.Message, evicted, c.wantEvicted)
+			}
+			if c.wantEvicted {
+				if st.evicted == nil || st.evicted.Grace != localStorageGrace {
+					t.Errorf("eviction %+v, want the kubelet's grace of %v", st.evicted, localStorageGrace)
+				}
+				if m.loadEviction(pod.UID) == nil {
+					t.Error("the eviction was not persisted: a restarted nodeguard would run the pod again")
+				}
+			}
+			if reported := len(obs.got) == 1; reported != c.wantReported || len(obs.got) > 1 {
+				t.Fatalf("observer got %d decisions, want reported=%v once", len(obs.got), c.wantReported)
+			}
+			if c.wantReported {
+				d := obs.got[0]
+				if d.Signal != SignalEmptyDirFsLimit || d.Message != msg || d.DryRun != c.wantDryRun || d.Hard ||
+					d.Observed != 5*mi || d.Threshold != "spec.volumes[0].emptyDir.sizeLimit=4Mi" {
+					t.Errorf("decision %+v", d)
+				}
+			}
+		})
+	}
+}
+
+func TestUnenforcedLocalStorageIsWarnedAbout(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p"},
+		Spec: corev1.PodSpec{
+			Volumes:    []corev1.Volume{emptyDir("mem", corev1.StorageMediumMemory, "1Mi"), emptyDir("scratch", "", "4Mi")},
+			Containers: []corev1.Container{ctr("main", "4Mi")},
+		}}
+	for _, c := range []struct {
+		name   string
+		cfg    LocalStorageConfig
+		source string
+		want   int
+	}{
+		{"an API pod's limits are enforced: no warning", LocalStorageConfig{}, SourceAPI, 0},
+		{"a static pod's disk sizeLimit and ephemeral-storage limit are not", LocalStorageConfig{}, "file", 2},
+		{"an exempt pod's are not", LocalStorageConfig{Exempt: []string{"default/p"}}, SourceAPI, 2},
+		{"with eviction disabled nobody's are", LocalStorageConfig{Disabled: true}, SourceAPI, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := &Manager{cfg: Config{LocalStorage: c.cfg}, ls: newLocalStorage(c.cfg)}
+			got := m.unenforcedLocalStorage(pod, c.source)
+			if len(got) != c.want {
+				t.Errorf("warnings %q, want %d (a memory emptyDir's sizeLimit sizes its tmpfs: always honoured)", got, c.want)
 			}
 		})
 	}
