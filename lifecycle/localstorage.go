@@ -183,7 +183,8 @@ func newLocalStorage(cfg LocalStorageConfig) *localStorage {
 
 // LatestStorage returns the newest sample of every pod's ephemeral
 // storage and when it was taken (nil before the first), so that readers
-// (metrics) never walk a directory themselves.
+// (metrics) never walk a directory themselves. It is shared: read it,
+// never modify it.
 func (m *Manager) LatestStorage() ([]PodStorage, time.Time) {
 	m.ls.mu.Lock()
 	defer m.ls.mu.Unlock()
