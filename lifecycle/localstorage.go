@@ -296,7 +296,7 @@ func (m *Manager) enforceLocalStorage(ctx context.Context, s *PodStorage, observ
 	t := oom.Timing{Decided: m.now()}
 	if d.DryRun {
 		m.reportOnce(pod.UID, "dry run: "+v.Message, func() {
-			m.logLocalStorageEviction(d)
+			m.logLocalStorageEviction(d, t)
 			m.observeLocalStorage(d, t)
 		})
 		return
@@ -305,16 +305,24 @@ func (m *Manager) enforceLocalStorage(ctx context.Context, s *PodStorage, observ
 	t.Err = (&EvictionActor{m: m}).Evict(ectx, d)
 	cancel()
 	t.KillSent = m.now()
-	m.logLocalStorageEviction(d, "err", t.Err)
+	m.logLocalStorageEviction(d, t)
 	m.observeLocalStorage(d, t)
 }
 
 // logLocalStorageEviction is the decision's one structured line, with the
 // eviction manager's keys.
-func (m *Manager) logLocalStorageEviction(d oom.Decision, extra ...any) {
-	m.log.Info("evict pod", append([]any{"signal", d.Signal, "threshold", d.Threshold, "observed", d.Observed,
-		"victim", d.Victim.Namespace + "/" + d.Victim.Name, "rank", 0, "hard", false, "grace", d.GracePeriod,
-		"dry_run", d.DryRun, "message", d.Message}, extra...)...)
+func (m *Manager) logLocalStorageEviction(d oom.Decision, t oom.Timing) {
+	attrs := []any{
+		"signal", d.Signal, "threshold", d.Threshold, "observed", d.Observed,
+		"victim", d.Victim.Namespace + "/" + d.Victim.Name, "uid", string(d.Victim.UID),
+		"rank", 0, "hard", false, "grace", d.GracePeriod, "dry_run", d.DryRun, "resource", string(d.Resource),
+		"staleness", d.Time.Sub(d.ObservedAt), "kill_latency", t.Kill(), "message", d.Message,
+	}
+	if t.Err != nil {
+		m.log.Warn("eviction failed, retrying at the next pass", append(attrs, "err", t.Err)...)
+		return
+	}
+	m.log.Info("evict pod", attrs...)
 }
 
 func (m *Manager) observeLocalStorage(d oom.Decision, t oom.Timing) {
