@@ -319,7 +319,7 @@ func (m *Manager) logLocalStorageEviction(d oom.Decision, t oom.Timing) {
 		"staleness", d.Time.Sub(d.ObservedAt), "kill_latency", t.Kill(), "message", d.Message,
 	}
 	if t.Err != nil {
-		m.log.Warn("eviction failed, retrying at the next pass", append(attrs, "err", t.Err)...)
+		m.log.Warn("local-storage eviction failed", append(attrs, "err", t.Err)...)
 		return
 	}
 	m.log.Info("evict pod", attrs...)
