@@ -15,6 +15,12 @@
 //     their grace period first) and removed, with its cgroups;
 //   - after a restart of nodeguard, running sandboxes of desired pods are
 //     adopted, never duplicated; extra sandboxes of one pod are removed.
+//   - every 10 s each pod's local storage is measured (emptyDirs, writable
+//     layers, logs) and a running pod past an emptyDir sizeLimit, the sum
+//     of its containers' ephemeral-storage limits or one container's own
+//     is evicted, as by the kubelet's localStorageEviction: its messages,
+//     its signals for kubelet_evictions, a grace period of 1 s; static,
+//     critical and exempt pods are spared (and warned about at admission).
 //
 // Invariants: it never touches a sandbox or container without nodeguard's
 // label; every CRI call runs under a bounded context, and at most

@@ -106,6 +106,9 @@ type Config struct {
 	// BestEffort pods while the node is under memory pressure). A pod
 	// already desired is never refused again.
 	Admit func(pod *corev1.Pod) error
+	// LocalStorage enforces ephemeral-storage limits and emptyDir
+	// sizeLimits (localstorage.go); the zero value does.
+	LocalStorage LocalStorageConfig
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -146,6 +149,8 @@ type Manager struct {
 	// qosErr: the last error setting the QoS cgroups, logged once (Run's
 	// goroutine only).
 	qosErr string
+	// ls: the local-storage passes (localstorage.go).
+	ls *localStorage
 }
 
 type backoff struct {
@@ -286,7 +291,7 @@ func New(cfg Config) (*Manager, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
-		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops)}
+		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage)}
 	if err := m.loadPersisted(); err != nil {
 		return nil, err
 	}
@@ -346,6 +351,7 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 				return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
 			}
 		}
+		warnings = append(warnings, m.unenforcedLocalStorage(p, source)...)
 		for _, w := range warnings {
 			m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
 		}
@@ -528,6 +534,7 @@ func (m *Manager) Run(ctx context.Context) {
 		m.removeOrphans(ctx, &wg)
 		m.relist(ctx)
 		m.maybeGC(ctx, &wg)
+		m.maybeCheckLocalStorage(ctx, &wg)
 		if err := m.cfg.Cgroups.UpdateQOS(ctx, m.desiredPods()); err != nil && err.Error() != m.qosErr {
 			m.log.Warn("QoS cgroups' cpu shares", "err", err)
 			m.qosErr = err.Error()

@@ -20,7 +20,10 @@ type PodStorage struct {
 	Namespace, Name string
 	UID             types.UID
 	Volumes         []mounts.VolumeUsage
-	Containers      []ContainerStorage
+	// VolumesErr says why Volumes is empty: the pod's volumes could not
+	// be measured (mounts.ErrUsageLimit for one too big to walk).
+	VolumesErr error
+	Containers []ContainerStorage
 }
 
 // ContainerStorage is one container's share of its pod's ephemeral storage.
@@ -98,11 +101,7 @@ func (m *Manager) Storage(ctx context.Context) ([]PodStorage, error) {
 	for _, p := range m.List() {
 		ps := PodStorage{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 		if m.cfg.Volumes != nil && len(p.Spec.Volumes) > 0 {
-			if vs, err := m.cfg.Volumes.Usage(p.UID, p); err == nil {
-				ps.Volumes = vs
-			} else {
-				m.log.Debug("volume usage", "pod", key(p), "err", err)
-			}
+			ps.Volumes, ps.VolumesErr = m.cfg.Volumes.Usage(p.UID, p)
 		}
 		for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
 			r := byPod[p.UID][c.Name]

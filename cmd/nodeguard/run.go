@@ -312,8 +312,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return err
 	}
 	adm := &admitter{}
+	relay := &decisionRelay{}
 	mgr, err := lifecycle.New(lifecycle.Config{
 		Volumes: vols, Network: network, Admit: adm.admit,
+		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
+			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
 		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
@@ -389,6 +392,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	events := api.NewEventLog(4096)
 	if !cfg.Eviction.Disabled {
 		obs := &evictionObserver{m: s.exporter.Eviction(), events: events, log: log}
+		if lost := relay.bind(obs); lost > 0 {
+			log.Warn("local-storage evictions made before the metrics existed are not counted", "lost", lost)
+		}
 		em, err := oom.NewManager(oom.ManagerConfig{
 			Policy: policy, Actor: mgr.EvictionActor(cfg.Eviction.Exempt),
 			Snapshot: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },

@@ -35,12 +35,14 @@
 //     equal to containerPort under hostNetwork), env (value, or valueFrom
 //     fieldRef of metadata.name, metadata.namespace, metadata.uid or
 //     status.podIP), resources (cpu, memory and ephemeral-storage; requests
-//     <= limits), volumeMounts (existing volume, absolute unique mountPath,
+//     <= limits; an ephemeral-storage limit is enforced by eviction, see
+//     lifecycle's localstorage.go), volumeMounts (existing volume, absolute unique mountPath,
 //     relative subPath without ".."), imagePullPolicy, securityContext
 //     (runAsUser, runAsGroup, privileged (refused unless
 //     Options.AllowPrivileged), readOnlyRootFilesystem, capabilities
 //     add/drop (Linux capability names), allowPrivilegeEscalation);
-//   - volumes: emptyDir (medium "" or Memory, sizeLimit), hostPath (absolute
+//   - volumes: emptyDir (medium "" or Memory; sizeLimit sizes a Memory
+//     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
 //     secret and downwardAPI sources) and downwardAPI (fieldRef of metadata
 //     name, namespace, uid, labels, annotations); checked structurally here,
