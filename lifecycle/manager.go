@@ -155,6 +155,7 @@ type podState struct {
 	ip         string
 	created    time.Time
 	backoff    map[string]*backoff
+	pulls      map[string]*pullBackoff // image pull back-off (images.go)
 	status     corev1.PodStatus
 	lastErr    string
 	kick       chan struct{} // wakes the pod's worker
@@ -1018,6 +1019,10 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 		cancel()
 	}
 	if err := m.syncContainers(ctx, st); err != nil {
+		if ie, ok := errors.AsType[*imageError](err); ok {
+			m.setImageError(st, ie)
+			return
+		}
 		m.setError(st, "SyncFailed", err)
 	}
 }
@@ -1282,7 +1287,7 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	}
 	cctx, cancel := call(ctx)
 	defer cancel()
-	image, err := m.cfg.Runtime.EnsureImage(cctx, c.Image, st.sandboxCfg)
+	image, err := m.ensureImage(cctx, st, c)
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,12 @@ var (
 	// ErrImageNotPresent means an image is not in the runtime's store and
 	// the client may not pull it.
 	ErrImageNotPresent = errors.New("image not present")
+	// ErrImageNeverPull means an image is not in the runtime's store and
+	// its pull policy is Never: the kubelet's ErrImageNeverPull.
+	ErrImageNeverPull = errors.New("image not present with pull policy of Never")
+	// ErrImagePull is wrapped when the runtime failed to pull an image:
+	// the kubelet's ErrImagePull.
+	ErrImagePull = errors.New("image pull failed")
 	// ErrPullDisabled is returned by PullImage on a client dialed without
 	// WithImagePull.
 	ErrPullDisabled = errors.New("image pull disabled: no registry configured")

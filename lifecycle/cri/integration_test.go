@@ -141,7 +141,7 @@ func TestRealRuntime(t *testing.T) {
 		}
 	})
 	t.Run("a missing image is ErrImageNotPresent and nothing is pulled", func(t *testing.T) {
-		_, err := c.EnsureImage(ctx, "registry.local/nodeguard/absent:1", nil)
+		_, err := c.EnsureImage(ctx, "registry.local/nodeguard/absent:1", corev1.PullIfNotPresent, nil)
 		if !errors.Is(err, ErrImageNotPresent) || !strings.Contains(err.Error(), "registry.local/nodeguard/absent:1") {
 			t.Errorf("err = %v", err)
 		}
@@ -349,7 +349,7 @@ func runPod(ctx context.Context, t *testing.T, e *crienv.Env, c *Client) *runnin
 		t.Fatal(err)
 	}
 	p.ip = st.IP
-	imageID, err := c.EnsureImage(ctx, e.BusyboxImage(), p.sandboxCfg)
+	imageID, err := c.EnsureImage(ctx, e.BusyboxImage(), corev1.PullIfNotPresent, p.sandboxCfg)
 	if err != nil || !strings.HasPrefix(imageID, "sha256:") {
 		t.Fatalf("EnsureImage %s: %q, %v", e.BusyboxImage(), imageID, err)
 	}

@@ -36,7 +36,9 @@
 //     fieldRef of metadata.name, metadata.namespace, metadata.uid or
 //     status.podIP), resources (cpu, memory and ephemeral-storage; requests
 //     <= limits), volumeMounts (existing volume, absolute unique mountPath,
-//     relative subPath without ".."), imagePullPolicy, securityContext
+//     relative subPath without ".."), imagePullPolicy (Always refused
+//     unless Options.ImagePull: a node that does not pull cannot honour
+//     it), securityContext
 //     (runAsUser, runAsGroup, privileged (refused unless
 //     Options.AllowPrivileged), readOnlyRootFilesystem, capabilities
 //     add/drop (Linux capability names), allowPrivilegeEscalation);
