@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/mounts"
@@ -103,6 +103,12 @@ type Config struct {
 	// BestEffort pods while the node is under memory pressure). A pod
 	// already desired is never refused again.
 	Admit func(pod *corev1.Pod) error
+	// ContainerLogs bounds each container's log files (the kubelet's
+	// containerLogMaxSize and containerLogMaxFiles; their defaults where
+	// zero), checked every ContainerLogMonitorInterval
+	// (logs.DefaultInterval when zero).
+	ContainerLogs               logs.Policy
+	ContainerLogMonitorInterval time.Duration
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -138,6 +144,8 @@ type Manager struct {
 	// qosErr: the last error setting the QoS cgroups, logged once (Run's
 	// goroutine only).
 	qosErr string
+	// rotator rotates the containers' logs (containerlogs.go).
+	rotator *logs.Rotator
 }
 
 type backoff struct {
@@ -275,7 +283,11 @@ func New(cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{}}
+	rotator, err := newRotator(cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("new pod manager: %w", err)
+	}
+	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{}, rotator: rotator}
 	if err := m.loadPersisted(); err != nil {
 		return nil, err
 	}
@@ -498,6 +510,7 @@ func (m *Manager) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, m.cfg.Workers)
+	wg.Go(func() { m.rotator.Run(ctx) })
 	for {
 		m.beat.Store(m.now().UnixNano())
 		m.mu.Lock()
@@ -1503,21 +1516,6 @@ func (m *Manager) containerID(ctx context.Context, namespace, name, container st
 		return "", fmt.Errorf("%w: %q in pod %s/%s", ErrContainerNotFound, container, namespace, name)
 	}
 	return c.Id, nil
-}
-
-// Logs copies a container's log (the newest attempt) to w.
-func (m *Manager) Logs(ctx context.Context, namespace, name, container string, tail int, w io.Writer) error {
-	id, err := m.containerID(ctx, namespace, name, container)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := call(ctx)
-	s, err := m.cfg.Runtime.ContainerStatus(cctx, id)
-	cancel()
-	if err != nil {
-		return err
-	}
-	return cri.ReadLogs(s.GetLogPath(), cri.LogOptions{TailLines: tail}, w)
 }
 
 // Exec runs cmd in a container and waits for it.

@@ -188,7 +188,7 @@ func TestPodLifecycleAgainstARealContainerd(t *testing.T) {
 	}
 
 	var logs bytes.Buffer
-	if err := m.Logs(ctx, "default", "web", "main", 0, &logs); err != nil || !strings.Contains(logs.String(), "started") {
+	if err := m.Logs(ctx, "default", "web", lifecycle.LogOptions{Container: "main", Tail: -1}, &logs); err != nil || !strings.Contains(logs.String(), "started") {
 		t.Errorf("logs %q, %v", logs.String(), err)
 	}
 	res, err := m.Exec(ctx, "default", "web", "", []string{"cat", "/proc/1/oom_score_adj"}, 5*time.Second)

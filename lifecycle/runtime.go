@@ -30,6 +30,9 @@ type Runtime interface {
 	// DeleteTask deletes a stopped task the runtime's CRI lost track of;
 	// cri.ErrNotContainerd where the runtime has no such repair.
 	DeleteTask(ctx context.Context, containerID string) error
+	// ReopenContainerLog makes the runtime write a new log file after a
+	// rotation renamed the old one (lifecycle/logs).
+	ReopenContainerLog(ctx context.Context, id string) error
 }
 
 var _ Runtime = (*cri.Client)(nil)
