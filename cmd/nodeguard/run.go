@@ -317,7 +317,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
 		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
-		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration,
+		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})
 	if err != nil {
 		return err
