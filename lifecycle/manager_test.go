@@ -20,6 +20,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/mounts"
 )
@@ -38,6 +39,10 @@ type rig struct {
 	// backoffInitial and backoffMax, when set, replace the tests' short
 	// restart back-off.
 	backoffInitial, backoffMax time.Duration
+	// containerLogs and logInterval, when set, are the manager's log
+	// rotation.
+	containerLogs logs.Policy
+	logInterval   time.Duration
 }
 
 func newRig(t *testing.T) *rig {
@@ -85,6 +90,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		BackoffInitial: bi, BackoffMax: bm, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
+		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval,
 		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
