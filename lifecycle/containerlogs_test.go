@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -175,4 +176,125 @@ func logsEndWithDone(t *testing.T, m *lifecycle.Manager) bool {
 		t.Fatal(err)
 	}
 	return b.String() == "done\n"
+}
+
+const followPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: follow}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: BUSYBOX
+    env: [{name: PAD, value: "PADDING_PADDING_PADDING_PADDING_PADDING_PADDING_PADDING_PADDING_PADDING_PADDING"}]
+    command: [sh, -c, 'sleep 0.5; i=0; while [ $i -lt 1500 ]; do printf "line %06d %s\n" $i "$PAD"; i=$((i+1)); [ $((i%100)) = 0 ] && sleep 0.1; done']
+`
+
+// TestPodLogsFollowAcrossRotationsAgainstARealContainerd: a follower
+// started with the container sees every line once, in order, while the log
+// is rotated under it, and returns when the container exits.
+func TestPodLogsFollowAcrossRotationsAgainstARealContainerd(t *testing.T) {
+	r := newRig(t)
+	r.containerLogs, r.logInterval = logs.Policy{MaxSize: 32 << 10, MaxFiles: 2}, 100*time.Millisecond
+	m, _ := r.manager(t)
+	if _, err := m.Apply(context.Background(), r.pods(t, followPod), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, m, "follow", "started", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].ContainerID != ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := m.Logs(ctx, "default", "follow", lifecycle.LogOptions{Tail: -1, Follow: true}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the follow did not end with the container: %v", ctx.Err())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	for i, l := range lines {
+		if want := fmt.Sprintf("line %06d ", i); !strings.HasPrefix(l, want) {
+			t.Fatalf("line %d is %q, want it to start with %q (%d lines followed)", i, truncated(l), want, len(lines))
+		}
+	}
+	if len(lines) != 1500 {
+		t.Errorf("%d lines followed, want 1500", len(lines))
+	}
+	// The log was rotated meanwhile: its first lines are gone from disk.
+	var all bytes.Buffer
+	if err := m.Logs(context.Background(), "default", "follow", lifecycle.LogOptions{Tail: -1}, &all); err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(all.String(), "line 000000 ") {
+		t.Errorf("the log kept its first line: no rotation happened under the follower")
+	}
+}
+
+func truncated(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+const restartingPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: restarting}
+spec:
+  restartPolicy: OnFailure
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: BUSYBOX
+    command: [sh, -c, 'echo "instance $(cat /proc/sys/kernel/random/uuid)"; sleep 0.2; exit 1']
+`
+
+// TestPodLogsPreviousAgainstARealContainerd: --previous is the instance
+// before the newest, --since excludes what is older, and a container that
+// never restarted has no previous instance.
+func TestPodLogsPreviousAgainstARealContainerd(t *testing.T) {
+	r := newRig(t)
+	m, _ := r.manager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, r.pods(t, restartingPod), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, m, "restarting", "restarted twice", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 2
+	})
+	read := func(opts lifecycle.LogOptions) string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := m.Logs(ctx, "default", "restarting", opts, &b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	// Read previous first: a restart between the two reads makes the
+	// newest newer still, never the previous one.
+	prev, cur := read(lifecycle.LogOptions{Previous: true, Tail: -1}), read(lifecycle.LogOptions{Tail: -1})
+	if !strings.HasPrefix(prev, "instance ") || !strings.HasPrefix(cur, "instance ") || prev == cur {
+		t.Fatalf("previous %q, newest %q: want one line each, of two instances", prev, cur)
+	}
+	if got := read(lifecycle.LogOptions{Tail: -1, Since: time.Now().Add(time.Hour)}); got != "" {
+		t.Errorf("since an hour from now: %q, want nothing", got)
+	}
+}
+
+func TestPodLogsPreviousOfAFirstInstanceIsNotFound(t *testing.T) {
+	r := newRig(t)
+	m, _ := r.manager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, r.pods(t, webPod), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, m, "web", "ran", running)
+	err := m.Logs(ctx, "default", "web", lifecycle.LogOptions{Container: "main", Previous: true, Tail: -1}, &bytes.Buffer{})
+	if !errors.Is(err, lifecycle.ErrContainerNotFound) || !strings.Contains(err.Error(), "previous terminated container") {
+		t.Errorf("err = %v, want ErrContainerNotFound for the previous terminated container", err)
+	}
 }
