@@ -276,7 +276,11 @@ func TestPodLogsPreviousAgainstARealContainerd(t *testing.T) {
 	}
 	// Read previous first: a restart between the two reads makes the
 	// newest newer still, never the previous one.
-	prev, cur := read(lifecycle.LogOptions{Previous: true, Tail: -1}), read(lifecycle.LogOptions{Tail: -1})
+	// A newest instance that just started may not have written yet.
+	var prev, cur string
+	for deadline := time.Now().Add(10 * time.Second); cur == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		prev, cur = read(lifecycle.LogOptions{Previous: true, Tail: -1}), read(lifecycle.LogOptions{Tail: -1})
+	}
 	if !strings.HasPrefix(prev, "instance ") || !strings.HasPrefix(cur, "instance ") || prev == cur {
 		t.Fatalf("previous %q, newest %q: want one line each, of two instances", prev, cur)
 	}
