@@ -121,3 +121,28 @@ func (m *Manager) logContainer(ctx context.Context, namespace, name, container s
 	}
 	return newest, nil
 }
+
+// logPath is the log path of container id, "" when the runtime does not
+// say.
+func (m *Manager) logPath(ctx context.Context, id string) string {
+	cctx, cancel := call(ctx)
+	defer cancel()
+	s, err := m.cfg.Runtime.ContainerStatus(cctx, id)
+	if err != nil {
+		return ""
+	}
+	return s.GetLogPath()
+}
+
+// removeLog removes the log files of a removed container, rotated ones
+// included, as the kubelet's removeContainerLog: containerd leaves them,
+// and a crash-looping container would leave one log per attempt until its
+// pod goes.
+func (m *Manager) removeLog(id, path string) {
+	if path == "" {
+		return
+	}
+	if err := logs.Clean(path); err != nil {
+		m.log.Warn("remove a removed container's log", "container", id, "path", path, "err", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
 )
 
@@ -300,5 +301,42 @@ func TestPodLogsPreviousOfAFirstInstanceIsNotFound(t *testing.T) {
 	err := m.Logs(ctx, "default", "web", lifecycle.LogOptions{Container: "main", Previous: true, Tail: -1}, &bytes.Buffer{})
 	if !errors.Is(err, lifecycle.ErrContainerNotFound) || !strings.Contains(err.Error(), "previous terminated container") {
 		t.Errorf("err = %v, want ErrContainerNotFound for the previous terminated container", err)
+	}
+}
+
+// TestRemovedAttemptsLeaveNoLogs: the attempts of a crash-looping
+// container that are removed (all but the newest two) take their log
+// files with them, as the kubelet's removeContainerLog does; containerd
+// leaves them.
+func TestRemovedAttemptsLeaveNoLogs(t *testing.T) {
+	r := newRig(t)
+	m, _ := r.manager(t)
+	if _, err := m.Apply(context.Background(), r.pods(t, restartingPod), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, m, "restarting", "restarted three times", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 3
+	})
+	p := waitPod(t, m, "restarting", "restarted three times", func(*corev1.Pod) bool { return true })
+	dir := filepath.Join(r.root, "logs", "default_restarting_"+string(p.UID))
+	newest := filepath.Join(dir, cri.ContainerLogPath("app", uint32(p.Status.ContainerStatuses[0].RestartCount)))
+	if _, err := os.Stat(newest); err != nil {
+		t.Fatalf("the newest attempt's log: %v", err)
+	}
+	first := filepath.Join(dir, cri.ContainerLogPath("app", 0))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left, err := filepath.Glob(first + "*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			all, _ := filepath.Glob(filepath.Join(dir, "app", "*"))
+			t.Fatalf("the first attempt's log is left after it was removed: %v (all: %v)", left, all)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -915,6 +915,7 @@ func (m *Manager) removeStranded(ctx context.Context, what, id, parent string, c
 // removeContainer removes a container of the pod whose cgroup is parent,
 // killing a stranded task that keeps the runtime from doing it.
 func (m *Manager) removeContainer(ctx context.Context, parent, id string) error {
+	logPath := m.logPath(ctx, id) // before the runtime forgets it (containerlogs.go)
 	cctx, cancel := call(ctx)
 	err := m.cfg.Runtime.RemoveContainer(cctx, id)
 	cancel()
@@ -922,6 +923,9 @@ func (m *Manager) removeContainer(ctx context.Context, parent, id string) error 
 		err = m.removeStranded(ctx, "container", id, parent, []string{id}, func(ctx context.Context) error {
 			return m.cfg.Runtime.RemoveContainer(ctx, id)
 		})
+	}
+	if err == nil {
+		m.removeLog(id, logPath)
 	}
 	return err
 }
