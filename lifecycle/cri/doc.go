@@ -24,7 +24,7 @@
 // annotations, namespace modes, port mappings, DNS, command and environment
 // expansion, Linux resources (generateLinuxContainerResources) and the
 // effective security context. ContainerState is toKubeContainerState plus
-// the exit details; ReadLogs reads the CRI log format.
+// the exit details. Container logs are read and rotated by lifecycle/logs.
 //
 // # Invariants
 //

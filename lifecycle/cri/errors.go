@@ -44,11 +44,8 @@ var (
 	// cannot convert (an env source other than a value or a supported
 	// fieldRef). Validation (lifecycle/podspec) refuses such pods earlier.
 	ErrUnsupportedField = errors.New("unsupported pod field")
-	// ErrMalformedLog is wrapped by ReadLogs for a line that is not in the
-	// CRI log format.
-	ErrMalformedLog = errors.New("malformed CRI log line")
 	// ErrInvalidOption is wrapped for an option value a function does not
-	// know (a LogOptions.Stream other than stdout, stderr or all).
+	// know (an image pull policy other than Always, IfNotPresent or Never).
 	ErrInvalidOption = errors.New("invalid option")
 )
 
@@ -71,19 +68,5 @@ func (e *EndpointError) Error() string {
 }
 
 func (e *EndpointError) Unwrap() error { return e.Err }
-
-// LogFormatError is a line of a CRI log file that cannot be parsed. It
-// unwraps to ErrMalformedLog.
-type LogFormatError struct {
-	Path   string
-	Line   int // 1-based
-	Reason string
-}
-
-func (e *LogFormatError) Error() string {
-	return fmt.Sprintf("read CRI log %s: line %d: %s: %s", e.Path, e.Line, ErrMalformedLog, e.Reason)
-}
-
-func (e *LogFormatError) Unwrap() error { return ErrMalformedLog }
 
 func isNotPresent(err error) bool { return errors.Is(err, ErrImageNotPresent) }
