@@ -14,7 +14,11 @@
 //   - a sandbox whose pod is no longer desired is stopped (containers with
 //     their grace period first) and removed, with its cgroups;
 //   - after a restart of nodeguard, running sandboxes of desired pods are
-//     adopted, never duplicated; extra sandboxes of one pod are removed.
+//     adopted, never duplicated; extra sandboxes of one pod are removed;
+//   - images are resolved by imagePullPolicy as the kubelet's image manager
+//     (failed pulls back off: ErrImagePull, ImagePullBackOff);
+//   - container logs are rotated as the kubelet's container log manager
+//     (lifecycle/logs), and a removed container's log files go with it.
 //
 // Invariants: it never touches a sandbox or container without nodeguard's
 // label; every CRI call runs under a bounded context; a failure in one pod
