@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -58,4 +59,16 @@ spec:
 		t.Errorf("phase %s, want Pending", p.Status.Phase)
 	}
 	waitPod(t, m, "never-present", "ran", running)
+
+	// Always is refused at admission on this node, which does not pull.
+	_, err := m.Apply(context.Background(), r.pods(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: always}
+spec:
+  containers: [{name: app, image: BUSYBOX, imagePullPolicy: Always, command: [sh]}]
+`), lifecycle.SourceAPI)
+	if !errors.Is(err, lifecycle.ErrInvalid) || !strings.Contains(err.Error(), "spec.containers[0].imagePullPolicy") || !strings.Contains(err.Error(), "imagePull: false") {
+		t.Errorf("Apply of an Always pod: %v, want ErrInvalid naming the field and the config key", err)
+	}
 }

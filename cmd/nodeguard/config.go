@@ -59,8 +59,10 @@ type runConfig struct {
 	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
 	SystemReserved corev1.ResourceList `json:"systemReserved"`
 	KubeReserved   corev1.ResourceList `json:"kubeReserved"`
-	// ImagePull lets the runtime pull images that are not present (a
-	// registry is configured); off, a missing image fails the pod clearly.
+	// ImagePull lets the runtime pull images (a registry is configured),
+	// as each container's imagePullPolicy says; off, nothing is pulled, a
+	// missing image fails its container clearly (ErrImagePull), and
+	// imagePullPolicy Always is refused at admission.
 	ImagePull bool `json:"imagePull"`
 	// ContainerLogMaxSize and ContainerLogMaxFiles bound each container's
 	// log, as the kubelet's keys (defaults 10Mi and 5): containerd never
