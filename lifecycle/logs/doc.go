@@ -23,7 +23,9 @@
 //   - A rotation whose reopen fails renames the file back, so the runtime
 //     never writes to a file nobody reads.
 //   - Rotated files sort by name in the order they were written: the stamp
-//     is fixed-width, and two rotations within a second get distinct,
-//     increasing names.
+//     is fixed-width, to the microsecond, and a name already taken is
+//     bumped to the next microsecond.
+//   - A removed container's log files, rotated ones included, are removed
+//     with it (Clean), as the kubelet's removeContainerLog.
 //   - Partial records (tag P) are joined into their line across files.
 package logs
