@@ -4,7 +4,9 @@
 // paths the kernel reports (hierarchy id plus a path within that hierarchy,
 // as in the cgroup tracepoints), and filesystem paths under the mounts. It
 // also holds the cgroup file operations every user of the tree shares
-// (files.go: reading cgroup.procs, writing, removing, killing).
+// (files.go: reading cgroup.procs, writing, removing, killing; tasks.go:
+// counting a tree's tasks, from pids.current where the pids controller
+// is).
 //
 // It supports the three layouts found in the field: pure cgroup v2
 // (production), the hybrid layout of v1 controllers plus a cgroup2 mount

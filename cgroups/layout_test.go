@@ -219,8 +219,8 @@ func TestDiscoverFSErrors(t *testing.T) {
 			wantFile: "/proc/self/mountinfo", wantLine: 3,
 		},
 		{
-			name:     "a mountinfo mount point with a broken escape is malformed",
-			fsys:     files(`32 22 0:27 / /x\04 rw - ext4 /dev/vda1 rw`+"\n", "0::/\n"),
+			name:     "a mountinfo line without a major:minor pair is malformed",
+			fsys:     files(`32 22 027 / /x rw - ext4 /dev/vda1 rw`+"\n", "0::/\n"),
 			is:       ErrMalformed,
 			wantFile: "/proc/self/mountinfo", wantLine: 1,
 		},

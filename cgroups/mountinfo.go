@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // mountEntry is the part of one /proc/<pid>/mountinfo line that discovery
@@ -15,52 +17,40 @@ type mountEntry struct {
 	superOpts  []string // third field after the separator, split on ","
 }
 
-// parseMountinfo parses the mountinfo format described in proc(5). name is
-// the file's path, used in errors. Every line must be well formed: a
-// malformed line is an error, even if it is not a cgroup mount, because it
-// means the format is not what this parser believes.
+// parseMountinfo parses the mountinfo format described in proc(5) with
+// github.com/moby/sys/mountinfo, one line at a time so that an error names
+// its line. name is the file's path, used in errors. Every line must be
+// well formed: a malformed line is an error, even if it is not a cgroup
+// mount, because it means the format is not what discovery believes. On
+// top of the library's checks, a mount point must be absolute, the
+// filesystem type must not be empty, and a cgroup mount's root must be a
+// path (other pseudo filesystems name an object there: a bind-mounted
+// namespace file (nsfs) reads "net:[4026532246]").
 func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
 	var out []mountEntry
 	err := eachLine(data, name, func(n int, line string) error {
-		// Split on single spaces, not runs of them: the source field may
-		// be empty, and collapsing would shift the fields after it.
-		f := strings.Split(line, " ")
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
+		infos, err := mountinfo.GetMountsFromReader(strings.NewReader(line), nil)
+		if err != nil {
+			return &ParseError{File: name, Line: n, Msg: err.Error()}
 		}
-		if sep < 0 {
-			return &ParseError{File: name, Line: n, Msg: `no "-" separator after the sixth field`}
+		if len(infos) != 1 {
+			return &ParseError{File: name, Line: n, Msg: "want one mount, have " + itoa(len(infos))}
 		}
-		if len(f) != sep+4 {
-			return &ParseError{File: name, Line: n, Msg: "want 3 fields after the separator, have " + itoa(len(f)-sep-1)}
-		}
-		root, ok := unescapeOctal(f[3])
-		fsType := ""
-		if sep+1 < len(f) {
-			fsType = f[sep+1]
-		}
-		// Roots are paths, except for pseudo filesystems whose root names
-		// an object: a bind-mounted namespace file (nsfs) reads
-		// "net:[4026532246]". Only cgroup roots matter here.
-		if !ok || (!strings.HasPrefix(root, "/") && (fsType == "cgroup" || fsType == "cgroup2")) {
-			return &ParseError{File: name, Line: n, Msg: "bad root " + quote(f[3])}
-		}
-		mp, ok := unescapeOctal(f[4])
-		if !ok || !strings.HasPrefix(mp, "/") {
-			return &ParseError{File: name, Line: n, Msg: "bad mount point " + quote(f[4])}
-		}
-		if f[sep+1] == "" {
+		mi := infos[0]
+		if mi.FSType == "" {
 			return &ParseError{File: name, Line: n, Msg: "empty filesystem type"}
 		}
+		if (mi.FSType == "cgroup" || mi.FSType == "cgroup2") && !strings.HasPrefix(mi.Root, "/") {
+			return &ParseError{File: name, Line: n, Msg: "bad root " + quote(mi.Root)}
+		}
+		if !strings.HasPrefix(mi.Mountpoint, "/") {
+			return &ParseError{File: name, Line: n, Msg: "bad mount point " + quote(mi.Mountpoint)}
+		}
 		out = append(out, mountEntry{
-			root:       root,
-			mountPoint: mp,
-			fsType:     f[sep+1],
-			superOpts:  strings.Split(f[sep+3], ","),
+			root:       mi.Root,
+			mountPoint: mi.Mountpoint,
+			fsType:     mi.FSType,
+			superOpts:  strings.Split(mi.VFSOptions, ","),
 		})
 		return nil
 	})
@@ -68,38 +58,6 @@ func parseMountinfo(data []byte, name string) ([]mountEntry, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-// unescapeOctal undoes the kernel's mangling of space, tab, newline and
-// backslash as \ooo. It reports false for a backslash not followed by three
-// octal digits.
-func unescapeOctal(s string) (string, bool) {
-	if !strings.Contains(s, `\`) {
-		return s, true
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+4 > len(s) {
-			return "", false
-		}
-		v := 0
-		for _, c := range []byte(s[i+1 : i+4]) {
-			if c < '0' || c > '7' {
-				return "", false
-			}
-			v = v*8 + int(c-'0')
-		}
-		if v > 0xff {
-			return "", false
-		}
-		b.WriteByte(byte(v))
-		i += 3
-	}
-	return b.String(), true
 }
 
 // MountPoints parses mountinfo data (the format of /proc/self/mountinfo,

@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +54,10 @@ type EvictionActor struct {
 	m *Manager
 	// Exempt pods ("namespace/name") are never evicted.
 	Exempt map[string]bool
+
+	mu sync.Mutex
+	// raised holds, per pod, the processes SetOOMScoreAdj raised, by pid.
+	raised map[types.UID]map[int]raisedProc
 }
 
 // EvictionActor returns the oom.Actor of this manager.
@@ -94,11 +97,21 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 			continue
 		}
 		req := qos.PodRequests(p)
+		// The figures the kubelet ranks pid.available and the inodesFree
+		// signals by: the pod cgroup's tasks, read now (one small file:
+		// a fork bomb grows between storage samples), and the inodes of
+		// the last storage sample.
+		pids, pidsErr := m.cfg.Cgroups.Tasks(it.parent)
+		inodes, inodesKnown := m.inodeUsage(p.UID)
 		ref := oom.PodRef{CgroupRel: d.Rel, Pod: oom.Pod{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p), Priority: qos.Priority(p),
 			Critical: qos.IsCritical(p), Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: it.source != SourceAPI,
 			MemoryRequest: req.Memory().Value(), EphemeralRequest: req.StorageEphemeral().Value(),
 			EphemeralUsage: m.ephemeralUsage(p.UID),
+			Inodes:         inodes,
+			InodesUnknown:  !inodesKnown,
+			PIDs:           pids,
+			PIDsUnknown:    pidsErr != nil,
 			GracePeriod:    grace(p),
 		}}
 		out = append(out, ref)
@@ -189,104 +202,4 @@ func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, 
 	if err := m.teardownVolumes(ctx, uid); err != nil {
 		m.log.Warn("evicted pod: tear down volumes", "pod", key(st.pod), "err", err)
 	}
-}
-
-// SetOOMScoreAdj writes adj to every process of the pod (raising the
-// next victim, so that the kernel OOM killer, if it fires anyway, takes
-// the pod nodeguard would have evicted).
-func (a *EvictionActor) SetOOMScoreAdj(uid types.UID, adj int) error {
-	m := a.m
-	m.mu.Lock()
-	st, ok := m.pods[uid]
-	parent := ""
-	if ok {
-		parent = st.parent
-	}
-	m.mu.Unlock()
-	if parent == "" {
-		return fmt.Errorf("set oom_score_adj of pod %s: %w", uid, ErrNotFound)
-	}
-	pids, err := m.cfg.Cgroups.Procs(parent)
-	if err != nil {
-		return fmt.Errorf("set oom_score_adj of pod %s: %w", uid, err)
-	}
-	var errs []error
-	for _, pid := range pids {
-		if err := writeOOMScoreAdj(pid, adj); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// RestoreOOMScoreAdj puts back the kubelet's value for every container
-// of the pod (the pause process keeps what it has: the policy gives it
-// the minimum, which only CAP_SYS_RESOURCE could write back).
-func (a *EvictionActor) RestoreOOMScoreAdj(uid types.UID) error {
-	m := a.m
-	m.mu.Lock()
-	st, ok := m.pods[uid]
-	var sandbox, parent string
-	var pod *corev1.Pod
-	if ok {
-		sandbox, parent, pod = st.sandboxID, st.parent, st.pod
-	}
-	m.mu.Unlock()
-	if !ok || sandbox == "" || parent == "" {
-		return nil // gone: nothing to restore
-	}
-	cctx, cancel := call(context.Background())
-	ctrs, err := m.cfg.Runtime.ListContainers(cctx, sandbox, nil)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err)
-	}
-	var errs []error
-	for _, c := range ctrs {
-		spec := findContainer(pod, c.GetMetadata().GetName())
-		if spec == nil {
-			continue
-		}
-		adj, err := qos.OOMScoreAdj(pod, spec, m.cfg.MemoryCapacity)
-		if err != nil {
-			continue
-		}
-		adj, _ = qos.ClampForCapability(adj, m.cfg.HasCapSysResource, m.cfg.MinOOMScoreAdj)
-		pids, err := m.cfg.Cgroups.ContainerProcs(parent, c.Id)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err))
-			continue
-		}
-		for _, pid := range pids {
-			if err := writeOOMScoreAdj(pid, adj); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func findContainer(pod *corev1.Pod, name string) *corev1.Container {
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
-		}
-	}
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			return &pod.Spec.InitContainers[i]
-		}
-	}
-	return nil
-}
-
-func writeOOMScoreAdj(pid, adj int) error {
-	err := os.WriteFile(filepath.Join("/proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(adj)), 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // exited meanwhile
-	}
-	if err != nil {
-		return fmt.Errorf("oom_score_adj of pid %d to %d: %w", pid, adj, err)
-	}
-	return nil
 }

@@ -140,7 +140,7 @@ type Manager struct {
 	// goroutine only).
 	relisted map[string]relistEntry
 	// ephemeral: each pod's ephemeral storage at the last Storage sample.
-	ephemeral atomic.Pointer[map[types.UID]int64]
+	ephemeral atomic.Pointer[map[types.UID]storageUse]
 	// qosErr: the last error setting the QoS cgroups, logged once (Run's
 	// goroutine only).
 	qosErr string

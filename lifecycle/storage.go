@@ -27,7 +27,7 @@ type PodStorage struct {
 type ContainerStorage struct {
 	Name                      string
 	RootfsBytes, RootfsInodes uint64
-	LogsBytes                 uint64
+	LogsBytes, LogsInodes     uint64
 }
 
 // EphemeralBytes is what counts against the pod's ephemeral-storage limit
@@ -45,6 +45,28 @@ func (s *PodStorage) EphemeralBytes() uint64 {
 	}
 	return n
 }
+
+// EphemeralInodes is the number of inodes the pod uses on the node's
+// filesystems, counted over the same parts as EphemeralBytes, as the
+// kubelet's podDiskUsage counts them for the inodesFree signals' ranking
+// (its containerUsage and podLocalVolumeUsage: the writable layers' and
+// the logs' inodes_used, and the local volumes').
+func (s *PodStorage) EphemeralInodes() uint64 {
+	var n uint64
+	for _, v := range s.Volumes {
+		if v.Medium != "Memory" {
+			n += v.Inodes
+		}
+	}
+	for _, c := range s.Containers {
+		n += c.RootfsInodes + c.LogsInodes
+	}
+	return n
+}
+
+// storageUse is one pod's figures at the last Storage sample, for the
+// eviction policy's ranking.
+type storageUse struct{ bytes, inodes int64 }
 
 // Storage samples every pod's ephemeral storage. It walks volume and log
 // directories, so it belongs on a slow cadence (the kubelet's is 10 s to
@@ -84,16 +106,17 @@ func (m *Manager) Storage(ctx context.Context) ([]PodStorage, error) {
 		}
 		for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
 			r := byPod[p.UID][c.Name]
+			logBytes, logInodes := dirUsage(filepath.Join(m.logDir(p), c.Name))
 			ps.Containers = append(ps.Containers, ContainerStorage{
 				Name: c.Name, RootfsBytes: r.bytes, RootfsInodes: r.inodes,
-				LogsBytes: dirBytes(filepath.Join(m.logDir(p), c.Name)),
+				LogsBytes: logBytes, LogsInodes: logInodes,
 			})
 		}
 		out = append(out, ps)
 	}
-	eph := make(map[types.UID]int64, len(out))
+	eph := make(map[types.UID]storageUse, len(out))
 	for i := range out {
-		eph[out[i].UID] = int64(out[i].EphemeralBytes())
+		eph[out[i].UID] = storageUse{bytes: int64(out[i].EphemeralBytes()), inodes: int64(out[i].EphemeralInodes())}
 	}
 	m.ephemeral.Store(&eph)
 	return out, nil
@@ -103,15 +126,26 @@ func (m *Manager) Storage(ctx context.Context) ([]PodStorage, error) {
 // sample (0 before one): the eviction policy's disk signals rank by it.
 func (m *Manager) ephemeralUsage(uid types.UID) int64 {
 	if p := m.ephemeral.Load(); p != nil {
-		return (*p)[uid]
+		return (*p)[uid].bytes
 	}
 	return 0
 }
 
-// dirBytes is the space the regular files under dir take (0 when it does
-// not exist).
-func dirBytes(dir string) uint64 {
-	var n uint64
+// inodeUsage is the pod's inode count at the last Storage sample, and
+// whether the sample has the pod (a pod started since has no figure,
+// which the policy ranks as the kubelet ranks a pod without stats).
+func (m *Manager) inodeUsage(uid types.UID) (int64, bool) {
+	if p := m.ephemeral.Load(); p != nil {
+		u, ok := (*p)[uid]
+		return u.inodes, ok
+	}
+	return 0, false
+}
+
+// dirUsage is the space the regular files under dir take, and the number
+// of inodes there, dir's own included, as du counts them (0, 0 when it
+// does not exist).
+func dirUsage(dir string) (bytes, inodes uint64) {
 	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -119,12 +153,13 @@ func dirBytes(dir string) uint64 {
 			}
 			return err
 		}
+		inodes++
 		if d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
-				n += uint64(fi.Size())
+				bytes += uint64(fi.Size())
 			}
 		}
 		return nil
 	})
-	return n
+	return bytes, inodes
 }

@@ -20,6 +20,12 @@
 // (ParsePSIRule) add "memory.full.avg10>40 for 10s" on the node or, with
 // "pod:", on each pod cgroup.
 //
+// TripwirePolicy places the tripwire on the pod cgroup root (package
+// oom/tripwire senses, this decides): at the pod root usage where the
+// nearest memory threshold would be crossed, kept above usage by the page
+// cache's allowance where the mechanism needs it, moved only by 1 MiB or
+// more.
+//
 // Invariants of the policy:
 //
 //   - Time is passed in; nothing reads a clock. One Evaluate makes at most
@@ -59,11 +65,18 @@
 //     ones in their own goroutine, so a graceful stop never blocks the
 //     loop. A failed Evict is logged, forgotten by the policy and retried
 //     by the next evaluation.
+//   - Releases are checked before a pass observes: a victim whose release
+//     was seen (its cgroup gone, its working set below ReleasedFraction of
+//     its usage at decision time, or Released) is left out of the
+//     observations from that pass on, while the actor still lists it, so
+//     it is never chosen, nor escalated, again.
 //   - Each decision logs one line (signal, threshold, observed, victim,
 //     rank, hard, grace, dry_run, stage latencies) and each oom_score_adj
 //     change one line. Kernel events other than OOM kills are never logged
 //     one by one.
 //   - oom_score_adj: Result.NextVictim's is raised to 1000 once, put back
-//     when the next victim changes, pressure recedes, or Run returns. Dry
-//     run changes nothing and evicts nothing.
+//     when the next victim changes, pressure recedes, or Run returns. A
+//     raise that failed (perhaps in part) is put back all the same, and
+//     tried again while the pod stays the next victim. Dry run changes
+//     nothing and evicts nothing.
 package oom

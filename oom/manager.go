@@ -95,6 +95,10 @@ type Manager struct {
 	wakeN   int
 
 	watched map[string]bool // cgroups handed to Watch (loop only)
+	// released are victims whose release was seen, for as long as the
+	// actor still lists them (loop only): never observed, so never
+	// chosen again.
+	released map[types.UID]bool
 
 	mu       sync.Mutex
 	inflight map[types.UID]bool
@@ -107,6 +111,7 @@ type Manager struct {
 
 	// loop-only state
 	raised      types.UID // the pod whose oom_score_adj is raised
+	raiseFailed bool      // its last raise failed, perhaps in part: raise it again
 	conds       map[Condition]bool
 	snapErrAt   time.Time
 	running     atomic.Bool
@@ -338,12 +343,16 @@ func (m *Manager) evaluate(ctx context.Context) {
 			snap = again
 		}
 	}
+	// Releases before observing: a victim released in this snapshot is
+	// no longer pending in the policy, and observed it would be a
+	// candidate again (a hard threshold would "escalate" a pod already
+	// evicted).
+	m.checkReleases(snap, refs)
 	obs, v := m.observe(snap, refs)
 	m.view.Store(v)
 	now := m.now()
 	m.obs.OnStaleness(now.Sub(snap.Time))
 
-	m.checkReleases(snap, refs)
 	res := m.policy.Evaluate(obs, now)
 	decided := m.now()
 
@@ -404,7 +413,8 @@ func (m *Manager) watchUnseen(snap *pressure.Snapshot, refs []PodRef) bool {
 	return fresh
 }
 
-// observe joins the actor's pods to the snapshot's cgroups.
+// observe joins the actor's pods to the snapshot's cgroups, leaving out
+// victims already released.
 func (m *Manager) observe(snap *pressure.Snapshot, refs []PodRef) (Observations, *view) {
 	obs := Observations{
 		Time:    snap.Time,
@@ -431,8 +441,20 @@ func (m *Manager) observe(snap *pressure.Snapshot, refs []PodRef) (Observations,
 			v.byUnified[c.UnifiedID] = c.Rel
 		}
 	}
+	listed := make(map[types.UID]bool, len(refs))
+	for _, r := range refs {
+		listed[r.UID] = true
+	}
+	for uid := range m.released {
+		if !listed[uid] {
+			delete(m.released, uid)
+		}
+	}
 	stall := m.stallByRel(v, snap.Time)
 	for _, ref := range refs {
+		if m.released[ref.UID] {
+			continue
+		}
 		p := ref.Pod
 		c, ok := byRel[ref.CgroupRel]
 		if !ok || c.Err != nil {
@@ -459,10 +481,6 @@ func (m *Manager) observe(snap *pressure.Snapshot, refs []PodRef) (Observations,
 	// eviction starts) stays in the observations while its cgroup
 	// exists: its memory is still to be released, and the policy counts
 	// it as pending only while it sees the pod.
-	listed := make(map[types.UID]bool, len(refs))
-	for _, r := range refs {
-		listed[r.UID] = true
-	}
 	m.mu.Lock()
 	if len(m.inflight) > 0 {
 		obs.InFlight = maps.Clone(m.inflight)
@@ -582,7 +600,8 @@ func (m *Manager) logDecision(d Decision, tm Timing, why string, wakes int) {
 	m.log.Info("evict pod", attrs...)
 }
 
-// checkReleases sees which victims released their memory in snap.
+// checkReleases sees which victims released their memory in snap. It
+// runs before observe, which leaves them out from then on.
 func (m *Manager) checkReleases(snap *pressure.Snapshot, refs []PodRef) {
 	listed := make(map[types.UID]bool, len(refs))
 	for _, r := range refs {
@@ -632,6 +651,12 @@ func (m *Manager) checkReleases(snap *pressure.Snapshot, refs []PodRef) {
 		released = append(released, dn.tr)
 	}
 	for _, tr := range released {
+		if listed[tr.d.Victim.UID] {
+			if m.released == nil {
+				m.released = map[types.UID]bool{}
+			}
+			m.released[tr.d.Victim.UID] = true
+		}
 		m.policy.Released(tr.d.Victim.UID)
 		m.log.Info("victim released its memory",
 			"victim", tr.d.Victim.Namespace+"/"+tr.d.Victim.Name, "uid", string(tr.d.Victim.UID),
@@ -646,16 +671,18 @@ func (m *Manager) checkReleases(snap *pressure.Snapshot, refs []PodRef) {
 }
 
 // oomScoreAdj raises the next victim's oom_score_adj and puts back the
-// previous one's, once per change.
+// previous one's, once per change. A raise that failed may have raised
+// some of the pod's processes: the pod counts as raised (put back when
+// the next victim changes), and is raised again at the next evaluation.
 func (m *Manager) oomScoreAdj(next *Pod) {
 	var want types.UID
 	if next != nil {
 		want = next.UID
 	}
-	if want == m.raised {
+	if want == m.raised && !m.raiseFailed {
 		return
 	}
-	if m.raised != "" {
+	if m.raised != "" && m.raised != want {
 		if !m.cfg.DryRun {
 			if err := m.cfg.Actor.RestoreOOMScoreAdj(m.raised); err != nil {
 				m.log.Warn("restore oom_score_adj", "uid", string(m.raised), "err", err)
@@ -664,12 +691,13 @@ func (m *Manager) oomScoreAdj(next *Pod) {
 		m.log.Info("restore oom_score_adj", "uid", string(m.raised), "dry_run", m.cfg.DryRun)
 		m.raised = ""
 	}
+	m.raiseFailed = false
 	if next == nil {
 		return
 	}
 	if !m.cfg.DryRun {
 		if err := m.cfg.Actor.SetOOMScoreAdj(next.UID, NextVictimOOMScoreAdj); err != nil {
-			// Not raised: tried again at the next evaluation.
+			m.raised, m.raiseFailed = next.UID, true
 			m.log.Warn("raise oom_score_adj of the next victim", "victim", next.Namespace+"/"+next.Name,
 				"uid", string(next.UID), "err", err)
 			return

@@ -28,6 +28,7 @@ type fakeActor struct {
 	evicts  []Decision
 	adj     []string // "set a 1000", "restore a"
 	evictFn func(ctx context.Context, d Decision) error
+	setErr  func(uid types.UID) error // SetOOMScoreAdj's error, when set
 }
 
 func (a *fakeActor) Pods() []PodRef {
@@ -57,6 +58,9 @@ func (a *fakeActor) SetOOMScoreAdj(uid types.UID, adj int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.adj = append(a.adj, fmt.Sprintf("set %s %d", uid, adj))
+	if a.setErr != nil {
+		return a.setErr(uid)
+	}
 	return nil
 }
 
@@ -355,6 +359,38 @@ func TestManagerRaisesAndRestoresOOMScoreAdj(t *testing.T) {
 	if got := h.actor.adjustments(); got[len(got)-1] != "restore b" {
 		t.Errorf("on exit %q, want b restored", got)
 	}
+}
+
+// A SetOOMScoreAdj that fails may have raised some of the pod's
+// processes: it is tried again while the pod stays the next victim, and
+// restored like a raised pod once it is not.
+func TestManagerRestoresAPartlyRaisedVictim(t *testing.T) {
+	h := startManager(t, hard100, nil)
+	h.actor.mu.Lock()
+	h.actor.setErr = func(uid types.UID) error {
+		if uid == "a" {
+			return errors.New("oom_score_adj of pid 42 to 1000: permission denied")
+		}
+		return nil
+	}
+	h.actor.mu.Unlock()
+	a, b := pod("a", 0, 0), pod("b", 0, 0)
+	h.actor.setPods(ref(a, "/kubepods/pod-a"), ref(b, "/kubepods/pod-b"))
+	cgA, cgB := cgroup("/kubepods/pod-a", 11, 1*Gi), cgroup("/kubepods/pod-b", 12, 500*Mi)
+	step := func(want []string, cgs ...pressure.Cgroup) {
+		t.Helper()
+		h.snap.set(150*Mi, cgs...)
+		n := h.m.Evaluations()
+		h.m.Wake("test", time.Time{})
+		eventually(t, "an evaluation", func() bool { return h.m.Evaluations() > n })
+		if got := h.actor.adjustments(); !slices.Equal(got, want) {
+			t.Errorf("adjustments %q, want %q", got, want)
+		}
+	}
+	step([]string{"set a 1000"}, cgA, cgB)
+	step([]string{"set a 1000", "set a 1000"}, cgA, cgB) // tried again
+	cgA.Memory.Usage = uint64(100 * Mi)                  // b is now the top-ranked
+	step([]string{"set a 1000", "set a 1000", "restore a", "set b 1000"}, cgA, cgB)
 }
 
 func TestManagerEvaluatesEvidenceAtOnceButHoldsOffOtherWakes(t *testing.T) {
@@ -691,5 +727,73 @@ func TestManagerWatchesAPodCgroupTheSnapshotLacks(t *testing.T) {
 	defer mu.Unlock()
 	if len(watched) != 1 {
 		t.Errorf("watched %q, want one cgroup once", watched)
+	}
+}
+
+// A victim whose working set falls below ReleasedFraction while its
+// cgroup still exists is released in that pass, and must not be chosen
+// again in it: it is no longer pending, and a hard threshold met in the
+// same pass would otherwise "escalate" it, a second eviction of a pod
+// already evicted, logged and counted.
+func TestManagerNeverChoosesAVictimReleasedInTheSamePass(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// unlist: the actor stops listing the victim once evicted, as
+		// the lifecycle does; otherwise its list was taken before the
+		// eviction was recorded.
+		unlist bool
+	}{
+		{"when the actor no longer lists it", true},
+		{"when the actor still lists it", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			both := ThresholdConfig{
+				EvictionHard:            map[string]string{"memory.available": "100Mi"},
+				EvictionSoft:            map[string]string{"memory.available": "500Mi"},
+				EvictionSoftGracePeriod: map[string]string{"memory.available": "1ns"},
+			}
+			h := startManager(t, both, nil)
+			crit := pod("crit", 0, 0)
+			crit.Critical = true // never a victim: a is the only candidate
+			h.actor.setPods(ref(pod("a", 0, 0), "/kubepods/pod-a"), ref(crit, "/kubepods/pod-crit"))
+			if tt.unlist {
+				h.actor.mu.Lock()
+				h.actor.evictFn = func(_ context.Context, d Decision) error {
+					h.actor.mu.Lock()
+					defer h.actor.mu.Unlock()
+					h.actor.pods = slices.DeleteFunc(h.actor.pods, func(r PodRef) bool { return r.UID == d.Victim.UID })
+					return nil
+				}
+				h.actor.mu.Unlock()
+			}
+			h.snap.set(400*Mi, cgroup("/kubepods/pod-a", 11, Gi), cgroup("/kubepods/pod-crit", 12, 100*Mi))
+			h.m.Wake("test", time.Time{}) // the soft threshold is first met
+			time.Sleep(15 * time.Millisecond)
+			h.m.Wake("test", time.Time{}) // its grace period (1ns) has passed
+			if got := receive(t, h.rec.decisions, "decision"); got.d.Victim.UID != "a" || got.d.Hard {
+				t.Fatalf("first decision %+v, want a soft eviction of a", got.d)
+			}
+
+			// a's working set falls below 10% of 1Gi, its cgroup still
+			// there, while the node crosses the hard threshold.
+			h.snap.set(80*Mi, cgroup("/kubepods/pod-a", 11, 50*Mi), cgroup("/kubepods/pod-crit", 12, 500*Mi))
+			n := h.m.Evaluations()
+			h.m.Wake("test", time.Time{})
+			eventually(t, "the evaluation", func() bool { return h.m.Evaluations() > n })
+			if rel := receive(t, h.rec.released, "release"); rel.d.Victim.UID != "a" {
+				t.Errorf("released %s, want a", rel.d.Victim.UID)
+			}
+			select {
+			case got := <-h.rec.decisions:
+				t.Errorf("a second decision: hard=%v victim=%s signal=%s (a was released in this pass)", got.d.Hard, got.d.Victim.UID, got.d.Threshold)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if got := h.actor.evicted(); !slices.Equal(got, []string{"a"}) {
+				t.Errorf("evicted %q, want a once", got)
+			}
+			if n := strings.Count(h.logs(), `msg="evict pod"`); n != 1 {
+				t.Errorf("%d eviction lines logged, want 1", n)
+			}
+		})
 	}
 }

@@ -396,6 +396,16 @@ func TestRankLikeTheKubelet(t *testing.T) {
 		p.Inodes, p.Priority = n, prio
 		return p
 	}
+	unknownInodes := func(name string, prio int32) Pod {
+		p := inodes(name, 0, prio)
+		p.InodesUnknown = true
+		return p
+	}
+	unknownPIDs := func(name string, prio int32) Pod {
+		p := pids(name, 0, prio)
+		p.PIDsUnknown = true
+		return p
+	}
 	for _, tt := range []struct {
 		name string
 		sig  nodestats.Signal
@@ -426,6 +436,11 @@ func TestRankLikeTheKubelet(t *testing.T) {
 		{"pids: priority first, then count", nodestats.SignalPIDAvailable,
 			[]Pod{pids("many-high", 5000, 10), pids("few-low", 10, 0), pids("many-low", 1000, 0)},
 			[]string{"many-low", "few-low", "many-high"}},
+		{"inodes: a pod without a figure goes first, before priority", nodestats.SignalNodeFsInodesFree,
+			[]Pod{inodes("many-low", 1000, -10), unknownInodes("no-figure", 10)}, []string{"no-figure", "many-low"}},
+		{"pids: a pod whose count was not read goes first among its priority", nodestats.SignalPIDAvailable,
+			[]Pod{pids("many", 1000, 0), unknownPIDs("unread", 0), unknownPIDs("unread-high", 10)},
+			[]string{"unread", "many", "unread-high"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := names(Rank(tt.pods, tt.sig)); !slices.Equal(got, tt.want) {

@@ -86,9 +86,29 @@ func diskAboveRequest(a, b *Pod) int {
 // resource, for which a pod has no request: "exceeds" means uses any. Its
 // disk comparator then subtracts the ephemeral-storage request (bytes) from
 // the inode count, mixing units; nodeguard ranks by inodes alone.
-func usesInodes(a, b *Pod) int    { return cmpBool(a.Inodes > 0, b.Inodes > 0) }
-func moreInodes(a, b *Pod) int    { return cmp.Compare(b.Inodes, a.Inodes) }
-func morePIDs(a, b *Pod) int      { return cmp.Compare(b.PIDs, a.PIDs) }
+// A pod without a figure goes first, as the kubelet's comparators put a
+// pod without stats first.
+func usesInodes(a, b *Pod) int {
+	if a.InodesUnknown || b.InodesUnknown {
+		return cmpBool(a.InodesUnknown, b.InodesUnknown)
+	}
+	return cmpBool(a.Inodes > 0, b.Inodes > 0)
+}
+
+func moreInodes(a, b *Pod) int {
+	if a.InodesUnknown || b.InodesUnknown {
+		return cmpBool(a.InodesUnknown, b.InodesUnknown)
+	}
+	return cmp.Compare(b.Inodes, a.Inodes)
+}
+
+func morePIDs(a, b *Pod) int {
+	if a.PIDsUnknown || b.PIDsUnknown {
+		return cmpBool(a.PIDsUnknown, b.PIDsUnknown)
+	}
+	return cmp.Compare(b.PIDs, a.PIDs)
+}
+
 func moreStall(a, b *Pod) int     { return cmp.Compare(b.ReclaimStall, a.ReclaimStall) }
 func lowerCgroupID(a, b *Pod) int { return cmp.Compare(a.CgroupID, b.CgroupID) }
 func lowerUID(a, b *Pod) int      { return strings.Compare(string(a.UID), string(b.UID)) }

@@ -37,10 +37,17 @@ type Pod struct {
 	EphemeralRequest, EphemeralUsage int64
 	// Inodes is the number of inodes the pod uses on the node
 	// filesystems (writable layers, logs, local volumes): the ranking of
-	// the inodesFree signals.
-	Inodes int64
-	// PIDs is the number of tasks in the pod cgroup.
-	PIDs int64
+	// the inodesFree signals. InodesUnknown: there is no figure (the pod
+	// started after the last storage sample); the kubelet ranks such a
+	// pod first, and so does the policy.
+	Inodes        int64
+	InodesUnknown bool
+	// PIDs is the number of tasks in the pod cgroup (its pids.current),
+	// the ranking of pid.available; PIDsUnknown: it could not be read,
+	// and the pod goes first among those of its priority (the kubelet's
+	// pod without stats).
+	PIDs        int64
+	PIDsUnknown bool
 	// ReclaimStall is the time its tasks spent in memory reclaim (eBPF
 	// aggregates), the first tie-breaker after the kubelet's order.
 	ReclaimStall time.Duration
@@ -124,9 +131,11 @@ type Actor interface {
 	// the message. It returns once the kill was sent (hard) or the stop
 	// requested (soft); the rest completes in the background.
 	Evict(ctx context.Context, d Decision) error
-	// SetOOMScoreAdj sets the oom_score_adj of every process of a pod
-	// (raising the next victim under pressure); Restore puts back the
-	// kubelet's policy value.
+	// SetOOMScoreAdj sets the oom_score_adj of every process of a pod,
+	// the sandbox's included (raising the next victim under pressure);
+	// Restore puts back on each process it raised the value that process
+	// had, and gives container processes that joined since the kubelet's
+	// value for their container.
 	SetOOMScoreAdj(uid types.UID, adj int) error
 	RestoreOOMScoreAdj(uid types.UID) error
 }

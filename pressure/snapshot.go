@@ -113,6 +113,12 @@ type Config struct {
 	// NodeFSPath and ImageFSPath are paths on the node and image
 	// filesystems ("" leaves the signals out).
 	NodeFSPath, ImageFSPath string
+	// StatFSTimeout bounds a filesystem's statfs (default
+	// nodestats.DefaultStatFSTimeout); past it the filesystem's signals
+	// are left out of the Snapshot. StatFS replaces nodestats.StatFS,
+	// for tests.
+	StatFSTimeout time.Duration
+	StatFS        func(path string) (nodestats.FSStats, error)
 	// RescanEvery walks the roots again to find cgroups missed by Add.
 	RescanEvery time.Duration
 	// SlowEvery: cgroup cpu and io pressure are read every SlowEvery-th
@@ -123,6 +129,14 @@ type Config struct {
 
 // Snapshotter reads Snapshots. Snapshot may be called from one goroutine
 // at a time; Add and Remove from any.
+//
+// Only Snapshot and Close close a cgroup's descriptors. Remove runs on the
+// kernel event goroutine while a Snapshot may be reading the very entry it
+// removes, outside the lock: closing there would fail that reading with
+// EBADF (and the policy ranks a pod without a reading first), or let a
+// file opened meanwhile take the descriptor's number, so that the reading
+// returns another file's content. Remove therefore retires the entry, and
+// the next Snapshot closes it before it reads anything.
 type Snapshotter struct {
 	cfg Config
 	log *slog.Logger
@@ -130,6 +144,7 @@ type Snapshotter struct {
 	mu      sync.Mutex
 	entries map[string]*entry // by Rel
 	pending []string          // Rels added since the last tick
+	retired []*entry          // removed since the last tick, still open
 	scanned time.Time
 
 	meminfo *nodestats.MeminfoReader
@@ -137,7 +152,10 @@ type Snapshotter struct {
 	sysPSI  map[psi.Resource]*psi.File
 	roots   []root
 	pods    *cgstat.Reader
-	ticks   int
+	// nodeFS and imageFS are one probe when both paths are the same:
+	// one statfs per filesystem in flight at most.
+	nodeFS, imageFS *nodestats.FSProbe
+	ticks           int
 }
 
 // root is one monitored subtree in every hierarchy. A cgroup beneath it has
@@ -245,6 +263,16 @@ func New(cfg Config) (_ *Snapshotter, retErr error) {
 		}
 		s.pods = cgstat.NewReader(src)
 	}
+	if cfg.NodeFSPath != "" {
+		s.nodeFS = nodestats.NewFSProbe(cfg.NodeFSPath, cfg.StatFSTimeout, cfg.StatFS)
+	}
+	switch {
+	case cfg.ImageFSPath == "":
+	case cfg.ImageFSPath == cfg.NodeFSPath:
+		s.imageFS = s.nodeFS
+	default:
+		s.imageFS = nodestats.NewFSProbe(cfg.ImageFSPath, cfg.StatFSTimeout, cfg.StatFS)
+	}
 	if err := s.rescan(); err != nil {
 		return nil, err
 	}
@@ -260,13 +288,27 @@ func (s *Snapshotter) Add(rel string) {
 	s.mu.Unlock()
 }
 
-// Remove stops reading the cgroup at rel.
+// Remove stops reading the cgroup at rel from the next Snapshot on. A
+// Snapshot under way may still read it; its descriptors are closed when
+// the next one starts.
 func (s *Snapshotter) Remove(rel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.entries[rel]; ok {
-		e.close()
 		delete(s.entries, rel)
+		s.retired = append(s.retired, e)
+	}
+}
+
+// closeRetired closes the entries removed since the last Snapshot. It is
+// called by Snapshot only, before it reads, so no reading uses them.
+func (s *Snapshotter) closeRetired() {
+	s.mu.Lock()
+	retired := s.retired
+	s.retired = nil
+	s.mu.Unlock()
+	for _, e := range retired {
+		e.close()
 	}
 }
 
@@ -405,6 +447,7 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 // at (injected: the caller's clock).
 func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 	start := time.Now()
+	s.closeRetired()
 	if now.Sub(s.scanned) >= s.cfg.RescanEvery {
 		if err := s.rescan(); err != nil {
 			s.log.Warn("rescan cgroups", "err", err)
@@ -514,12 +557,19 @@ func (s *Snapshotter) readNode(ctx context.Context, snap *Snapshot) {
 			n.HasPods = true
 		}
 	}
-	if s.cfg.NodeFSPath != "" {
-		n.NodeFS, err = nodestats.NodeFS(ctx, s.cfg.NodeFSPath)
+	// A filesystem that does not answer in time is unknown: its
+	// signals are left out (neither full nor empty) and the error says
+	// why.
+	if s.nodeFS != nil {
+		n.NodeFS, err = s.nodeFS.Stat(ctx)
 		n.okNodeFS = fail(err)
 	}
-	if s.cfg.ImageFSPath != "" {
-		n.ImageFS, err = nodestats.ImageFS(ctx, s.cfg.ImageFSPath)
+	switch {
+	case s.imageFS == nil:
+	case s.imageFS == s.nodeFS:
+		n.ImageFS, n.okImageFS = n.NodeFS, n.okNodeFS
+	default:
+		n.ImageFS, err = s.imageFS.Stat(ctx)
 		n.okImageFS = fail(err)
 	}
 	n.PIDs, err = nodestats.ReadPIDs(s.cfg.ProcDir)
@@ -552,7 +602,7 @@ func (s *Snapshotter) signals(snap *Snapshot) []nodestats.Observation {
 	return nodestats.AppendObservations(nil, in, snap.Time)
 }
 
-// Close releases every descriptor.
+// Close releases every descriptor. It must not run while a Snapshot does.
 func (s *Snapshotter) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -560,6 +610,10 @@ func (s *Snapshotter) Close() error {
 		e.close()
 		delete(s.entries, rel)
 	}
+	for _, e := range s.retired {
+		e.close()
+	}
+	s.retired = nil
 	if s.meminfo != nil {
 		_ = s.meminfo.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,94 @@ func BenchmarkSnapshot250(b *testing.B) {
 			b.ReportMetric(float64(cpu.Nanoseconds()), "cpu-ns/op")
 		})
 	}
+}
+
+// TestRemoveRacingSnapshotNeverBreaksAReading races Remove, as the kernel
+// event goroutine calls it on cgroup_rmdir, against Snapshot reading the
+// same cgroups. A reading that overlaps a Remove must still be a reading
+// of the cgroup it names: not EBADF from a closed descriptor, and not the
+// content of another file that took the descriptor's number (the remover
+// opens files right after each Remove to make that likely). The cgroups
+// themselves stay, so every cgroup in every snapshot must have read
+// cleanly; -race reports the unsynchronised close on its own.
+func TestRemoveRacingSnapshotNeverBreaksAReading(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	parent := cgtest.New(t)
+	layout := parent.Layout()
+	const children = 16
+	var rels []string
+	for i := range children {
+		c := parent.Child(t, fmt.Sprintf("c%02d", i))
+		for _, d := range c.Dirs() {
+			if d.Hierarchy.ID == layout.Memory.ID {
+				rels = append(rels, d.Rel)
+			}
+		}
+	}
+	// SlowEvery 1: cpu and io pressure files are read on every tick too.
+	snapper, err := pressure.New(pressure.Config{Layout: layout, Roots: []string{parent.Rel()}, SlowEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapper.Close()
+	ctx := t.Context()
+	if got := len(snapper.Snapshot(ctx, time.Now()).Cgroups); got != children+1 {
+		t.Fatalf("first snapshot has %d cgroups, want %d", got, children+1)
+	}
+
+	const rounds = 200 // bounded: each round is one snapshot and 16 removals
+	var bad []string
+	for round := range rounds {
+		done := make(chan []*os.File)
+		go func() {
+			var opened []*os.File
+			for _, rel := range rels {
+				snapper.Remove(rel)
+				// Take the descriptor numbers Remove may have freed.
+				for range 6 {
+					if f, err := os.Open("/proc/self/stat"); err == nil {
+						opened = append(opened, f)
+					}
+				}
+			}
+			done <- opened
+		}()
+		snap := snapper.Snapshot(ctx, time.Now())
+		for _, f := range <-done {
+			f.Close()
+		}
+		for _, c := range snap.Cgroups {
+			if c.Err != nil && len(bad) < 5 {
+				bad = append(bad, fmt.Sprintf("round %d: %s: %v", round, c.Rel, c.Err))
+			}
+		}
+		for _, rel := range rels {
+			snapper.Add(rel)
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("readings of live cgroups failed while Remove ran:\n%s", strings.Join(bad, "\n"))
+	}
+	if got := len(snapper.Snapshot(ctx, time.Now()).Cgroups); got != children+1 {
+		t.Errorf("after the races a snapshot has %d cgroups, want %d: every cgroup re-added", got, children+1)
+	}
+
+	// Retired entries are closed by the next snapshot, not leaked.
+	before := openFDs(t)
+	for _, rel := range rels {
+		snapper.Remove(rel)
+	}
+	snapper.Snapshot(ctx, time.Now())
+	if after := openFDs(t); after > before-children {
+		t.Errorf("%d descriptors open after removing %d cgroups and a snapshot, %d before: the removed cgroups' files were not closed", after, children, before)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }

@@ -205,7 +205,7 @@ func FuzzParseSingle(f *testing.F) {
 				continue
 			}
 			// Leading zeros are digits too: compare numerically.
-			got, ok := parseUint(bytes.TrimSuffix(b, []byte("\n")))
+			got, ok := ParseUint(bytes.TrimSuffix(b, []byte("\n")))
 			if !ok || got != v || want[len(want)-1] != '\n' {
 				t.Fatalf("parseSingle(%q, %v) = %d, which does not print back", b, allowMax, v)
 			}

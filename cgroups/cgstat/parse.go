@@ -9,8 +9,12 @@ import (
 // line of these files with '\n'; content without one is a short read and is
 // malformed.
 
-// parseUint parses a decimal uint64 made of digits only.
-func parseUint(b []byte) (uint64, bool) {
+// ParseUint parses a decimal uint64 made of digits only: no sign, no
+// spaces, at most 2^64-1. It is the one number parser of the project's
+// kernel-file readers (cgroup files, /proc/vmstat, /proc/meminfo): it takes
+// the bytes of a read and allocates nothing, which strconv.ParseUint, taking
+// a string, cannot promise.
+func ParseUint(b []byte) (uint64, bool) {
 	if len(b) == 0 || len(b) > 20 {
 		return 0, false
 	}
@@ -85,11 +89,37 @@ func (s *kvScanner) next() bool {
 // uint parses the current value, recording an error when it is not a
 // number.
 func (s *kvScanner) uint() uint64 {
-	v, ok := parseUint(s.val)
+	v, ok := ParseUint(s.val)
 	if !ok && s.err == nil {
 		s.err = malformed(s.name, s.line, "value of "+strconv.Quote(string(s.key))+" is not an unsigned integer: "+strconv.Quote(string(s.val)))
 	}
 	return v
+}
+
+// ParseValue parses a cgroup file holding one unsigned number and its
+// newline, as memory.current and memory.usage_in_bytes do. name is the
+// file's path, for the error: a *ParseError matching ErrMalformed.
+func ParseValue(b []byte, name string) (uint64, error) {
+	return parseSingle(b, name, false)
+}
+
+// ParseCounter returns the value of key in a flat-keyed cgroup file
+// ("key value\n" lines: memory.stat, memory.events, memory.events.local),
+// with the scanner the memory.stat parsers use. A missing key or a line
+// that does not parse is a *ParseError matching ErrMalformed; name is the
+// file's path, for the error.
+func ParseCounter(b []byte, key, name string) (uint64, error) {
+	s := kvScanner{b: b, name: name}
+	for s.next() {
+		if string(s.key) == key {
+			v := s.uint()
+			return v, s.err
+		}
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	return 0, missing(name, s.line, key)
 }
 
 // parseSingle parses a file holding one number, or "max" when allowMax,
@@ -105,7 +135,7 @@ func parseSingle(b []byte, name string, allowMax bool) (uint64, error) {
 	if allowMax && string(v) == "max" {
 		return Unlimited, nil
 	}
-	n, ok := parseUint(v)
+	n, ok := ParseUint(v)
 	if !ok {
 		return 0, malformed(name, 1, "not an unsigned integer: "+strconv.Quote(string(v)))
 	}

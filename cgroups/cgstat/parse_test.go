@@ -323,3 +323,66 @@ func TestWorkingSet(t *testing.T) {
 func psiStats(some, full psi.Line) psi.Stats {
 	return psi.Stats{Some: some, Full: full, HasSome: true, HasFull: true}
 }
+
+func TestParseCounter(t *testing.T) {
+	// As Linux 6.1 writes memory.events.local.
+	const real = "low 0\nhigh 1234\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\n"
+	tests := []struct {
+		name    string
+		in      string
+		key     string
+		want    uint64
+		wantErr string
+	}{
+		{name: "the high counter is read", in: real, key: "high", want: 1234},
+		{name: "the last key is read", in: real, key: "oom_group_kill", want: 0},
+		{name: "a key is read before a later malformed line", in: "high 5\nbad\n", key: "high", want: 5},
+		{name: "a file without a final newline is a short read", in: "high 5", key: "high", wantErr: "line 1: truncated"},
+		{name: "a missing key is malformed", in: "low 0\n", key: "high", wantErr: `line 2: no "high" line`},
+		{name: "a non-number is malformed", in: "low 0\nhigh x\n", key: "high", wantErr: "line 2"},
+		{name: "a negative number is malformed", in: "high -1\n", key: "high", wantErr: "line 1"},
+		{name: "a line without a value is malformed", in: "low 0\nhigh\n", key: "high", wantErr: "line 2"},
+		{name: "an empty file is malformed", in: "", key: "high", wantErr: `no "high" line`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseCounter([]byte(tt.in), tt.key, "/x/memory.events.local")
+			if tt.wantErr != "" {
+				var pe *ParseError
+				if !errors.Is(err, ErrMalformed) || !errors.As(err, &pe) || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "/x/memory.events.local") {
+					t.Errorf("err = %v, want a *ParseError matching ErrMalformed naming the file and %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("= %d, %v; want %d", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseValue(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"a byte count with a newline parses", "67108864\n", 67108864, true},
+		{"zero parses", "0\n", 0, true},
+		{"max is not a byte count", "max\n", 0, false},
+		{"a short read without the newline is malformed", "6710\n"[:4], 0, false},
+		{"an empty file is malformed", "", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseValue([]byte(tt.in), "f")
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Errorf("= %d, %v", got, err)
+			}
+			if err != nil && !errors.Is(err, ErrMalformed) {
+				t.Errorf("err %v does not match ErrMalformed", err)
+			}
+		})
+	}
+}

@@ -521,6 +521,21 @@ func (m *Manager) Procs(parent string) ([]int, error) {
 	return cgroups.TreeProcs(d.Path)
 }
 
+// Tasks counts the tasks in the pod cgroup and every cgroup beneath it:
+// pids.current of its pids cgroup, the count the pod's pid limit
+// (pids.max) applies to (cgroups.Tasks).
+func (m *Manager) Tasks(parent string) (int64, error) {
+	dirs, err := m.layout.Resolve(parent)
+	if err != nil {
+		return 0, fmt.Errorf("count the tasks of pod cgroup %s: %w", parent, err)
+	}
+	n, err := cgroups.Tasks(dirs)
+	if err != nil {
+		return 0, fmt.Errorf("count the tasks of pod cgroup %s: %w", parent, err)
+	}
+	return n, nil
+}
+
 // PodParents lists the pod cgroups that exist beneath the root (in the
 // memory hierarchy), by pod UID, in Parent's form: Guaranteed pods under
 // kubepods, Burstable and BestEffort ones under their QoS parents. The

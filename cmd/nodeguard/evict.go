@@ -21,7 +21,6 @@ import (
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oom/tripwire"
 	"github.com/nodeguard/nodeguard/pressure"
-	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
 // evictionConfig is the eviction section of the configuration: the
@@ -206,29 +205,19 @@ func (a *admitter) admit(p *corev1.Pod) error {
 		Priority: qos.Priority(p), Critical: qos.IsCritical(p)})
 }
 
-// podRootTripwire keeps a tripwire on the pod cgroup root armed at the
-// usage where the nearest memory threshold would be crossed, recomputed
-// from every snapshot, and wakes the manager when it fires. On cgroup v2
-// the tripwire is the working set (tripwire.KindWorkingSet, with its
-// memory.high assist): it fires when the pods' working set, not their
-// usage, reaches the line, so page cache above the line neither fires nor
-// throttles anyone (memory.high sits above usage by the working set's
-// headroom); and a line it has fired for does not fire again until the
-// working set has come back below it (with hysteresis), with at least 20
-// ms between fires.
+// podRootTripwire is the tripwire on the pod cgroup root, armed where
+// oom.TripwirePolicy says after every snapshot, waking the manager when
+// it fires. On cgroup v2 it is the working set (tripwire.KindWorkingSet,
+// with its memory.high assist): a line it has fired for does not fire
+// again until the working set has come back below it (with hysteresis),
+// with at least 20 ms between fires.
 type podRootTripwire struct {
-	tw tripwire.Tripwire
-	// chase keeps the line above usage once usage is past it: on
-	// v2 with tripwire.KindMemoryHigh, where a memory.high below usage
-	// would make the writer reclaim synchronously, and on v1 as it always
-	// was (a usage threshold armed below usage fires only after usage
-	// went down and up again). Not for the working-set poll, whose line
-	// stays where the threshold is.
-	chase  bool
-	th     []oom.Threshold
-	log    *slog.Logger
-	mu     sync.Mutex
-	armed  uint64
+	tw  tripwire.Tripwire
+	log *slog.Logger
+	mu  sync.Mutex
+	// policy and failed are guarded by mu: snapshots and reloads come
+	// from different goroutines.
+	policy *oom.TripwirePolicy
 	failed bool
 }
 
@@ -243,75 +232,18 @@ func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, stateDir string, lo
 	if err != nil {
 		return nil, err
 	}
-	return &podRootTripwire{tw: tw, th: th, log: log, chase: !dir.Hierarchy.V2() || opts.Mechanism == tripwire.KindMemoryHigh}, nil
+	chase := !dir.Hierarchy.V2() || opts.Mechanism == tripwire.KindMemoryHigh
+	return &podRootTripwire{tw: tw, log: log, policy: oom.NewTripwirePolicy(th, chase)}, nil
 }
 
-// target is the pod root usage at which the nearest memory threshold is
-// crossed, from the snapshot's signals: allocatableMemory.available<T at
-// allocatable-T; memory.available<T where the node's working set reaches
-// capacity-T, i.e. the pods' share of it. Usage counts page cache the
-// working set does not, so the wire fires early, never late; the manager
-// confirms on a fresh snapshot.
-func (p *podRootTripwire) target(s *pressure.Snapshot) (uint64, bool) {
-	p.mu.Lock()
-	th := p.th // replaced, never modified, by setThresholds
-	p.mu.Unlock()
-	best := uint64(0)
-	for _, t := range th {
-		obs, ok := s.Signal(t.Signal)
-		if !ok {
-			continue
-		}
-		thr := t.Value.Resolve(obs.Capacity)
-		var at int64
-		switch t.Signal {
-		case nodestats.SignalAllocatableMemoryAvailable:
-			at = obs.Capacity - thr
-		case nodestats.SignalMemoryAvailable:
-			// pods usage + (node working set - pods working set) = capacity - thr
-			nonPods := (obs.Capacity - obs.Available) - int64(s.Node.Pods.WorkingSet())
-			at = obs.Capacity - thr - nonPods
-		default:
-			continue
-		}
-		if at > 0 && (best == 0 || uint64(at) < best) {
-			best = uint64(at)
-		}
-	}
-	return best, best > 0
-}
-
-// rearm moves the wire after a snapshot; small moves are skipped.
+// rearm moves the wire after a snapshot, where the policy says. A failed
+// Arm is logged once, until one succeeds, and tried again at the next
+// snapshot.
 func (p *podRootTripwire) rearm(s *pressure.Snapshot) {
-	at, ok := p.target(s)
-	if !ok {
-		return
-	}
-	if usage := s.Node.Pods.Usage; p.chase && at <= usage {
-		// Usage is past the line. A v1 threshold armed below usage
-		// fires only after usage has gone down and up again, and a
-		// memory.high below usage would make the writer reclaim
-		// synchronously: the wire must go above usage. Where the
-		// working set is still below the line, usage is over it by page
-		// cache: arm where the working set reaches the line if the
-		// cache stays (the line plus usage - working set, the
-		// allowance the kubelet's memcg notifier makes for
-		// inactive_file). Not "just above usage": the wire would then
-		// fire every MiB, and re-arming a v1 threshold takes two RCU
-		// grace periods (5-6 ms), in which a ramp of 200 MiB/s or more
-		// passes the new level before it is armed, and nothing fires
-		// until the safety tick. Already over by the working set too,
-		// the manager is evaluating anyway: just above usage. (The
-		// working-set poll stays at the line.)
-		if ws := s.Node.Pods.WorkingSet(); ws < at {
-			at += usage - ws
-		} else {
-			at = usage + 1<<20
-		}
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if d := int64(at) - int64(p.armed); p.armed != 0 && d > -1<<20 && d < 1<<20 {
+	at, ok := p.policy.Next(s)
+	if !ok {
 		return
 	}
 	if err := p.tw.Arm(at); err != nil {
@@ -322,7 +254,7 @@ func (p *podRootTripwire) rearm(s *pressure.Snapshot) {
 		return
 	}
 	p.failed = false
-	p.armed = at
+	p.policy.Armed(at)
 }
 
 // run forwards fires to the manager until ctx ends.

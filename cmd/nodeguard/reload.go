@@ -121,6 +121,5 @@ func (r *reloader) reload() {
 func (p *podRootTripwire) setThresholds(th []oom.Threshold) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.th = slices.Clone(th)
-	p.armed = 0
+	p.policy.SetThresholds(th)
 }

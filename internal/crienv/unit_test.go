@@ -36,8 +36,8 @@ func TestMountsUnder(t *testing.T) {
 	if _, err := mountsUnder([]byte("1 2 3\n"), "/tmp/env"); err == nil {
 		t.Error("mountsUnder accepted a line with 3 fields")
 	}
-	if _, err := mountsUnder([]byte(`1 2 0:1 / /tmp/x\09 rw - tmpfs t rw`+"\n"), "/tmp/env"); err == nil {
-		t.Error(`mountsUnder accepted a bad octal escape`)
+	if _, err := mountsUnder([]byte(`1 2 0:1 / /tmp/x rw shared:1 tmpfs t rw`+"\n"), "/tmp/env"); err == nil {
+		t.Error(`mountsUnder accepted a line without the "-" separator`)
 	}
 }
 

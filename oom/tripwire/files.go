@@ -1,11 +1,9 @@
 package tripwire
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -75,45 +73,4 @@ func writeValue(dirfd int, dir, name, v string) error {
 		return fmt.Errorf("write %q to %s/%s: %w", v, dir, name, err)
 	}
 	return nil
-}
-
-// ParseUint parses a cgroup file holding one unsigned number and a
-// newline, as memory.usage_in_bytes and memory.current do. name is for
-// the error, which matches ErrMalformed.
-func ParseUint(b []byte, name string) (uint64, error) {
-	s := bytes.TrimSpace(b)
-	v, err := strconv.ParseUint(string(s), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w: %q is not a byte count", name, ErrMalformed, s)
-	}
-	return v, nil
-}
-
-// ParseEventCounter returns the counter key of a flat-keyed cgroup file
-// such as memory.events ("low 0\nhigh 12\nmax 0\n..."). A missing key
-// or a line that does not parse matches ErrMalformed; name is for the
-// error.
-func ParseEventCounter(b []byte, key, name string) (uint64, error) {
-	line := 0
-	for len(b) > 0 {
-		line++
-		var l []byte
-		l, b, _ = bytes.Cut(b, []byte{'\n'})
-		if len(l) == 0 {
-			continue
-		}
-		k, v, ok := bytes.Cut(l, []byte{' '})
-		if !ok {
-			return 0, fmt.Errorf("parse %s line %d: %w: %q is not \"key value\"", name, line, ErrMalformed, l)
-		}
-		if string(k) != key {
-			continue
-		}
-		n, err := strconv.ParseUint(string(v), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse %s line %d: %w: %s %q is not a count", name, line, ErrMalformed, k, v)
-		}
-		return n, nil
-	}
-	return 0, fmt.Errorf("parse %s: %w: no %q line", name, ErrMalformed, key)
 }

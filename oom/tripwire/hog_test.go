@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
@@ -125,7 +126,7 @@ func runHog(usageFile, mibSpec string) int {
 			fmt.Fprintf(os.Stderr, "hog: read %s: %v\n", usageFile, err)
 			os.Exit(1)
 		}
-		v, err := ParseUint(raw, usageFile)
+		v, err := cgstat.ParseValue(raw, usageFile)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "hog: %v\n", err)
 			os.Exit(1)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
@@ -487,7 +488,7 @@ func runRamp(spec string) int {
 		if !crossed {
 			raw, err := pread(ufd, buf[:])
 			if err == nil {
-				u, err := ParseUint(raw, f[0])
+				u, err := cgstat.ParseValue(raw, f[0])
 				now := monotonicNow()
 				switch {
 				case err != nil:
@@ -716,8 +717,8 @@ func (s *samples) run(b *testing.B, dir string) (stop func()) {
 			raw, err1 := os.ReadFile(filepath.Join(dir, fileCurrent))
 			st, err2 := os.ReadFile(filepath.Join(dir, fileStat))
 			if err1 == nil && err2 == nil {
-				u, e1 := ParseUint(raw, fileCurrent)
-				in, e2 := ParseEventCounter(st, "inactive_file", fileStat)
+				u, e1 := cgstat.ParseValue(raw, fileCurrent)
+				in, e2 := cgstat.ParseCounter(st, "inactive_file", fileStat)
 				if e1 == nil && e2 == nil {
 					us, ws = append(us, u), append(ws, u-min(u, in))
 				}
@@ -783,7 +784,11 @@ func readString(b *testing.B, name string) string {
 }
 
 func readUint(b *testing.B, name string) uint64 {
-	v, err := ParseUint([]byte(readString(b, name)), name)
+	raw, err := os.ReadFile(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, err := cgstat.ParseValue(raw, name)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -795,7 +800,7 @@ func readCounter(b *testing.B, name, key string) uint64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	v, err := ParseEventCounter(raw, key, name)
+	v, err := cgstat.ParseCounter(raw, key, name)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // tokTimer is the poll loop's timerfd token.
@@ -96,7 +98,7 @@ func (t *poller) handle(_ int32, _ uint32, at time.Time) error {
 	raw, err := pread(t.usage, t.buf[:])
 	var usage uint64
 	if err == nil {
-		usage, err = ParseUint(raw, t.dir+"/"+t.file)
+		usage, err = cgstat.ParseValue(raw, t.dir+"/"+t.file)
 	}
 	was := t.above
 	if err == nil {

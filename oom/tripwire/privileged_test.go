@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
@@ -305,7 +306,7 @@ func TestV2WorkingSetOnARealCgroup(t *testing.T) {
 		deadline := time.Now().Add(waitBound)
 		for {
 			got := readFile(t, filepath.Join(dir, fileHigh))
-			v, err := ParseUint([]byte(got), fileHigh)
+			v, err := cgstat.ParseValue([]byte(got+"\n"), fileHigh) // readFile trimmed the newline
 			// inactive_file of a cgroup with only an anonymous hog is
 			// near 0: memory.high is the line plus that.
 			if err == nil && v >= threshold && v < threshold+4<<20 {

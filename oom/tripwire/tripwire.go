@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/nodeguard/nodeguard/cgroups"
 )
 
 // Kinds of Fire.
@@ -28,8 +30,10 @@ var (
 	ErrUnsupported = errors.New("not a memory cgroup of this version")
 	// ErrInvalidThreshold reports a threshold Arm cannot set (zero).
 	ErrInvalidThreshold = errors.New("invalid threshold")
-	// ErrMalformed reports a cgroup file whose content does not parse.
-	ErrMalformed = errors.New("malformed")
+	// ErrMalformed reports a cgroup file whose content does not parse. It
+	// is the cgroups package's ErrMalformed: the files are parsed by
+	// cgroups/cgstat, whose *ParseError names the file and the line.
+	ErrMalformed = cgroups.ErrMalformed
 	// ErrClosed reports use of a closed Tripwire.
 	ErrClosed = errors.New("tripwire closed")
 	// ErrGone reports that the watched cgroup was removed.

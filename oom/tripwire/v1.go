@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // Files of the v1 mechanism.
@@ -124,7 +126,7 @@ func (t *v1) handle(tok int32, _ uint32, at time.Time) error {
 
 	var usage uint64
 	if rerr == nil {
-		usage, rerr = ParseUint(raw, t.dir+"/"+fileUsage)
+		usage, rerr = cgstat.ParseValue(raw, t.dir+"/"+fileUsage)
 	}
 	if rerr != nil && cgroups.Gone(rerr) {
 		return fmt.Errorf("watch %s/%s: %w: %w", t.dir, fileUsage, ErrGone, rerr)

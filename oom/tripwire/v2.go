@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // Files of the v2 mechanism.
@@ -100,7 +102,7 @@ func (t *v2) readHigh() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read %s/%s: %w", t.dir, t.events, err)
 	}
-	return ParseEventCounter(raw, "high", t.dir+"/"+t.events)
+	return cgstat.ParseCounter(raw, "high", t.dir+"/"+t.events)
 }
 
 // Arm writes memory.high = threshold. The first Arm keeps the value it

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // Files of the working-set mechanism.
@@ -160,7 +162,7 @@ func (t *wsPoller) refresh() {
 		if err != nil {
 			continue // the reader's own reads report errors
 		}
-		inactive, err := ParseEventCounter(raw, "inactive_file", t.dir+"/"+fileStat)
+		inactive, err := cgstat.ParseCounter(raw, "inactive_file", t.dir+"/"+fileStat)
 		if err != nil {
 			continue
 		}
@@ -444,7 +446,7 @@ func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read %s/%s: %w", t.dir, fileCurrent, err)
 	}
-	usage, err := ParseUint(raw, t.dir+"/"+fileCurrent)
+	usage, err := cgstat.ParseValue(raw, t.dir+"/"+fileCurrent)
 	if err != nil {
 		return 0, err
 	}
@@ -465,7 +467,7 @@ func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read %s/%s: %w", t.dir, fileStat, err)
 	}
-	inactive, err := ParseEventCounter(raw, "inactive_file", t.dir+"/"+fileStat)
+	inactive, err := cgstat.ParseCounter(raw, "inactive_file", t.dir+"/"+fileStat)
 	if err != nil {
 		return 0, err
 	}

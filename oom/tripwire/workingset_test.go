@@ -2,8 +2,11 @@ package tripwire
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 func TestDecideWS(t *testing.T) {
@@ -124,7 +127,7 @@ func TestWorkingSetAssistKeepsMemoryHighAboveUsage(t *testing.T) {
 		writeFake(t, dir, fileCurrent, fmt.Sprintf("%010d\n", u))
 	}
 	high := func() uint64 {
-		v, err := ParseUint([]byte(readFake(t, dir, fileHigh)), fileHigh)
+		v, err := cgstat.ParseValue([]byte(strings.TrimSpace(readFake(t, dir, fileHigh))+"\n"), fileHigh) // the fake holds what Arm wrote, without the kernel's newline
 		if err != nil {
 			return 0
 		}

@@ -35,6 +35,10 @@
 //     A missing file matches ErrUnsupported; content that does not parse,
 //     or that lacks a key every supported kernel writes, is a *ParseError
 //     naming the file and line that matches ErrMalformed.
+//   - statfs(2) of a hung filesystem cannot be cancelled: FSProbe bounds
+//     the wait, keeps at most one call in flight per filesystem, and
+//     reports a filesystem that did not answer in time with an error
+//     matching ErrTimeout (unknown: the caller leaves its signals out).
 //   - Unknown meminfo keys and vmstat counters are skipped, so new kernels
 //     parse; lines that do not have the kernel's shape are errors.
 //   - ParseMeminfo and ParseVmstat do not allocate unless they fail, and

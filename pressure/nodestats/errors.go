@@ -15,6 +15,11 @@ var (
 	// a key every supported kernel writes. The error is a *ParseError
 	// naming the file and, where one is to blame, the line.
 	ErrMalformed = errors.New("malformed")
+
+	// ErrTimeout reports a reading that did not answer within its bound
+	// (a statfs of a hung filesystem): the value is unknown, which is
+	// neither unsupported nor malformed.
+	ErrTimeout = errors.New("timed out")
 )
 
 // ParseError describes a malformed kernel file. It matches ErrMalformed

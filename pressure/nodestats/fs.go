@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,55 +24,117 @@ type FSStats struct {
 	InodesFree     uint64 // f_ffree
 }
 
-// NodeFS returns the statistics of the kubelet's nodefs: the filesystem of
-// the kubelet root directory (rootDir, e.g. /var/lib/kubelet), which holds
-// pod volumes, logs and, without a separate imagefs, container layers. The
-// kubelet asks cAdvisor for RootFsInfo, the filesystem of its root
-// directory (pkg/kubelet/stats: rootFsInfo).
-func NodeFS(ctx context.Context, rootDir string) (FSStats, error) {
-	return StatFS(ctx, rootDir)
+// DefaultStatFSTimeout bounds how long a Snapshot waits for the statfs(2)
+// of a node filesystem. A local filesystem answers in microseconds, and
+// even a busy one within milliseconds; one that takes longer is hung (a
+// dead NFS server or FUSE daemon). cAdvisor waits 2 s for the same call,
+// but its statfs runs on a housekeeping goroutine, while nodeguard's is on
+// the eviction loop, whose safety tick is 1 s: a hung nodefs may cost that
+// loop half a tick once, not a tick every tick.
+const DefaultStatFSTimeout = 500 * time.Millisecond
+
+// FSProbe reads the statistics of one filesystem (the kubelet's nodefs:
+// the filesystem of its root directory, which holds pod volumes, logs
+// and, without a separate imagefs, container layers; or its imagefs: the
+// filesystem of the runtime's image store) with a bound, for the
+// pressure tick.
+//
+// statfs(2) blocks for as long as a hung network or FUSE filesystem does,
+// and nothing can cancel it. So the call runs in its own goroutine, Stat
+// waits for it until the call's bound, and an FSProbe never has more
+// than one call in flight: while one is hung, Stat returns ErrTimeout at
+// once instead of starting another. When the hung call returns, the next
+// Stat takes its answer, and the one after starts a fresh call. An
+// FSProbe is safe for concurrent use.
+type FSProbe struct {
+	path    string
+	timeout time.Duration
+	statfs  func(string) (FSStats, error)
+
+	mu   sync.Mutex
+	call *fsCall // in flight, or done and not yet taken
 }
 
-// ImageFS returns the statistics of the kubelet's imagefs: the filesystem
-// holding the container runtime's images (path, e.g. containerd's root
-// /var/lib/containerd). With the CRI stats provider the kubelet takes the
-// mountpoint the runtime names in ImageFsInfo and asks cAdvisor for that
-// directory's filesystem; when it is the nodefs the two signals see the
-// same numbers.
-func ImageFS(ctx context.Context, path string) (FSStats, error) {
-	return StatFS(ctx, path)
+// fsCall is one statfs in its goroutine; st and err are set before done
+// is closed.
+type fsCall struct {
+	started time.Time
+	done    chan struct{}
+	st      FSStats
+	err     error
 }
 
-// StatFS returns the statistics of the filesystem holding path. statfs(2)
-// can block for as long as a hung network filesystem does, so when ctx can
-// be cancelled the call runs in its own goroutine and StatFS returns when
-// ctx is done; the goroutine then finishes whenever the kernel returns.
-// cAdvisor bounds the same call with a 2 s timeout for the same reason.
-func StatFS(ctx context.Context, path string) (FSStats, error) {
-	if ctx.Done() == nil {
-		return statFS(path)
+// NewFSProbe returns a probe of the filesystem holding path. timeout is
+// the bound of one call (DefaultStatFSTimeout when 0); statfs replaces
+// StatFS, for tests (nil: StatFS).
+func NewFSProbe(path string, timeout time.Duration, statfs func(string) (FSStats, error)) *FSProbe {
+	if timeout <= 0 {
+		timeout = DefaultStatFSTimeout
 	}
-	if err := ctx.Err(); err != nil {
-		return FSStats{}, fmt.Errorf("statfs %s: %w", path, err)
+	if statfs == nil {
+		statfs = StatFS
 	}
-	type result struct {
-		st  FSStats
-		err error
+	return &FSProbe{path: path, timeout: timeout, statfs: statfs}
+}
+
+// Path is the path the probe stats.
+func (p *FSProbe) Path() string { return p.path }
+
+// Stat returns the filesystem's statistics, or an error: one matching
+// ErrTimeout when the call in flight has not answered within its bound
+// (the filesystem is then unknown: neither full nor empty), the context's
+// error when ctx ends first, or statfs's own.
+func (p *FSProbe) Stat(ctx context.Context) (FSStats, error) {
+	p.mu.Lock()
+	c := p.call
+	if c == nil {
+		c = &fsCall{started: time.Now(), done: make(chan struct{})}
+		p.call = c
+		go func() {
+			c.st, c.err = p.statfs(p.path)
+			close(c.done)
+		}()
 	}
-	ch := make(chan result, 1) // buffered: a late answer must not block the goroutine
-	go func() {
-		st, err := statFS(path)
-		ch <- result{st, err}
-	}()
+	p.mu.Unlock()
+
+	take := func() (FSStats, error) {
+		p.mu.Lock()
+		if p.call == c {
+			p.call = nil
+		}
+		p.mu.Unlock()
+		return c.st, c.err
+	}
 	select {
-	case r := <-ch:
-		return r.st, r.err
+	case <-c.done:
+		return take()
+	default:
+	}
+	left := p.timeout - time.Since(c.started)
+	if left <= 0 {
+		return FSStats{}, p.timedOut(c) // hung since an earlier Stat
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return take()
+	case <-t.C:
+		return FSStats{}, p.timedOut(c)
 	case <-ctx.Done():
-		return FSStats{}, fmt.Errorf("statfs %s: %w", path, ctx.Err())
+		return FSStats{}, fmt.Errorf("statfs %s: %w", p.path, ctx.Err())
 	}
 }
 
-func statFS(path string) (FSStats, error) {
+func (p *FSProbe) timedOut(c *fsCall) error {
+	return fmt.Errorf("statfs %s: %w: no answer for %v (bound %v), the filesystem is unknown until it answers",
+		p.path, ErrTimeout, time.Since(c.started).Round(time.Millisecond), p.timeout)
+}
+
+// StatFS returns the statistics of the filesystem holding path with one
+// statfs(2), which blocks for as long as the filesystem does: the
+// pressure tick goes through an FSProbe.
+func StatFS(path string) (FSStats, error) {
 	var s unix.Statfs_t
 	if err := unix.Statfs(path, &s); err != nil {
 		return FSStats{}, fmt.Errorf("statfs %s: %w", path, err)

@@ -6,8 +6,11 @@ import (
 	"io/fs"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,21 +65,18 @@ func TestFSStatsFromStatfs(t *testing.T) {
 // computes sizes from f_frsize too.
 func TestStatFSOfATempDirAgreesWithDf(t *testing.T) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
+	probe := NewFSProbe(dir, 10*time.Second, nil)
 	tests := []struct {
 		name string
-		stat func(context.Context, string) (FSStats, error)
-		ctx  context.Context
+		stat func() (FSStats, error)
 	}{
-		{"StatFS without a deadline calls statfs directly", StatFS, context.Background()},
-		{"StatFS with a deadline calls statfs in a goroutine", StatFS, ctx},
-		{"NodeFS is the statfs of the kubelet root dir", NodeFS, ctx},
-		{"ImageFS is the statfs of the image store", ImageFS, ctx},
+		{"StatFS calls statfs directly", func() (FSStats, error) { return StatFS(dir) }},
+		{"an FSProbe calls statfs in a goroutine", func() (FSStats, error) { return probe.Stat(t.Context()) }},
+		{"an FSProbe calls statfs again once it has answered", func() (FSStats, error) { return probe.Stat(t.Context()) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, err := tt.stat(tt.ctx, dir)
+			st, err := tt.stat()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,12 +102,85 @@ func TestStatFSOfATempDirAgreesWithDf(t *testing.T) {
 
 func TestStatFSErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "absent")
-	if _, err := StatFS(context.Background(), missing); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+	if _, err := StatFS(missing); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("a missing path: %v, want ErrNotExist naming it", err)
+	}
+	if _, err := NewFSProbe(missing, 0, nil).Stat(t.Context()); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a probe of a missing path: %v, want ErrNotExist", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := StatFS(ctx, t.TempDir()); !errors.Is(err, context.Canceled) {
+	hung := newHungStatfs()
+	defer hung.release()
+	if _, err := NewFSProbe(t.TempDir(), time.Hour, hung.statfs).Stat(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled context: %v, want context.Canceled", err)
+	}
+}
+
+// hungStatfs is a statfs that blocks until released, like statfs(2) of a
+// hung NFS or FUSE filesystem, and counts its calls.
+type hungStatfs struct {
+	calls atomic.Int32
+	gate  chan struct{}
+	once  sync.Once
+}
+
+func newHungStatfs() *hungStatfs { return &hungStatfs{gate: make(chan struct{})} }
+
+func (h *hungStatfs) statfs(path string) (FSStats, error) {
+	h.calls.Add(1)
+	<-h.gate
+	return FSStats{Path: path, CapacityBytes: 100, FreeBytes: 60, AvailableBytes: 50, Inodes: 10, InodesFree: 5}, nil
+}
+
+func (h *hungStatfs) release() { h.once.Do(func() { close(h.gate) }) }
+
+// TestFSProbeOfAHungFilesystem: a probe whose statfs never answers times
+// out with ErrTimeout (the filesystem is unknown), keeps one call in
+// flight however often it is asked, and takes the late answer once the
+// call returns.
+func TestFSProbeOfAHungFilesystem(t *testing.T) {
+	hung := newHungStatfs()
+	defer hung.release()
+	const bound = 20 * time.Millisecond
+	p := NewFSProbe("/hung", bound, hung.statfs)
+
+	before := runtime.NumGoroutine()
+	const stats = 200
+	for i := range stats {
+		st, err := p.Stat(t.Context())
+		if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "/hung") {
+			t.Fatalf("stat %d of a hung filesystem: %v, want ErrTimeout naming the path", i, err)
+		}
+		if st != (FSStats{}) {
+			t.Fatalf("stat %d of a hung filesystem returned %+v with its error: want nothing", i, st)
+		}
+	}
+	if n := hung.calls.Load(); n != 1 {
+		t.Errorf("%d statfs calls for %d stats of a hung filesystem, want 1 in flight", n, stats)
+	}
+	if after := runtime.NumGoroutine(); after > before+1 {
+		t.Errorf("%d goroutines after %d stats, %d before", after, stats, before)
+	}
+
+	hung.release()
+	// The call answers when its goroutine gets to run; until then Stat
+	// still times out at once (bounded: a few seconds at worst).
+	var st FSStats
+	var err error
+	for range 5000 {
+		if st, err = p.Stat(t.Context()); !errors.Is(err, ErrTimeout) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err != nil || st.AvailableBytes != 50 {
+		t.Fatalf("the stat after the call answered: %+v, %v; want its late answer", st, err)
+	}
+	if _, err := p.Stat(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := hung.calls.Load(); n != 2 {
+		t.Errorf("%d statfs calls, want 2: a fresh call once the late answer was taken", n)
 	}
 }

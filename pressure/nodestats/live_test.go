@@ -1,7 +1,6 @@
 package nodestats
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
@@ -124,9 +123,7 @@ func TestLivePIDsAgreeWithSysinfo(t *testing.T) {
 }
 
 func TestLiveNodeFSOfTheRootFilesystem(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	st, err := NodeFS(ctx, "/")
+	st, err := NewFSProbe("/", 10*time.Second, nil).Stat(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

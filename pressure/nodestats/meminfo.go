@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // MeminfoPath is the kernel's system-wide memory report.
@@ -346,7 +348,7 @@ func splitMeminfoLine(line []byte) (key []byte, v uint64, kB bool, msg string) {
 	for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
 		j++
 	}
-	v, ok := parseUint(rest[:j])
+	v, ok := cgstat.ParseUint(rest[:j])
 	if !ok {
 		return nil, 0, false, "value is not an unsigned decimal number"
 	}

@@ -3,6 +3,8 @@ package nodestats
 import (
 	"bytes"
 	"path/filepath"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // ProcDir is where procfs is mounted on a live host.
@@ -73,10 +75,10 @@ func ParseLoadavgTasks(name string, b []byte) (int64, error) {
 	if !ok {
 		return 0, &ParseError{File: name, Line: 1, Msg: "fourth field is not running/total"}
 	}
-	if _, ok := parseUint(running); !ok {
+	if _, ok := cgstat.ParseUint(running); !ok {
 		return 0, &ParseError{File: name, Line: 1, Msg: "running task count is not a number"}
 	}
-	n, ok := parseUint(total)
+	n, ok := cgstat.ParseUint(total)
 	if !ok || n > 1<<62 {
 		return 0, &ParseError{File: name, Line: 1, Msg: "total task count is not a number"}
 	}

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 )
 
 // lines iterates over the newline-separated lines of a kernel text file
@@ -35,27 +36,6 @@ func (l *lines) next() ([]byte, bool) {
 	return line, true
 }
 
-// parseUint parses an unsigned decimal number: digits only, no sign, no
-// spaces, no leading "+", at most math.MaxUint64. strconv.ParseUint would
-// need a string, and so an allocation.
-func parseUint(b []byte) (uint64, bool) {
-	if len(b) == 0 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if v > (math.MaxUint64-d)/10 {
-			return 0, false
-		}
-		v = v*10 + d
-	}
-	return v, true
-}
-
 // splitFlat splits a line of a flat-keyed file ("key value", one space, as
 // in /proc/vmstat and memory.stat) into its key and numeric value.
 func splitFlat(line []byte) (key []byte, v uint64, ok bool) {
@@ -63,7 +43,7 @@ func splitFlat(line []byte) (key []byte, v uint64, ok bool) {
 	if i <= 0 {
 		return nil, 0, false
 	}
-	v, ok = parseUint(line[i+1:])
+	v, ok = cgstat.ParseUint(line[i+1:])
 	return line[:i], v, ok
 }
 
@@ -93,7 +73,7 @@ func readSingleUint(name string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, ok := parseUint(bytes.TrimSuffix(b, []byte("\n")))
+	v, ok := cgstat.ParseUint(bytes.TrimSuffix(b, []byte("\n")))
 	if !ok {
 		return 0, &ParseError{File: name, Line: 1, Msg: fmt.Sprintf("not an unsigned decimal number: %q", bytes.TrimSpace(b))}
 	}
