@@ -149,7 +149,7 @@ func RunChurnFloor(ctx context.Context, c *cri.Client, cg *kubepods.Manager, cfg
 		if err != nil {
 			return err
 		}
-		image, err := c.EnsureImage(ctx, cfg.Image, sc)
+		image, err := c.EnsureImage(ctx, cfg.Image, corev1.PullIfNotPresent, sc) // the image is imported, never pulled
 		if err != nil {
 			return err
 		}

@@ -14,7 +14,11 @@
 //   - a sandbox whose pod is no longer desired is stopped (containers with
 //     their grace period first) and removed, with its cgroups;
 //   - after a restart of nodeguard, running sandboxes of desired pods are
-//     adopted, never duplicated; extra sandboxes of one pod are removed.
+//     adopted, never duplicated; extra sandboxes of one pod are removed;
+//   - images are resolved by imagePullPolicy as the kubelet's image manager
+//     (failed pulls back off: ErrImagePull, ImagePullBackOff);
+//   - container logs are rotated as the kubelet's container log manager
+//     (lifecycle/logs), and a removed container's log files go with it;
 //   - every 10 s each pod's local storage is measured (emptyDirs, writable
 //     layers, logs) and a running pod past an emptyDir sizeLimit, the sum
 //     of its containers' ephemeral-storage limits or one container's own

@@ -73,7 +73,7 @@ func TestEvictionRanksPIDAndInodePressureByUse(t *testing.T) {
 		}
 		waitPod(t, m, p.Name, "said ready", func(p *corev1.Pod) bool {
 			var logs bytes.Buffer
-			return running(p) && m.Logs(ctx, "default", p.Name, "c", 0, &logs) == nil && strings.Contains(logs.String(), "ready")
+			return running(p) && m.Logs(ctx, "default", p.Name, lifecycle.LogOptions{Container: "c", Tail: -1}, &logs) == nil && strings.Contains(logs.String(), "ready")
 		})
 	}
 	if _, err := m.Storage(ctx); err != nil {

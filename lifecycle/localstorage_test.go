@@ -171,10 +171,10 @@ spec:
       limits: {ephemeral-storage: 4Mi}
 `
 
-// chattyPod's talker logs about 9 MB (6 MB of output in short lines, with
+// talkerPod's talker logs about 9 MB (6 MB of output in short lines, with
 // the CRI log format's timestamps), past its own 4Mi limit but within the
 // pod's 68Mi.
-const chattyPod = `
+const talkerPod = `
 apiVersion: v1
 kind: Pod
 metadata: {name: chatty}
@@ -202,7 +202,7 @@ func TestEphemeralStorageLimitIsEvicted(t *testing.T) {
 	m, _ := r.manager(t)
 	ctx := context.Background()
 	removeAtEnd(t, m, "layer", "chatty")
-	if _, err := m.Apply(ctx, append(r.pods(t, layerPod), r.pods(t, chattyPod)...), lifecycle.SourceAPI); err != nil {
+	if _, err := m.Apply(ctx, append(r.pods(t, layerPod), r.pods(t, talkerPod)...), lifecycle.SourceAPI); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ pod, want string }{

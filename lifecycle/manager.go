@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/mounts"
@@ -109,6 +109,12 @@ type Config struct {
 	// LocalStorage enforces ephemeral-storage limits and emptyDir
 	// sizeLimits (localstorage.go); the zero value does.
 	LocalStorage LocalStorageConfig
+	// ContainerLogs bounds each container's log files (the kubelet's
+	// containerLogMaxSize and containerLogMaxFiles; their defaults where
+	// zero), checked every ContainerLogMonitorInterval
+	// (logs.DefaultInterval when zero).
+	ContainerLogs               logs.Policy
+	ContainerLogMonitorInterval time.Duration
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -151,6 +157,8 @@ type Manager struct {
 	qosErr string
 	// ls: the local-storage passes (localstorage.go).
 	ls *localStorage
+	// rotator rotates the containers' logs (containerlogs.go).
+	rotator *logs.Rotator
 }
 
 type backoff struct {
@@ -168,6 +176,7 @@ type podState struct {
 	ip         string
 	created    time.Time
 	backoff    map[string]*backoff
+	pulls      map[string]*pullBackoff // image pull back-off (images.go)
 	status     corev1.PodStatus
 	lastErr    string
 	kick       chan struct{} // wakes the pod's worker
@@ -290,8 +299,12 @@ func New(cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	rotator, err := newRotator(cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("new pod manager: %w", err)
+	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
-		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage)}
+		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator}
 	if err := m.loadPersisted(); err != nil {
 		return nil, err
 	}
@@ -515,6 +528,7 @@ func (m *Manager) Run(ctx context.Context) {
 	defer t.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Go(func() { m.rotator.Run(ctx) })
 	for {
 		m.beat.Store(m.now().UnixNano())
 		m.mu.Lock()
@@ -888,6 +902,7 @@ func (m *Manager) removeStranded(ctx context.Context, what, id, parent string, c
 // removeContainer removes a container of the pod whose cgroup is parent,
 // killing a stranded task that keeps the runtime from doing it.
 func (m *Manager) removeContainer(ctx context.Context, parent, id string) error {
+	logPath := m.logPath(ctx, id) // before the runtime forgets it (containerlogs.go)
 	cctx, cancel := call(ctx)
 	err := m.cfg.Runtime.RemoveContainer(cctx, id)
 	cancel()
@@ -895,6 +910,9 @@ func (m *Manager) removeContainer(ctx context.Context, parent, id string) error 
 		err = m.removeStranded(ctx, "container", id, parent, []string{id}, func(ctx context.Context) error {
 			return m.cfg.Runtime.RemoveContainer(ctx, id)
 		})
+	}
+	if err == nil {
+		m.removeLog(id, logPath)
 	}
 	return err
 }
@@ -1005,6 +1023,10 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 		cancel()
 	}
 	if err := m.syncContainers(ctx, st); err != nil {
+		if ie, ok := errors.AsType[*imageError](err); ok {
+			m.setImageError(st, ie)
+			return
+		}
 		m.setError(st, "SyncFailed", err)
 	}
 }
@@ -1269,7 +1291,7 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	}
 	cctx, cancel := call(ctx)
 	defer cancel()
-	image, err := m.cfg.Runtime.EnsureImage(cctx, c.Image, st.sandboxCfg)
+	image, err := m.ensureImage(cctx, st, c)
 	if err != nil {
 		return err
 	}
@@ -1485,21 +1507,6 @@ func (m *Manager) containerID(ctx context.Context, namespace, name, container st
 		return "", fmt.Errorf("%w: %q in pod %s/%s", ErrContainerNotFound, container, namespace, name)
 	}
 	return c.Id, nil
-}
-
-// Logs copies a container's log (the newest attempt) to w.
-func (m *Manager) Logs(ctx context.Context, namespace, name, container string, tail int, w io.Writer) error {
-	id, err := m.containerID(ctx, namespace, name, container)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := call(ctx)
-	s, err := m.cfg.Runtime.ContainerStatus(cctx, id)
-	cancel()
-	if err != nil {
-		return err
-	}
-	return cri.ReadLogs(s.GetLogPath(), cri.LogOptions{TailLines: tail}, w)
 }
 
 // Exec runs cmd in a container and waits for it.

@@ -20,6 +20,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/mounts"
 )
@@ -42,6 +43,10 @@ type rig struct {
 	// workers, when set, is its Config.Workers.
 	runtime func(lifecycle.Runtime) lifecycle.Runtime
 	workers int
+	// containerLogs and logInterval, when set, are the manager's log
+	// rotation.
+	containerLogs logs.Policy
+	logInterval   time.Duration
 }
 
 func newRig(t *testing.T) *rig {
@@ -93,6 +98,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		BackoffInitial: bi, BackoffMax: bm, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
+		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval,
 		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
@@ -196,7 +202,7 @@ func TestPodLifecycleAgainstARealContainerd(t *testing.T) {
 	}
 
 	var logs bytes.Buffer
-	if err := m.Logs(ctx, "default", "web", "main", 0, &logs); err != nil || !strings.Contains(logs.String(), "started") {
+	if err := m.Logs(ctx, "default", "web", lifecycle.LogOptions{Container: "main", Tail: -1}, &logs); err != nil || !strings.Contains(logs.String(), "started") {
 		t.Errorf("logs %q, %v", logs.String(), err)
 	}
 	res, err := m.Exec(ctx, "default", "web", "", []string{"cat", "/proc/1/oom_score_adj"}, 5*time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
@@ -25,10 +26,13 @@ type Runtime interface {
 	ListContainers(ctx context.Context, sandboxID string, labels map[string]string) ([]*runtimeapi.Container, error)
 	ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
-	EnsureImage(ctx context.Context, ref string, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
+	EnsureImage(ctx context.Context, ref string, policy corev1.PullPolicy, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
 	// DeleteTask deletes a stopped task the runtime's CRI lost track of;
 	// cri.ErrNotContainerd where the runtime has no such repair.
 	DeleteTask(ctx context.Context, containerID string) error
+	// ReopenContainerLog makes the runtime write a new log file after a
+	// rotation renamed the old one (lifecycle/logs).
+	ReopenContainerLog(ctx context.Context, id string) error
 }
 
 var _ Runtime = (*cri.Client)(nil)

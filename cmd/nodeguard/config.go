@@ -21,6 +21,7 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/logging"
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/netplumb"
 	"github.com/nodeguard/nodeguard/oom"
@@ -58,9 +59,17 @@ type runConfig struct {
 	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
 	SystemReserved corev1.ResourceList `json:"systemReserved"`
 	KubeReserved   corev1.ResourceList `json:"kubeReserved"`
-	// ImagePull lets the runtime pull images that are not present (a
-	// registry is configured); off, a missing image fails the pod clearly.
+	// ImagePull lets the runtime pull images (a registry is configured),
+	// as each container's imagePullPolicy says; off, nothing is pulled, a
+	// missing image fails its container clearly (ErrImagePull), and
+	// imagePullPolicy Always is refused at admission.
 	ImagePull bool `json:"imagePull"`
+	// ContainerLogMaxSize and ContainerLogMaxFiles bound each container's
+	// log, as the kubelet's keys (defaults 10Mi and 5): containerd never
+	// rotates; nodeguard renames the live file when it reaches the size
+	// and keeps at most that many files, the live one included.
+	ContainerLogMaxSize  resource.Quantity `json:"containerLogMaxSize"`
+	ContainerLogMaxFiles int               `json:"containerLogMaxFiles"`
 	// Container restart back-off (defaults: the kubelet's 10 s and 5 min).
 	BackoffInitial metav1.Duration `json:"backoffInitial"`
 	BackoffMax     metav1.Duration `json:"backoffMax"`
@@ -148,6 +157,9 @@ func defaultRunConfig() runConfig {
 		MetricsAddr:    DefaultMetricsAddr,
 		BackoffInitial: metav1.Duration{Duration: lifecycle.DefaultBackoffInitial},
 		BackoffMax:     metav1.Duration{Duration: lifecycle.DefaultBackoffMax},
+		// The kubelet's defaults.
+		ContainerLogMaxSize:  *resource.NewQuantity(logs.DefaultMaxSize, resource.BinarySI),
+		ContainerLogMaxFiles: logs.DefaultMaxFiles,
 		Network: networkConfig{Manage: true, Name: nd.Name, Bridge: nd.Bridge, MaxPods: nd.MaxPods,
 			CNIBinDirs: slices.Clone(nd.BinDirs), CNIConfDir: nd.ConfDir, NetNSDirs: []string{"/var/run/netns"}},
 		Volumes: volumesConfig{SourceDir: "/etc/nodeguard/sources"},
@@ -231,6 +243,9 @@ func (c runConfig) Validate() error {
 	case c.BackoffMax.Duration > 0 && c.BackoffInitial.Duration > c.BackoffMax.Duration:
 		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
 	}
+	if err := c.containerLogPolicy().Validate(); err != nil {
+		return err
+	}
 	d, err := kubepods.ParseDriver(c.CgroupDriver)
 	if err != nil {
 		return fmt.Errorf("cgroupDriver: %q: %w: want %q or %q", c.CgroupDriver, kubepods.ErrUnknownDriver, kubepods.Cgroupfs, kubepods.Systemd)
@@ -291,6 +306,12 @@ func (c runConfig) Validate() error {
 		return errors.New("runtimeEndpoint: required (the CRI socket, e.g. unix:///run/containerd/containerd.sock), or --private-runtime")
 	}
 	return nil
+}
+
+// containerLogPolicy is the log rotation of containerLogMaxSize and
+// containerLogMaxFiles.
+func (c runConfig) containerLogPolicy() logs.Policy {
+	return logs.Policy{MaxSize: c.ContainerLogMaxSize.Value(), MaxFiles: c.ContainerLogMaxFiles}
 }
 
 // loadRunConfig reads the file at path over the defaults (no path: the

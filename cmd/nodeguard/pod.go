@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -256,21 +257,39 @@ func (p *podCLI) rmCmd() *cobra.Command {
 }
 
 func (p *podCLI) logsCmd() *cobra.Command {
-	var namespace, container string
-	var tail int
+	var namespace string
+	var since time.Duration
+	opts := api.LogOptions{}
 	cmd := &cobra.Command{
 		Use:   "logs NAME",
-		Short: "Print a container's log",
+		Short: "Print a container's log (across its rotated files)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if since < 0 {
+				return fmt.Errorf("--since %s: want a positive duration", since)
+			}
+			if opts.Follow && opts.Previous {
+				return errors.New("--follow and --previous: a previous container writes no more")
+			}
+			// Whole seconds, rounded up, as kubectl sends sinceSeconds.
+			opts.SinceSeconds = int64((since + time.Second - 1) / time.Second)
 			c := p.client()
 			defer c.Close()
-			return c.Logs(cmd.Context(), namespace, args[0], container, tail, cmd.OutOrStdout())
+			err := c.Logs(cmd.Context(), namespace, args[0], opts, cmd.OutOrStdout())
+			if opts.Follow && errors.Is(err, context.Canceled) {
+				return nil // interrupted: the normal end of a follow
+			}
+			return err
 		},
 	}
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", podspec.DefaultNamespace, "the pod's namespace")
-	cmd.Flags().StringVarP(&container, "container", "c", "", "container name (default: the pod's default container)")
-	cmd.Flags().IntVar(&tail, "tail", -1, "lines from the end to print; -1 for all")
+	f := cmd.Flags()
+	f.StringVarP(&namespace, "namespace", "n", podspec.DefaultNamespace, "the pod's namespace")
+	f.StringVarP(&opts.Container, "container", "c", "", "container name (default: the pod's default container)")
+	f.IntVar(&opts.Tail, "tail", -1, "lines from the end to print; -1 for all")
+	f.BoolVarP(&opts.Follow, "follow", "f", false, "keep printing lines as the container writes them (across log rotations) until it stops")
+	f.BoolVarP(&opts.Previous, "previous", "p", false, "print the log of the container's previous instance")
+	f.DurationVar(&since, "since", 0, "only lines newer than this, e.g. 10s or 5m (default: all)")
+	f.BoolVar(&opts.Timestamps, "timestamps", false, "prefix each line with its RFC 3339 timestamp")
 	return cmd
 }
 

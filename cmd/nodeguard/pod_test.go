@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -334,6 +335,59 @@ func TestPodLogs(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+// TestPodLogsFlags: kubectl logs' flags reach the service as the API's
+// options, and the combinations that cannot work are refused before any
+// request.
+func TestPodLogsFlags(t *testing.T) {
+	e := newPodEnv(t)
+	var mu sync.Mutex // the server's goroutine writes got, the test reads it
+	var got api.LogOptions
+	e.fake.LogsFunc = func(_ context.Context, _, _ string, opts api.LogOptions, w io.Writer) error {
+		mu.Lock()
+		got = opts
+		mu.Unlock()
+		_, err := io.WriteString(w, "x\n")
+		return err
+	}
+	applyBoth(t, e)
+	cases := []struct {
+		name string
+		args []string
+		want api.LogOptions
+	}{
+		{"no flag is the whole log", []string{"web"}, api.LogOptions{Container: "nginx", Tail: -1}},
+		{"-f, --timestamps and --tail", []string{"web", "-c", "sidecar", "-f", "--timestamps", "--tail", "5"},
+			api.LogOptions{Container: "sidecar", Tail: 5, Follow: true, Timestamps: true}},
+		{"-p is the previous instance", []string{"web", "-p"}, api.LogOptions{Container: "nginx", Tail: -1, Previous: true}},
+		{"--since is whole seconds, rounded up", []string{"web", "--since", "1500ms"}, api.LogOptions{Container: "nginx", Tail: -1, SinceSeconds: 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if out := e.mustRun(t, "logs", tc.args...); out != "x\n" {
+				t.Fatalf("got %q", out)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if got != tc.want {
+				t.Errorf("the service got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, want string
+		args       []string
+	}{
+		{"--follow with --previous is refused", "--follow and --previous", []string{"web", "-f", "-p"}},
+		{"a negative --since is refused", "--since -1s", []string{"web", "--since", "-1s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := e.run(t, "", "logs", tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to name %q", err, tc.want)
+			}
+		})
+	}
 }
 
 func TestPodExec(t *testing.T) {

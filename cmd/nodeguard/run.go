@@ -318,9 +318,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
-		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged},
+		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
-		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration,
+		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})
 	if err != nil {
 		return err
@@ -684,8 +684,12 @@ func (s podService) Delete(ctx context.Context, ns, name string) error {
 }
 func (s podService) List() []*corev1.Pod                     { return s.m.List() }
 func (s podService) Get(ns, name string) (*corev1.Pod, bool) { return s.m.Get(ns, name) }
-func (s podService) Logs(ctx context.Context, ns, name, c string, tail int, w io.Writer) error {
-	return mapErr(s.m.Logs(ctx, ns, name, c, tail, w))
+func (s podService) Logs(ctx context.Context, ns, name string, o api.LogOptions, w io.Writer) error {
+	opts := lifecycle.LogOptions{Container: o.Container, Previous: o.Previous, Tail: o.Tail, Timestamps: o.Timestamps, Follow: o.Follow}
+	if o.SinceSeconds > 0 {
+		opts.Since = time.Now().Add(-time.Duration(o.SinceSeconds) * time.Second)
+	}
+	return mapErr(s.m.Logs(ctx, ns, name, opts, w))
 }
 func (s podService) Exec(ctx context.Context, ns, name, c string, cmd []string, timeout time.Duration) (api.ExecResult, error) {
 	r, err := s.m.Exec(ctx, ns, name, c, cmd, timeout)

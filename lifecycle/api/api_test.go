@@ -162,7 +162,7 @@ func TestRoutes(t *testing.T) {
 	t.Run("logs stream the last lines of the chosen container", func(t *testing.T) {
 		f.SetLogs("default", "web", "sidecar", "one\ntwo\nthree\n")
 		var b bytes.Buffer
-		if err := c.Logs(ctx, "default", "web", "sidecar", 2, &b); err != nil {
+		if err := c.Logs(ctx, "default", "web", api.LogOptions{Container: "sidecar", Tail: 2}, &b); err != nil {
 			t.Fatal(err)
 		}
 		if b.String() != "two\nthree\n" {
@@ -177,7 +177,7 @@ func TestRoutes(t *testing.T) {
 	t.Run("logs of the default container need no container name", func(t *testing.T) {
 		f.SetLogs("default", "web", "nginx", "started\n")
 		var b bytes.Buffer
-		if err := c.Logs(ctx, "default", "web", "", -1, &b); err != nil || b.String() != "started\n" {
+		if err := c.Logs(ctx, "default", "web", api.LogOptions{Tail: -1}, &b); err != nil || b.String() != "started\n" {
 			t.Fatalf("got %q, %v", b.String(), err)
 		}
 	})
@@ -234,8 +234,10 @@ func TestErrorAnswers(t *testing.T) {
 	}{
 		{"get of an unknown pod is 404", func() error { _, err := c.Get(ctx, "default", "nope"); return err }, api.ErrNotFound, 404, "pod default/nope not found"},
 		{"delete of an unknown pod is 404", func() error { return c.Delete(ctx, "default", "nope") }, api.ErrNotFound, 404, "pod default/nope: not found"},
-		{"logs of an unknown pod are 404", func() error { return c.Logs(ctx, "other", "web", "", -1, io.Discard) }, api.ErrNotFound, 404, "pod other/web: not found"},
-		{"logs of an unknown container are 404", func() error { return c.Logs(ctx, "default", "web", "nope", -1, io.Discard) }, api.ErrNotFound, 404, "container nope in pod default/web: not found"},
+		{"logs of an unknown pod are 404", func() error { return c.Logs(ctx, "other", "web", api.LogOptions{Tail: -1}, io.Discard) }, api.ErrNotFound, 404, "pod other/web: not found"},
+		{"logs of an unknown container are 404", func() error {
+			return c.Logs(ctx, "default", "web", api.LogOptions{Container: "nope", Tail: -1}, io.Discard)
+		}, api.ErrNotFound, 404, "container nope in pod default/web: not found"},
 		{"exec in an unknown pod is 404", func() error { _, err := c.Exec(ctx, "default", "nope", "", []string{"ls"}, 0); return err }, api.ErrNotFound, 404, "pod default/nope: not found"},
 		{"exec without a command is 400", func() error { _, err := c.Exec(ctx, "default", "web", "", nil, 0); return err }, api.ErrBadRequest, 400, "command: Required value"},
 		{"exec above the maximum timeout is 400", func() error {
@@ -373,7 +375,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	f := newFake()
 	entered := make(chan struct{}, limit)
 	release := make(chan struct{})
-	f.LogsFunc = func(ctx context.Context, _, _, _ string, _ int, w io.Writer) error {
+	f.LogsFunc = func(ctx context.Context, _, _ string, _ api.LogOptions, w io.Writer) error {
 		entered <- struct{}{}
 		select {
 		case <-release:
@@ -393,7 +395,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, limit)
 	for i := range limit {
-		wg.Go(func() { errs[i] = c.Logs(ctx, "default", "web", "", -1, io.Discard) })
+		wg.Go(func() { errs[i] = c.Logs(ctx, "default", "web", api.LogOptions{Tail: -1}, io.Discard) })
 	}
 	for range limit {
 		select {
@@ -426,7 +428,7 @@ func TestConcurrencyIsBounded(t *testing.T) {
 
 func TestLogErrorAfterTheFirstByteReachesTheClient(t *testing.T) {
 	f := newFake()
-	f.LogsFunc = func(_ context.Context, _, _, _ string, _ int, w io.Writer) error {
+	f.LogsFunc = func(_ context.Context, _, _ string, _ api.LogOptions, w io.Writer) error {
 		io.WriteString(w, "partial line\n")
 		return errors.New("read CRI log /var/log/pods/x/0.log: line 2: malformed\nsecond line")
 	}
@@ -435,7 +437,7 @@ func TestLogErrorAfterTheFirstByteReachesTheClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	err := c.Logs(t.Context(), "default", "web", "", -1, &b)
+	err := c.Logs(t.Context(), "default", "web", api.LogOptions{Tail: -1}, &b)
 	if b.String() != "partial line\n" {
 		t.Errorf("got text %q", b.String())
 	}
@@ -664,7 +666,7 @@ func TestLongRequestsOutliveTheServerTimeouts(t *testing.T) {
 			return api.ExecResult{}, fmt.Errorf("exec cut: %w", ctx.Err())
 		}
 	}
-	f.LogsFunc = func(ctx context.Context, _, _, _ string, _ int, w io.Writer) error {
+	f.LogsFunc = func(ctx context.Context, _, _ string, _ api.LogOptions, w io.Writer) error {
 		for _, line := range []string{"a\n", "b\n", "c\n"} {
 			if _, err := io.WriteString(w, line); err != nil {
 				return err
@@ -689,7 +691,7 @@ func TestLongRequestsOutliveTheServerTimeouts(t *testing.T) {
 	})
 	t.Run("a log stream longer than the timeouts is whole", func(t *testing.T) {
 		var b bytes.Buffer
-		if err := c.Logs(t.Context(), "default", "web", "", -1, &b); err != nil || b.String() != "a\nb\nc\n" {
+		if err := c.Logs(t.Context(), "default", "web", api.LogOptions{Tail: -1}, &b); err != nil || b.String() != "a\nb\nc\n" {
 			t.Fatalf("got %q, %v", b.String(), err)
 		}
 	})
@@ -698,7 +700,7 @@ func TestLongRequestsOutliveTheServerTimeouts(t *testing.T) {
 func TestALogReaderThatStopsReadingIsDropped(t *testing.T) {
 	f := newFake()
 	result := make(chan error, 1)
-	f.LogsFunc = func(ctx context.Context, _, _, _ string, _ int, w io.Writer) error {
+	f.LogsFunc = func(ctx context.Context, _, _ string, _ api.LogOptions, w io.Writer) error {
 		chunk := bytes.Repeat([]byte("x"), 64<<10)
 		for ctx.Err() == nil {
 			if _, err := w.Write(chunk); err != nil {

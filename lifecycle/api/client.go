@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -145,16 +144,12 @@ func (c *Client) Delete(ctx context.Context, namespace, name string) error {
 	return c.do(ctx, http.MethodDelete, podPath(namespace, name, ""), "", nil, nil)
 }
 
-// Logs copies a container's log to w: its last tail lines, all when
-// tail < 0. An empty container means the pod's default container. An error
-// the server met after sending part of the log is returned after that part
-// was written.
-func (c *Client) Logs(ctx context.Context, namespace, name, container string, tail int, w io.Writer) error {
-	q := url.Values{"tail": {strconv.Itoa(tail)}}
-	if container != "" {
-		q.Set("container", container)
-	}
-	resp, err := c.send(ctx, http.MethodGet, podPath(namespace, name, "log")+"?"+q.Encode(), "", nil)
+// Logs copies a container's log to w, as opts select (see LogOptions). An
+// error the server met after sending part of the log is returned after
+// that part was written. With opts.Follow it returns when the container
+// stopped or ctx ends.
+func (c *Client) Logs(ctx context.Context, namespace, name string, opts LogOptions, w io.Writer) error {
+	resp, err := c.send(ctx, http.MethodGet, podPath(namespace, name, "log")+"?"+opts.query().Encode(), "", nil)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@
 //	GET    /v1/pods/{namespace}/{name}                -> v1 Pod with status
 //	DELETE /v1/pods/{namespace}/{name}                -> 204
 //	GET    /v1/pods/{namespace}/{name}/log?container=C&tail=N   -> text, streamed
+//	       &follow=true&previous=true&timestamps=true&sinceSeconds=S
 //	POST   /v1/pods/{namespace}/{name}/exec?container=C         ExecRequest -> ExecResult
 //
 // Errors are {"error": "..."} with 400 (bad parameter or exec body), 404

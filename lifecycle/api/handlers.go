@@ -110,28 +110,23 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// logs: GET /v1/pods/{namespace}/{name}/log?container=C&tail=N streams
-// text. An error before the first byte is a JSON error with its status; an
+// logs: GET /v1/pods/{namespace}/{name}/log?container=C&tail=N&follow=
+// true&previous=true&timestamps=true&sinceSeconds=S streams text. An error before the first byte is a JSON error with its status; an
 // error after it ends the stream with the Nodeguard-Error trailer, so that
 // a truncated log is never mistaken for a whole one.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	q := r.URL.Query()
-	tail := -1
-	if v := q.Get("tail"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s: tail %q: want an integer (negative for all lines)", ErrBadRequest, v))
-			return
-		}
-		tail = n
+	opts, err := parseLogOptions(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Trailer", errorTrailer)
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.WriteTimeout}
-	err := s.svc.Logs(r.Context(), ns, name, q.Get("container"), tail, sw)
+	err = s.svc.Logs(r.Context(), ns, name, opts, sw)
 	// The end of the stream (last chunk, trailer) is written after Logs
 	// returns, which may be long after the last write's deadline.
 	if err := sw.rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout)); err != nil {

@@ -34,16 +34,37 @@ type PodService interface {
 	List() []*corev1.Pod
 	// Get returns one pod with its Status, or false.
 	Get(namespace, name string) (*corev1.Pod, bool)
-	// Logs writes a container's log as text to w: its last tail lines, or
-	// all of them when tail < 0. An empty container means the pod's default
-	// container (the kubectl.kubernetes.io/default-container annotation,
-	// else the first), as kubectl chooses.
-	Logs(ctx context.Context, namespace, name, container string, tail int, w io.Writer) error
+	// Logs writes a container's log as text to w, as opts select. An
+	// empty opts.Container means the pod's default container (the
+	// kubectl.kubernetes.io/default-container annotation, else the first),
+	// as kubectl chooses. With opts.Follow it returns once the container
+	// stopped or ctx ended (the client went away).
+	Logs(ctx context.Context, namespace, name string, opts LogOptions, w io.Writer) error
 	// Exec runs cmd in a container and waits for it; the runtime kills it
 	// after timeout. A command that runs and fails is not an error: see
 	// ExecResult.ExitCode. An empty container means the default container,
 	// as for Logs.
 	Exec(ctx context.Context, namespace, name, container string, cmd []string, timeout time.Duration) (ExecResult, error)
+}
+
+// LogOptions select what PodService.Logs returns: the query parameters of
+// the log route, named as the Kubernetes API's PodLogOptions.
+type LogOptions struct {
+	// Container: "" for the pod's default container (?container=).
+	Container string
+	// Tail is the last Tail lines, all when < 0 (?tail=).
+	Tail int
+	// Follow streams the lines written later, across log rotations,
+	// until the container stops (?follow=true).
+	Follow bool
+	// Previous reads the container's previous instance (?previous=true).
+	Previous bool
+	// Timestamps prefixes each line with its RFC 3339 timestamp
+	// (?timestamps=true).
+	Timestamps bool
+	// SinceSeconds > 0 returns only lines of the last SinceSeconds
+	// (?sinceSeconds=).
+	SinceSeconds int64
 }
 
 // ExecResult is the outcome of PodService.Exec, and the JSON body of the

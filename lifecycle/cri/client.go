@@ -59,8 +59,8 @@ type dialOptions struct {
 	pull bool
 }
 
-// WithImagePull lets EnsureImage and PullImage pull missing images: only
-// for a node with a registry configured. Without it nothing is pulled.
+// WithImagePull lets EnsureImage and PullImage pull images: only for a
+// node with a registry configured. Without it nothing is pulled.
 func WithImagePull() Option { return func(o *dialOptions) { o.pull = true } }
 
 // Dial connects to the CRI runtime at endpoint ("unix:///path" or a bare

@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -47,6 +48,8 @@ type fakeRuntime struct {
 	calls    []string
 	lastList *runtimeapi.ListPodSandboxRequest
 	images   map[string]string // name -> id
+	// pullErr, when set, is what PullImage answers.
+	pullErr error
 	// driver is what RuntimeConfig reports; nil answers Unimplemented,
 	// as containerd 1.6 does.
 	driver *runtimeapi.CgroupDriver
@@ -112,6 +115,12 @@ func (f *fakeRuntime) ImageStatus(_ context.Context, req *runtimeapi.ImageStatus
 
 func (f *fakeRuntime) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	f.record("PullImage " + req.GetImage().GetImage())
+	f.mu.Lock()
+	err := f.pullErr
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	return &runtimeapi.PullImageResponse{ImageRef: "sha256:pulled"}, nil
 }
 
@@ -403,14 +412,14 @@ func TestListPodSandboxOnlyAsksForManagedSandboxes(t *testing.T) {
 func TestImages(t *testing.T) {
 	t.Run("a present image gives its ID", func(t *testing.T) {
 		_, c := dialFake(t)
-		id, err := c.EnsureImage(t.Context(), "busybox:local", nil)
+		id, err := c.EnsureImage(t.Context(), "busybox:local", corev1.PullIfNotPresent, nil)
 		if err != nil || id != "sha256:busybox" {
 			t.Errorf("id %q err %v", id, err)
 		}
 	})
 	t.Run("a missing image is ErrImageNotPresent naming it and nothing is pulled", func(t *testing.T) {
 		f, c := dialFake(t)
-		_, err := c.EnsureImage(t.Context(), "registry.test/app:1", nil)
+		_, err := c.EnsureImage(t.Context(), "registry.test/app:1", corev1.PullIfNotPresent, nil)
 		if !errors.Is(err, ErrImageNotPresent) || !strings.Contains(err.Error(), "registry.test/app:1") {
 			t.Errorf("err = %v", err)
 		}
@@ -425,7 +434,7 @@ func TestImages(t *testing.T) {
 	})
 	t.Run("with pulls allowed a missing image is pulled", func(t *testing.T) {
 		f, c := dialFake(t, WithImagePull())
-		id, err := c.EnsureImage(t.Context(), "registry.test/app:1", nil)
+		id, err := c.EnsureImage(t.Context(), "registry.test/app:1", corev1.PullIfNotPresent, nil)
 		if err != nil || id != "sha256:pulled" {
 			t.Errorf("id %q err %v", id, err)
 		}

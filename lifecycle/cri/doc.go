@@ -24,7 +24,7 @@
 // annotations, namespace modes, port mappings, DNS, command and environment
 // expansion, Linux resources (generateLinuxContainerResources) and the
 // effective security context. ContainerState is toKubeContainerState plus
-// the exit details; ReadLogs reads the CRI log format.
+// the exit details. Container logs are read and rotated by lifecycle/logs.
 //
 // # Invariants
 //
@@ -39,5 +39,8 @@
 //     the host's resolv.conf on its own.
 //   - Nothing is pulled unless the client was dialed WithImagePull: a
 //     missing image is ErrImageNotPresent naming the reference.
+//   - EnsureImage honours the container's imagePullPolicy as the kubelet
+//     does: Always pulls at every start, IfNotPresent only a missing
+//     image, Never nothing (ErrImageNeverPull).
 //   - Conversions never modify the pod or container they are given.
 package cri

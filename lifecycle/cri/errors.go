@@ -27,6 +27,12 @@ var (
 	// ErrImageNotPresent means an image is not in the runtime's store and
 	// the client may not pull it.
 	ErrImageNotPresent = errors.New("image not present")
+	// ErrImageNeverPull means an image is not in the runtime's store and
+	// its pull policy is Never: the kubelet's ErrImageNeverPull.
+	ErrImageNeverPull = errors.New("image not present with pull policy of Never")
+	// ErrImagePull is wrapped when the runtime failed to pull an image:
+	// the kubelet's ErrImagePull.
+	ErrImagePull = errors.New("image pull failed")
 	// ErrPullDisabled is returned by PullImage on a client dialed without
 	// WithImagePull.
 	ErrPullDisabled = errors.New("image pull disabled: no registry configured")
@@ -38,11 +44,8 @@ var (
 	// cannot convert (an env source other than a value or a supported
 	// fieldRef). Validation (lifecycle/podspec) refuses such pods earlier.
 	ErrUnsupportedField = errors.New("unsupported pod field")
-	// ErrMalformedLog is wrapped by ReadLogs for a line that is not in the
-	// CRI log format.
-	ErrMalformedLog = errors.New("malformed CRI log line")
 	// ErrInvalidOption is wrapped for an option value a function does not
-	// know (a LogOptions.Stream other than stdout, stderr or all).
+	// know (an image pull policy other than Always, IfNotPresent or Never).
 	ErrInvalidOption = errors.New("invalid option")
 )
 
@@ -65,19 +68,5 @@ func (e *EndpointError) Error() string {
 }
 
 func (e *EndpointError) Unwrap() error { return e.Err }
-
-// LogFormatError is a line of a CRI log file that cannot be parsed. It
-// unwraps to ErrMalformedLog.
-type LogFormatError struct {
-	Path   string
-	Line   int // 1-based
-	Reason string
-}
-
-func (e *LogFormatError) Error() string {
-	return fmt.Sprintf("read CRI log %s: line %d: %s: %s", e.Path, e.Line, ErrMalformedLog, e.Reason)
-}
-
-func (e *LogFormatError) Unwrap() error { return ErrMalformedLog }
 
 func isNotPresent(err error) bool { return errors.Is(err, ErrImageNotPresent) }

@@ -2,8 +2,10 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -34,10 +36,28 @@ func (c *Client) PullImage(ctx context.Context, ref string, sandboxCfg *runtimea
 	return resp.GetImageRef(), nil
 }
 
-// EnsureImage returns the ID of image ref, pulling it first when it is
-// missing and the client may pull; otherwise a missing image is an error
-// wrapping ErrImageNotPresent that names ref.
-func (c *Client) EnsureImage(ctx context.Context, ref string, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error) {
+// EnsureImage returns the ID of image ref to create a container from, as
+// its pull policy says (the kubelet's shouldPullImage):
+//
+//   - Always pulls at every call, the image present or not, and fails with
+//     ErrPullDisabled on a client that may not pull;
+//   - IfNotPresent pulls only a missing image; on a client that may not
+//     pull, a missing image is an error wrapping ErrImageNotPresent;
+//   - Never pulls nothing: a missing image is an error wrapping
+//     ErrImageNeverPull.
+//
+// A pull the runtime fails is an error wrapping ErrImagePull with the
+// runtime's reason; every error names ref. Another policy is
+// ErrInvalidOption (podspec validation defaults and checks it earlier).
+func (c *Client) EnsureImage(ctx context.Context, ref string, policy corev1.PullPolicy, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error) {
+	switch policy {
+	case corev1.PullAlways:
+		return c.pullForPolicy(ctx, ref, policy, sandboxCfg)
+	case corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return "", fmt.Errorf("ensure image %s: %w: pull policy %q (want %s, %s or %s)", ref, ErrInvalidOption, policy,
+			corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever)
+	}
 	img, err := c.ImageStatus(ctx, ref)
 	if err == nil {
 		return img.GetId(), nil
@@ -45,8 +65,24 @@ func (c *Client) EnsureImage(ctx context.Context, ref string, sandboxCfg *runtim
 	if !isNotPresent(err) {
 		return "", err
 	}
+	if policy == corev1.PullNever {
+		return "", fmt.Errorf("container image %q is not present with pull policy of Never: %w", ref, ErrImageNeverPull)
+	}
 	if !c.opts.pull {
 		return "", fmt.Errorf("%w; nodeguard does not pull (imagePull: false): import it into the runtime (ctr -n k8s.io images import) or set imagePull: true", err)
 	}
-	return c.PullImage(ctx, ref, sandboxCfg)
+	return c.pullForPolicy(ctx, ref, policy, sandboxCfg)
+}
+
+// pullForPolicy pulls ref for EnsureImage; a runtime's failure wraps
+// ErrImagePull.
+func (c *Client) pullForPolicy(ctx context.Context, ref string, policy corev1.PullPolicy, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error) {
+	id, err := c.PullImage(ctx, ref, sandboxCfg)
+	switch {
+	case errors.Is(err, ErrPullDisabled):
+		return "", fmt.Errorf("%w (pull policy %s needs imagePull: true)", err, policy)
+	case err != nil:
+		return "", fmt.Errorf("%w: %w", ErrImagePull, err)
+	}
+	return id, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 )
@@ -141,7 +142,7 @@ func TestRealRuntime(t *testing.T) {
 		}
 	})
 	t.Run("a missing image is ErrImageNotPresent and nothing is pulled", func(t *testing.T) {
-		_, err := c.EnsureImage(ctx, "registry.local/nodeguard/absent:1", nil)
+		_, err := c.EnsureImage(ctx, "registry.local/nodeguard/absent:1", corev1.PullIfNotPresent, nil)
 		if !errors.Is(err, ErrImageNotPresent) || !strings.Contains(err.Error(), "registry.local/nodeguard/absent:1") {
 			t.Errorf("err = %v", err)
 		}
@@ -273,19 +274,19 @@ func TestRealRuntime(t *testing.T) {
 	})
 	t.Run("the log holds each stream", func(t *testing.T) {
 		path := filepath.Join(p.sandboxCfg.LogDirectory, ContainerLogPath("main", 0))
-		waitLog(ctx, t, path, LogOptions{Stream: StreamStdout}, "hello web\n")
-		waitLog(ctx, t, path, LogOptions{Stream: StreamStderr}, "oops\n")
+		waitLog(ctx, t, path, logs.Options{Tail: -1, Stream: logs.StreamStdout}, "hello web\n")
+		waitLog(ctx, t, path, logs.Options{Tail: -1, Stream: logs.StreamStderr}, "oops\n")
 		// The runtime copies the two streams concurrently, so their order
 		// in the file is not the order of the writes.
 		var all strings.Builder
-		if err := ReadLogs(path, LogOptions{}, &all); err != nil {
+		if err := logs.Read(ctx, path, logs.Options{Tail: -1}, &all); err != nil {
 			t.Fatal(err)
 		}
 		lines := strings.SplitAfter(all.String(), "\n")
 		if len(lines) != 3 || lines[2] != "" {
 			t.Fatalf("both streams: %q, want two lines", all.String())
 		}
-		waitLog(ctx, t, path, LogOptions{TailLines: 1}, lines[1])
+		waitLog(ctx, t, path, logs.Options{Tail: 1}, lines[1])
 	})
 	t.Run("a container that exits 3 is Exited with code 3", func(t *testing.T) {
 		s := waitExited(ctx, t, c, p.containers["fail"])
@@ -293,7 +294,7 @@ func TestRealRuntime(t *testing.T) {
 		if s.ExitCode != 3 || s.Reason != ReasonError || s.OOMKilled || s.FinishedAt.IsZero() || s.FinishedAt.Sub(s.StartedAt).Abs() > 5*time.Second {
 			t.Errorf("state = %+v", s)
 		}
-		waitLog(ctx, t, filepath.Join(p.sandboxCfg.LogDirectory, ContainerLogPath("fail", 0)), LogOptions{}, "bye\n")
+		waitLog(ctx, t, filepath.Join(p.sandboxCfg.LogDirectory, ContainerLogPath("fail", 0)), logs.Options{Tail: -1}, "bye\n")
 	})
 	t.Run("a container over its 16Mi memory limit is OOMKilled with exit 137", func(t *testing.T) {
 		s := waitExited(ctx, t, c, p.containers["hog"])
@@ -349,7 +350,7 @@ func runPod(ctx context.Context, t *testing.T, e *crienv.Env, c *Client) *runnin
 		t.Fatal(err)
 	}
 	p.ip = st.IP
-	imageID, err := c.EnsureImage(ctx, e.BusyboxImage(), p.sandboxCfg)
+	imageID, err := c.EnsureImage(ctx, e.BusyboxImage(), corev1.PullIfNotPresent, p.sandboxCfg)
 	if err != nil || !strings.HasPrefix(imageID, "sha256:") {
 		t.Fatalf("EnsureImage %s: %q, %v", e.BusyboxImage(), imageID, err)
 	}
@@ -481,14 +482,14 @@ func waitExited(ctx context.Context, t *testing.T, c *Client, id string) State {
 	}
 }
 
-func waitLog(ctx context.Context, t *testing.T, path string, opts LogOptions, want string) {
+func waitLog(ctx context.Context, t *testing.T, path string, opts logs.Options, want string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
 	defer cancel()
 	var b strings.Builder
 	for {
 		b.Reset()
-		err := ReadLogs(path, opts, &b)
+		err := logs.Read(ctx, path, opts, &b)
 		if err == nil && b.String() == want {
 			return
 		}

@@ -10,8 +10,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/bad/*.err from the current output")
 
-// corpusOptions is the node policy the corpus is checked against.
-var corpusOptions = Options{PriorityClasses: map[string]int32{"high": 1000}}
+// corpusOptions is the node policy the corpus is checked against: a node
+// that pulls, since most manifests use untagged images (imagePullPolicy
+// Always by default).
+var corpusOptions = Options{PriorityClasses: map[string]int32{"high": 1000}, ImagePull: true}
 
 // corpusErrors parses and validates one manifest and renders what is wrong
 // with it: the decode error, or one line per validation error.

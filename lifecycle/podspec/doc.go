@@ -37,7 +37,9 @@
 //     status.podIP), resources (cpu, memory and ephemeral-storage; requests
 //     <= limits; an ephemeral-storage limit is enforced by eviction, see
 //     lifecycle's localstorage.go), volumeMounts (existing volume, absolute unique mountPath,
-//     relative subPath without ".."), imagePullPolicy, securityContext
+//     relative subPath without ".."), imagePullPolicy (Always refused
+//     unless Options.ImagePull: a node that does not pull cannot honour
+//     it), securityContext
 //     (runAsUser, runAsGroup, privileged (refused unless
 //     Options.AllowPrivileged), readOnlyRootFilesystem, capabilities
 //     add/drop (Linux capability names), allowPrivilegeEscalation);

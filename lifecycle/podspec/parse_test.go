@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-const minimal = "apiVersion: v1\nkind: Pod\nmetadata: {name: %s}\nspec:\n  containers: [{name: app, image: busybox}]\n"
+const minimal = "apiVersion: v1\nkind: Pod\nmetadata: {name: %s}\nspec:\n  containers: [{name: app, image: busybox:1.35}]\n"
 
 func pod(name string) string { return strings.Replace(minimal, "%s", name, 1) }
 
@@ -132,7 +132,7 @@ spec:
 		})
 	}
 	t.Run("a defaulted pod validates", func(t *testing.T) {
-		if _, errs := Validate(p, Options{}); len(errs) > 0 {
+		if _, errs := Validate(p, Options{ImagePull: true}); len(errs) > 0 {
 			t.Fatal(errs)
 		}
 	})
@@ -218,7 +218,7 @@ func TestLoad(t *testing.T) {
 }
 
 func TestQuantitiesSurviveDecoding(t *testing.T) {
-	p := parse(t, strings.Replace(pod("q"), "image: busybox}", "image: busybox, resources: {limits: {memory: 1.5Gi, cpu: 0.5}}}", 1))[0]
+	p := parse(t, strings.Replace(pod("q"), "image: busybox:1.35}", "image: busybox:1.35, resources: {limits: {memory: 1.5Gi, cpu: 0.5}}}", 1))[0]
 	if got := p.Spec.Containers[0].Resources.Limits.Memory().Value(); got != 1536<<20 {
 		t.Fatalf("memory = %d", got)
 	}

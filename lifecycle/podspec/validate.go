@@ -25,6 +25,10 @@ type Options struct {
 	// AllowPrivileged lets containers run privileged (the kubelet's
 	// --allow-privileged).
 	AllowPrivileged bool
+	// ImagePull says that the node pulls images (nodeguard's imagePull):
+	// without it imagePullPolicy Always, a pull at every start, cannot be
+	// honoured and is refused.
+	ImagePull bool
 }
 
 // DNS limits from Linux libc resolution (pkg/apis/core/validation).
@@ -226,6 +230,16 @@ func validateContainer(c *corev1.Container, names map[string]bool, volumes map[s
 	}
 	if c.ImagePullPolicy != "" && !slices.Contains(supportedPullPolicies, string(c.ImagePullPolicy)) {
 		errs = append(errs, field.NotSupported(cp.Child("imagePullPolicy"), c.ImagePullPolicy, supportedPullPolicies))
+	}
+	if c.ImagePullPolicy == corev1.PullAlways && !opts.ImagePull && c.Image != "" {
+		// The kubelet would pull at every start; a node that cannot pull
+		// must not pretend to honour it with the image it happens to have.
+		why := "Always"
+		if imageTag(c.Image) == "latest" {
+			why += " (the default for an untagged or :latest image)"
+		}
+		errs = append(errs, field.Forbidden(cp.Child("imagePullPolicy"),
+			why+" pulls at every start, and this node does not pull images (imagePull: false in nodeguard's config): use IfNotPresent or Never, or set imagePull: true"))
 	}
 	if c.TerminationMessagePath != "" && c.TerminationMessagePath != DefaultTerminationMessagePath {
 		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePath"), NotSupported+": only "+DefaultTerminationMessagePath))

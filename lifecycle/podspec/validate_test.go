@@ -10,6 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 )
 
+// withPull is c renamed "i" with pull policy p.
+func withPull(c corev1.Container, p corev1.PullPolicy) corev1.Container {
+	c.Name, c.ImagePullPolicy = "i", p
+	return c
+}
+
 // base returns a valid, defaulted pod.
 func base(t *testing.T) *corev1.Pod {
 	t.Helper()
@@ -41,6 +47,26 @@ func TestValidate(t *testing.T) {
 			name:   "a privileged container is allowed when the node allows it",
 			opts:   Options{AllowPrivileged: true},
 			mutate: func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: &tr} },
+		},
+		{
+			name: "imagePullPolicy Always is refused on a node that does not pull",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.InitContainers = []corev1.Container{withPull(p.Spec.Containers[0], corev1.PullAlways)}
+			},
+			wantErrs: []string{
+				"spec.initContainers[0].imagePullPolicy: Forbidden: Always pulls at every start, and this node does not pull images (imagePull: false in nodeguard's config): use IfNotPresent or Never, or set imagePull: true",
+			},
+		},
+		{
+			name:   "imagePullPolicy Always is accepted on a node that pulls",
+			opts:   Options{ImagePull: true},
+			mutate: func(p *corev1.Pod) { p.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways },
+		},
+		{
+			name: "imagePullPolicy IfNotPresent and Never are accepted on a node that does not pull",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.InitContainers = []corev1.Container{withPull(p.Spec.Containers[0], corev1.PullNever)}
+			},
 		},
 		{
 			name: "scheduling fields are accepted with warnings",

@@ -25,8 +25,9 @@ type Fake struct {
 	Now func() time.Time
 	// Options is the node policy Apply validates against.
 	Options podspec.Options
-	// LogsFunc, when set, replaces Logs after the pod was found.
-	LogsFunc func(ctx context.Context, namespace, name, container string, tail int, w io.Writer) error
+	// LogsFunc, when set, replaces Logs after the pod was found; opts name
+	// the container found.
+	LogsFunc func(ctx context.Context, namespace, name string, opts api.LogOptions, w io.Writer) error
 	// ExecFunc, when set, replaces Exec after the pod and container were
 	// found.
 	ExecFunc func(ctx context.Context, namespace, name, container string, cmd []string, timeout time.Duration) (api.ExecResult, error)
@@ -196,15 +197,18 @@ func (f *Fake) container(namespace, name, container string) (string, error) {
 	return "", fmt.Errorf("container %s in pod %s/%s: %w", container, namespace, name, api.ErrNotFound)
 }
 
-// Logs writes the stored text, or its last tail lines.
-func (f *Fake) Logs(ctx context.Context, namespace, name, container string, tail int, w io.Writer) error {
-	c, err := f.container(namespace, name, container)
+// Logs writes the stored text, or its last opts.Tail lines; the other
+// options are for LogsFunc.
+func (f *Fake) Logs(ctx context.Context, namespace, name string, opts api.LogOptions, w io.Writer) error {
+	c, err := f.container(namespace, name, opts.Container)
 	if err != nil {
 		return err
 	}
 	if f.LogsFunc != nil {
-		return f.LogsFunc(ctx, namespace, name, c, tail, w)
+		opts.Container = c
+		return f.LogsFunc(ctx, namespace, name, opts, w)
 	}
+	tail := opts.Tail
 	f.mu.Lock()
 	text := f.logs[key(namespace, name)+"/"+c]
 	f.mu.Unlock()

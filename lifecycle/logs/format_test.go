@@ -1,4 +1,4 @@
-package cri
+package logs
 
 import (
 	"bytes"
@@ -11,37 +11,37 @@ import (
 	"testing"
 )
 
-func TestReadLogs(t *testing.T) {
+func TestReadFixtures(t *testing.T) {
 	tests := []struct {
 		name string
 		file string
-		opts LogOptions
+		opts Options
 		want string
 	}{
-		{name: "both streams come in file order", file: "simple.log",
+		{name: "both streams come in file order", file: "simple.log", opts: Options{Tail: -1},
 			want: "hello\noops\n\nworld with  two spaces\nsecond error\n"},
-		{name: "stdout alone", file: "simple.log", opts: LogOptions{Stream: StreamStdout},
+		{name: "stdout alone", file: "simple.log", opts: Options{Tail: -1, Stream: StreamStdout},
 			want: "hello\n\nworld with  two spaces\n"},
-		{name: "stderr alone", file: "simple.log", opts: LogOptions{Stream: StreamStderr},
+		{name: "stderr alone", file: "simple.log", opts: Options{Tail: -1, Stream: StreamStderr},
 			want: "oops\nsecond error\n"},
-		{name: "all is the zero value's meaning too", file: "simple.log", opts: LogOptions{Stream: StreamAll},
+		{name: "all is the zero value's meaning too", file: "simple.log", opts: Options{Tail: -1, Stream: StreamAll},
 			want: "hello\noops\n\nworld with  two spaces\nsecond error\n"},
-		{name: "the last two lines", file: "simple.log", opts: LogOptions{TailLines: 2},
+		{name: "the last two lines", file: "simple.log", opts: Options{Tail: 2},
 			want: "world with  two spaces\nsecond error\n"},
-		{name: "the last line of stdout counts stdout lines only", file: "simple.log", opts: LogOptions{TailLines: 1, Stream: StreamStdout},
+		{name: "the last line of stdout counts stdout lines only", file: "simple.log", opts: Options{Tail: 1, Stream: StreamStdout},
 			want: "world with  two spaces\n"},
-		{name: "a tail longer than the log is the whole log", file: "simple.log", opts: LogOptions{TailLines: 100, Stream: StreamStderr},
+		{name: "a tail longer than the log is the whole log", file: "simple.log", opts: Options{Tail: 100, Stream: StreamStderr},
 			want: "oops\nsecond error\n"},
 		{name: "partial records join into their line per stream, a final partial has no newline, an unterminated record is skipped",
-			file: "partial.log",
+			file: "partial.log", opts: Options{Tail: -1},
 			want: "err part and its end\nfirst part, second part, last part\nnext line\nno newline at exit"},
-		{name: "a tail counts joined lines", file: "partial.log", opts: LogOptions{TailLines: 2, Stream: StreamStdout},
+		{name: "a tail counts joined lines", file: "partial.log", opts: Options{Tail: 2, Stream: StreamStdout},
 			want: "next line\nno newline at exit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := ReadLogs(filepath.Join("testdata", "logs", tt.file), tt.opts, &b); err != nil {
+			if err := Read(t.Context(), filepath.Join("testdata", tt.file), tt.opts, &b); err != nil {
 				t.Fatal(err)
 			}
 			if b.String() != tt.want {
@@ -51,7 +51,7 @@ func TestReadLogs(t *testing.T) {
 	}
 }
 
-func TestReadLogsRefusesMalformedLines(t *testing.T) {
+func TestReadRefusesMalformedLines(t *testing.T) {
 	tests := []struct {
 		name, file string
 		line       int
@@ -66,11 +66,11 @@ func TestReadLogsRefusesMalformedLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join("testdata", "logs", tt.file)
-			err := ReadLogs(path, LogOptions{TailLines: 10}, &bytes.Buffer{})
-			var lfe *LogFormatError
-			if !errors.As(err, &lfe) || !errors.Is(err, ErrMalformedLog) {
-				t.Fatalf("err = %v, want a *LogFormatError", err)
+			path := filepath.Join("testdata", tt.file)
+			err := Read(t.Context(), path, Options{Tail: 10}, &bytes.Buffer{})
+			var lfe *FormatError
+			if !errors.As(err, &lfe) || !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err = %v, want a *FormatError", err)
 			}
 			if lfe.Line != tt.line || lfe.Path != path || !strings.Contains(err.Error(), tt.reason) {
 				t.Errorf("err = %v, want line %d and %q", err, tt.line, tt.reason)
@@ -82,22 +82,22 @@ func TestReadLogsRefusesMalformedLines(t *testing.T) {
 	}
 }
 
-func TestReadLogsOtherErrors(t *testing.T) {
+func TestReadOtherErrors(t *testing.T) {
 	t.Run("a missing file is fs.ErrNotExist", func(t *testing.T) {
-		err := ReadLogs(filepath.Join(t.TempDir(), "nope.log"), LogOptions{}, &bytes.Buffer{})
+		err := Read(t.Context(), filepath.Join(t.TempDir(), "nope.log"), Options{Tail: -1}, &bytes.Buffer{})
 		if !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("err = %v", err)
 		}
 	})
 	t.Run("an unknown stream is an invalid option", func(t *testing.T) {
-		err := ReadLogs(filepath.Join("testdata", "logs", "simple.log"), LogOptions{Stream: "stdin"}, &bytes.Buffer{})
+		err := Read(t.Context(), filepath.Join("testdata", "simple.log"), Options{Tail: -1, Stream: "stdin"}, &bytes.Buffer{})
 		if !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("err = %v", err)
 		}
 	})
 }
 
-func TestReadLogsLongLines(t *testing.T) {
+func TestReadLongLines(t *testing.T) {
 	// Longer than the reader's 64 KiB buffer, split by the runtime into
 	// 16 KiB partial records as containerd does.
 	long := strings.Repeat("0123456789abcdef", 8<<10) // 128 KiB
@@ -116,7 +116,7 @@ func TestReadLogsLongLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := ReadLogs(path, LogOptions{}, &b); err != nil {
+	if err := Read(t.Context(), path, Options{Tail: -1}, &b); err != nil {
 		t.Fatal(err)
 	}
 	if want := long + "\n" + long + "\n"; b.String() != want {
@@ -124,7 +124,7 @@ func TestReadLogsLongLines(t *testing.T) {
 	}
 }
 
-func BenchmarkReadLogs(b *testing.B) {
+func BenchmarkRead(b *testing.B) {
 	var f strings.Builder
 	for i := range 10000 {
 		fmt.Fprintf(&f, "2024-05-01T10:00:00.%09dZ stdout F line %d of a typical application log with some text\n", i, i)
@@ -135,7 +135,7 @@ func BenchmarkReadLogs(b *testing.B) {
 	}
 	b.SetBytes(int64(f.Len()))
 	for b.Loop() {
-		if err := ReadLogs(path, LogOptions{TailLines: 100}, &bytes.Buffer{}); err != nil {
+		if err := Read(b.Context(), path, Options{Tail: 100}, &bytes.Buffer{}); err != nil {
 			b.Fatal(err)
 		}
 	}
