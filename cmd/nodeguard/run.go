@@ -21,7 +21,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
@@ -31,6 +30,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/filesource"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/loader/event"
@@ -327,13 +327,14 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	defer cancel()
 
 	if cfg.PodManifestPath != "" {
-		if err := syncManifests(ctx, mgr, cfg.PodManifestPath, log); err != nil {
-			log.Warn("manifest directory", "err", err)
+		files := filesource.New(filesource.Config{Dir: cfg.PodManifestPath, Pods: mgr, Log: log})
+		if err := files.Sync(ctx); err != nil {
+			log.Warn("manifest directory", "dir", cfg.PodManifestPath, "err", err)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			watchManifests(ctx, mgr, cfg.PodManifestPath, log)
+			_ = files.Run(ctx)
 		}()
 	}
 	mgr.SourcesReady()
@@ -560,85 +561,6 @@ func nodeDNS() *runtimeapi.DNSConfig {
 		}
 	}
 	return &d
-}
-
-const sourceFile = "file"
-
-// syncManifests applies every manifest in dir and forgets pods whose file
-// went away. A broken file is reported and its pods left as they were.
-func syncManifests(ctx context.Context, mgr *lifecycle.Manager, dir string, log *slog.Logger) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("read manifest dir: %w", err)
-	}
-	keep := map[types.UID]bool{}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json")) {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		pods, err := podspec.Load(path)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		applied, err := mgr.Apply(ctx, pods, sourceFile+":"+path)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
-			continue
-		}
-		for _, p := range applied {
-			keep[p.UID] = true
-		}
-	}
-	if len(errs) > 0 {
-		// Keep what the broken files had: nothing already running is lost.
-		for _, p := range mgr.List() {
-			if strings.HasPrefix(p.Annotations[lifecycle.AnnotationSource], sourceFile+":") {
-				keep[p.UID] = keep[p.UID] || fileBroken(errs, p.Annotations[lifecycle.AnnotationSource])
-			}
-		}
-	}
-	for _, p := range mgr.List() {
-		src := p.Annotations[lifecycle.AnnotationSource]
-		if strings.HasPrefix(src, sourceFile+":") {
-			mgr.Forget(src, keep)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func fileBroken(errs []error, source string) bool {
-	path := strings.TrimPrefix(source, sourceFile+":")
-	for _, e := range errs {
-		if strings.Contains(e.Error(), path) {
-			return true
-		}
-	}
-	return false
-}
-
-// watchManifests rescans the directory every 2 s (the kubelet's file
-// source polls every 20 s; inotify would need a dependency for little).
-func watchManifests(ctx context.Context, mgr *lifecycle.Manager, dir string, log *slog.Logger) {
-	var last string
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := syncManifests(ctx, mgr, dir, log); err != nil && err.Error() != last {
-			log.Warn("manifest directory", "err", err)
-			last = err.Error()
-		} else if err == nil {
-			last = ""
-		}
-	}
 }
 
 // podService adapts the Manager to the local API.

@@ -38,8 +38,16 @@ type Config struct {
 	Resync time.Duration
 }
 
-// DefaultResync is the poll behind the watch: 2 s.
-const DefaultResync = 2 * time.Second
+const (
+	// DefaultResync is how often the directory is read again without an
+	// event: a safety net (the kubelet's file source lists its
+	// directory every 20 s besides its inotify watch), slow because the
+	// watch does the work.
+	DefaultResync = time.Minute
+	// Debounce is how long after an event the directory is read, so
+	// that one save's events make one pass.
+	Debounce = 100 * time.Millisecond
+)
 
 // Source applies the manifests of one directory.
 type Source struct {
@@ -119,17 +127,84 @@ func isManifest(name string) bool {
 	return false
 }
 
-// Run re-reads the directory every Resync until ctx ends. A failure is
-// logged when it changes, not every pass.
+// Run keeps the directory applied until ctx ends: it watches the
+// directory with inotify and applies a change Debounce after its first
+// event, so that the several events of one save (an editor writes a
+// temporary file, renames the old one away and the new one in) make one
+// pass, not a pass per event. Every Resync it reads the directory again
+// anyway, the safety net for what inotify does not see (a change on
+// another mount's side of a bind mount or on a network filesystem) and
+// for a watch that could not be made or went away with the directory: it
+// is made again at the next resync. A failure is logged when it changes,
+// not every pass.
 func (s *Source) Run(ctx context.Context) error {
-	var last string
-	t := time.NewTicker(s.cfg.Resync)
-	defer t.Stop()
+	changed := make(chan struct{}, 1)
+	var (
+		w     *watch
+		ended chan error // the watch's reader returned
+		last  string     // the last pass's error
+		werr  string     // the last watch error logged
+	)
+	start := func() {
+		var err error
+		if w, err = openWatch(s.cfg.Dir); err != nil {
+			w = nil
+			if err.Error() != werr {
+				s.cfg.Log.Warn("manifest directory not watched: changes apply at the next resync", "dir", s.cfg.Dir,
+					"resync", s.cfg.Resync, "err", err)
+				werr = err.Error()
+			}
+			return
+		}
+		werr = ""
+		ended = make(chan error, 1)
+		go func(w *watch) { ended <- w.run(changed) }(w)
+	}
+	stop := func() {
+		if w == nil {
+			return
+		}
+		w.Close()
+		<-ended
+		w, ended = nil, nil
+	}
+	defer stop()
+
+	start()
+	// What changed before the watch was made.
+	last = s.sync(ctx, last)
+	resync := time.NewTicker(s.cfg.Resync)
+	defer resync.Stop()
+	debounce := time.NewTimer(0)
+	if !debounce.Stop() {
+		<-debounce.C
+	}
+	pending := false
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-changed:
+			// Not reset by later events: a stream of them cannot
+			// hold a change back.
+			if !pending {
+				debounce.Reset(Debounce)
+				pending = true
+			}
+			continue
+		case <-debounce.C:
+			pending = false
+		case err := <-ended:
+			// The reader is gone: the watch with it.
+			w.Close()
+			w, ended = nil, nil
+			s.cfg.Log.Warn("manifest directory no longer watched: changes apply at the next resync", "dir", s.cfg.Dir,
+				"resync", s.cfg.Resync, "err", err)
+			werr = err.Error()
+		case <-resync.C:
+			if w == nil {
+				start()
+			}
 		}
 		last = s.sync(ctx, last)
 	}

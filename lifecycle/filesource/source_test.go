@@ -196,3 +196,62 @@ func TestABrokenManifestKeepsItsRunningPods(t *testing.T) {
 		}
 	})
 }
+
+func TestTheSourceSurvivesItsDirectoryGoingAndComingBack(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "manifests")
+	pods := newFakePods()
+	var logb strings.Builder
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logb}, nil))
+	// Short, so that the missing directory is looked for again soon.
+	src := New(Config{Dir: dir, Pods: pods, Resync: 50 * time.Millisecond, Log: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for _, image := range []string{"nginx:1", "nginx:2"} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, "web.yaml"), manifest("web", image))
+		pods.waitFor(t, "web="+image)
+		// Gone with its directory: the pod stays (an unreadable
+		// directory forgets nothing) and the watch goes, saying so.
+		logMu.Lock()
+		logb.Reset()
+		logMu.Unlock()
+		// Moved away whole: removing the files first would be
+		// removing the pods.
+		if err := os.Rename(dir, dir+"."+image); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			logMu.Lock()
+			said := strings.Contains(logb.String(), `msg="manifest directory no longer watched`)
+			logMu.Unlock()
+			if said {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no line says the directory is no longer watched")
+			}
+		}
+		if got := pods.names(); got != "web="+image {
+			t.Fatalf("desired pods %q after the directory went", got)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
