@@ -256,6 +256,16 @@ func (s *sensing) Serve(ctx context.Context) error {
 	return nil
 }
 
+// heartbeat is sensing's, for the watchdog.
+func (s *sensing) heartbeat() heartbeat {
+	return heartbeat{name: "sensing", period: s.flags.tick, last: func() time.Time {
+		if snap := s.sensor.Latest(); snap != nil {
+			return snap.Time
+		}
+		return time.Time{}
+	}}
+}
+
 // consumeEvents counts kernel events and keeps the snapshotter's cgroup
 // set current without waiting for a rescan.
 func (s *sensing) consumeEvents(ctx context.Context) {

@@ -435,12 +435,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	status := func() string { return fmt.Sprintf("running: %d pods", len(mgr.List())) }
 	beats := []heartbeat{
 		{name: "pod lifecycle", period: lifecycle.DefaultResync, last: mgr.Heartbeat},
-		{name: "sensing", period: sf.tick, last: func() time.Time {
-			if snap := s.sensor.Latest(); snap != nil {
-				return snap.Time
-			}
-			return time.Time{}
-		}},
+		s.heartbeat(),
 	}
 	em := evictMgr.Load()
 	if em != nil {
