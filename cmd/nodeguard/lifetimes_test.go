@@ -176,7 +176,7 @@ func TestTheWatchdogStopsWhenSensingStalls(t *testing.T) {
 			var logb syncbuf.Buffer
 			n := &notifier{addr: &net.UnixAddr{Name: path, Net: "unixgram"}, watchdog: 400 * time.Millisecond,
 				log: slog.New(slog.NewTextHandler(&logb, nil))}
-			wg.Go(func() { n.runWatchdog(ctx, []heartbeat{s.heartbeat()}, func() string { return "running" }) })
+			wg.Go(func() { n.runWatchdog(ctx, s.heartbeats(), func() string { return "running" }) })
 
 			// wait reads notifications until one has a line starting
 			// with prefix; it returns the pings seen on the way.
@@ -343,8 +343,15 @@ func TestRunDoesNotOutliveItsMetricsServer(t *testing.T) {
 		if !errors.As(err, &exit) {
 			t.Fatalf("exit %v, want a failure", err)
 		}
-		if !strings.Contains(d.log.String(), "serve metrics") {
+		last := ""
+		for _, l := range strings.Split(d.log.String(), "\n") {
+			if strings.Contains(l, "nodeguard stops") {
+				last = l
+			}
+		}
+		if !strings.Contains(last, "sensing: metrics server: serve metrics on "+addr) {
 			t.Errorf("the agent's last words do not say the metrics server failed:\n%s", d.log.String())
 		}
+		t.Logf("exit %v: %s", err, last)
 	})
 }
