@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oom/tripwire"
@@ -41,5 +43,61 @@ func TestPodRootTripwireArmsWhereThePolicySaysAndRetriesAFailedArm(t *testing.T)
 	p.rearm(s) // armed now: stays
 	if want := []uint64{line, line}; !slices.Equal(rec.arms, want) {
 		t.Errorf("armed at %v, want %v (the failed one tried again, then left alone)", rec.arms, want)
+	}
+}
+
+// flakyArm is a tripwire.Tripwire whose Arm fails while fail is set.
+type flakyArm struct {
+	tripwire.Tripwire // nil: only Arm is called
+	fail              bool
+	arms              []uint64
+}
+
+func (a *flakyArm) Arm(th uint64) error {
+	if a.fail {
+		return errors.New("write memory.high: device or resource busy")
+	}
+	a.arms = append(a.arms, th)
+	return nil
+}
+
+// TestTheTripwireIsDownWhileArmingFails: the watchdog vouches for an armed
+// tripwire; a wire that cannot be armed stops the pings until an arm
+// succeeds again, which a failed arm retries on the next snapshot even
+// when the line barely moved.
+func TestTheTripwireIsDownWhileArmingFails(t *testing.T) {
+	const capacity = 1 << 30
+	const line = capacity - 100<<20
+	th := []oom.Threshold{{Signal: nodestats.SignalAllocatableMemoryAvailable, Value: oom.ThresholdValue{Quantity: 100 << 20}}}
+	snap := func(usage uint64) *pressure.Snapshot {
+		s := &pressure.Snapshot{Signals: []nodestats.Observation{{Signal: nodestats.SignalAllocatableMemoryAvailable, Available: capacity / 2, Capacity: capacity}}}
+		s.Node.Pods.Usage = usage
+		return s
+	}
+	tw := &flakyArm{}
+	p := &podRootTripwire{tw: tw, th: th, log: slog.New(slog.DiscardHandler), chase: true}
+	hb := p.heartbeat()
+	down := func() string {
+		why, _ := hb.stuck(time.Now(), time.Now(), time.Second)
+		return why
+	}
+	if why := down(); why != "" {
+		t.Fatalf("down before any snapshot: %s", why)
+	}
+	p.rearm(snap(line + 64<<20)) // armed 1 MiB above usage
+	if why := down(); why != "" {
+		t.Fatalf("down once armed: %s", why)
+	}
+	tw.fail = true
+	p.rearm(snap(line + 80<<20))
+	if why := down(); !strings.HasPrefix(why, "tripwire down: arming the tripwire failed") {
+		t.Fatalf("after a failed arm: %q", why)
+	}
+	tw.fail = false
+	// Back within 1 MiB of the line armed before the failure: a move
+	// that small is skipped, but not after a failure.
+	p.rearm(snap(line + 64<<20 + 512<<10))
+	if why := down(); why != "" {
+		t.Errorf("still down after a snapshot that arms again (arms %v): %s", tw.arms, why)
 	}
 }
