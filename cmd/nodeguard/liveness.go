@@ -12,12 +12,7 @@ import (
 // heartbeats are sensing's: the snapshot loop with its observer, and the
 // kernel event consumer when there is a pipeline.
 func (s *sensing) heartbeats() []heartbeat {
-	beats := []heartbeat{{name: "sensing", period: s.flags.tick, last: func() time.Time {
-		if ns := s.observed.Load(); ns != 0 {
-			return time.Unix(0, ns)
-		}
-		return time.Time{}
-	}}}
+	beats := []heartbeat{{name: "sensing", period: s.flags.tick, last: s.lastObserved}}
 	if s.pipeline != nil {
 		// Events come when they come: waiting for one is progress,
 		// handling one for long is not.
@@ -36,6 +31,15 @@ func (s *sensing) heartbeats() []heartbeat {
 			}})
 	}
 	return beats
+}
+
+// lastObserved is when the snapshot the sensing loop's observer last took
+// was taken (zero: none yet).
+func (s *sensing) lastObserved() time.Time {
+	if ns := s.observed.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // heartbeat is the tripwire's: down while arming it fails (it is re-armed

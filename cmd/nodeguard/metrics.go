@@ -253,8 +253,10 @@ func (s *sensing) serveHTTP(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.exporter.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		snap := s.sensor.Latest()
-		if snap == nil || time.Since(snap.Time) > 10*s.flags.tick {
+		// The loop's own snapshots, as the watchdog counts them: the
+		// eviction manager's keep Sensor.Latest fresh without it.
+		at := s.lastObserved()
+		if at.IsZero() || time.Since(at) > 10*s.flags.tick {
 			http.Error(w, "no fresh snapshot", http.StatusServiceUnavailable)
 			return
 		}
