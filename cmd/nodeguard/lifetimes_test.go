@@ -355,3 +355,69 @@ func TestRunDoesNotOutliveItsMetricsServer(t *testing.T) {
 		t.Logf("exit %v: %s", err, last)
 	})
 }
+
+// TestRunWatchesTheManifestDirectory runs the agent with a manifest
+// directory: a file written is applied without waiting for the resync (a
+// minute away; the wait is bounded below it), a broken edit is reported by
+// file name and its pod keeps running, and a removed file's pod goes.
+func TestRunWatchesTheManifestDirectory(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	dir := t.TempDir()
+	manifests := filepath.Join(dir, "manifests")
+	if err := os.Mkdir(manifests, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(config, []byte("eviction: {dryRun: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, dir, config, nil, "--pod-manifest-path", manifests)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	d.waitAPI(t, ctx)
+	// pod waits, bounded, for the pod static to be in the wanted state
+	// and returns its UID.
+	pod := func(want func(phase string, ok bool) bool, within time.Duration) string {
+		t.Helper()
+		for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+			p, err := d.client.Get(ctx, "default", "static")
+			phase, uid := "", ""
+			if err == nil {
+				phase, uid = string(p.Status.Phase), string(p.UID)
+			}
+			if want(phase, err == nil) {
+				return uid
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pod static: %v, phase %q: not as wanted within %v", err, phase, within)
+			}
+		}
+	}
+	path := filepath.Join(manifests, "static.yaml")
+	if err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: static}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+  - {name: c, image: registry.local/nodeguard/busybox:1.35, command: [sleep, "3600"]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Known within 30 s: the resync alone would take a minute.
+	pod(func(_ string, ok bool) bool { return ok }, 30*time.Second)
+	uid := pod(func(phase string, ok bool) bool { return ok && phase == "Running" }, 90*time.Second)
+
+	off := len(d.log.String())
+	if err := os.WriteFile(path, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: static\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(t, off, 30*time.Second, `msg="manifest directory"`, path)
+	if got := pod(func(phase string, ok bool) bool { return ok && phase == "Running" }, time.Second); got != uid {
+		t.Errorf("the pod changed under a broken manifest: uid %s, was %s", got, uid)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	pod(func(_ string, ok bool) bool { return !ok }, 60*time.Second)
+}
