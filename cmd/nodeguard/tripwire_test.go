@@ -46,25 +46,10 @@ func TestPodRootTripwireArmsWhereThePolicySaysAndRetriesAFailedArm(t *testing.T)
 	}
 }
 
-// flakyArm is a tripwire.Tripwire whose Arm fails while fail is set.
-type flakyArm struct {
-	tripwire.Tripwire // nil: only Arm is called
-	fail              bool
-	arms              []uint64
-}
-
-func (a *flakyArm) Arm(th uint64) error {
-	if a.fail {
-		return errors.New("write memory.high: device or resource busy")
-	}
-	a.arms = append(a.arms, th)
-	return nil
-}
-
 // TestTheTripwireIsDownWhileArmingFails: the watchdog vouches for an armed
-// tripwire; a wire that cannot be armed stops the pings until an arm
-// succeeds again, which a failed arm retries on the next snapshot even
-// when the line barely moved.
+// tripwire; a wire that cannot be armed stops the pings until it is where
+// it should be again: armed anew, or back near the line armed before the
+// failure (too small a move to arm again, so the old line stands).
 func TestTheTripwireIsDownWhileArmingFails(t *testing.T) {
 	const capacity = 1 << 30
 	const line = capacity - 100<<20
@@ -74,8 +59,8 @@ func TestTheTripwireIsDownWhileArmingFails(t *testing.T) {
 		s.Node.Pods.Usage = usage
 		return s
 	}
-	tw := &flakyArm{}
-	p := &podRootTripwire{tw: tw, th: th, log: slog.New(slog.DiscardHandler), chase: true}
+	tw := &armRecorder{}
+	p := &podRootTripwire{tw: tw, log: slog.New(slog.DiscardHandler), policy: oom.NewTripwirePolicy(th, true)}
 	hb := p.heartbeat()
 	down := func() string {
 		why, _ := hb.stuck(time.Now(), time.Now(), time.Second)
@@ -88,16 +73,22 @@ func TestTheTripwireIsDownWhileArmingFails(t *testing.T) {
 	if why := down(); why != "" {
 		t.Fatalf("down once armed: %s", why)
 	}
-	tw.fail = true
+	tw.err = errors.New("write memory.high: device or resource busy")
 	p.rearm(snap(line + 80<<20))
 	if why := down(); !strings.HasPrefix(why, "tripwire down: arming the tripwire failed") {
 		t.Fatalf("after a failed arm: %q", why)
 	}
-	tw.fail = false
-	// Back within 1 MiB of the line armed before the failure: a move
-	// that small is skipped, but not after a failure.
+	tw.err = nil
+	// Back within 1 MiB of the line armed before the failure.
 	p.rearm(snap(line + 64<<20 + 512<<10))
 	if why := down(); why != "" {
-		t.Errorf("still down after a snapshot that arms again (arms %v): %s", tw.arms, why)
+		t.Errorf("still down with the wire near its line (arms %v): %s", tw.arms, why)
+	}
+	tw.err = errors.New("write memory.high: device or resource busy")
+	p.rearm(snap(line + 80<<20))
+	tw.err = nil
+	p.rearm(snap(line + 80<<20))
+	if why := down(); why != "" {
+		t.Errorf("still down after an arm that succeeded (arms %v): %s", tw.arms, why)
 	}
 }
