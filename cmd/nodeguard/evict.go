@@ -244,6 +244,10 @@ func (p *podRootTripwire) rearm(s *pressure.Snapshot) {
 	defer p.mu.Unlock()
 	at, ok := p.policy.Next(s)
 	if !ok {
+		// Nothing to arm, or the line armed last (before any failure)
+		// is near enough: the wire is where it should be, which is
+		// what the watchdog asks of it.
+		p.failed = false
 		return
 	}
 	if err := p.tw.Arm(at); err != nil {
@@ -257,18 +261,20 @@ func (p *podRootTripwire) rearm(s *pressure.Snapshot) {
 	p.policy.Armed(at)
 }
 
-// run forwards fires to the manager until ctx ends.
-func (p *podRootTripwire) run(ctx context.Context, mgr *oom.Manager) {
+// run forwards fires to the manager until ctx ends; the tripwire
+// stopping before is an error (its cgroup went away, its descriptor
+// failed).
+func (p *podRootTripwire) run(ctx context.Context, mgr *oom.Manager) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case f, ok := <-p.tw.C():
 			if !ok {
-				if err := p.tw.Err(); err != nil && !errors.Is(err, tripwire.ErrClosed) {
-					p.log.Warn("tripwire stopped", "err", err)
+				if err := p.tw.Err(); err != nil {
+					return fmt.Errorf("tripwire stopped: %w", err)
 				}
-				return
+				return errors.New("tripwire stopped")
 			}
 			mgr.Wake("tripwire:"+f.Kind, f.At)
 		}

@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
+	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
@@ -103,6 +105,17 @@ type sensing struct {
 	watcher  *psi.Watcher
 	exporter *metrics.Exporter
 	ln       net.Listener
+
+	// observed is when the snapshot the observer (exporter, tripwire)
+	// last took was taken, in Unix nanoseconds: the sensing loop's
+	// heartbeat. Not Sensor.Latest: the eviction manager's own
+	// snapshots (Fresh) keep that fresh while the loop is dead.
+	observed atomic.Int64
+	// readerBusySince is when the kernel event consumer began handling
+	// the event in hand, in Unix nanoseconds (0: it waits for one);
+	// readerDone is set once it has returned.
+	readerBusySince atomic.Int64
+	readerDone      atomic.Bool
 }
 
 func existing(path, fallback string) string {
@@ -169,6 +182,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 	}
 	s.exporter = metrics.New(opts).WithRuntimeCollectors()
 	s.sensor.OnSnapshot = func(snap *pressure.Snapshot) {
+		s.observed.Store(snap.Time.UnixNano())
 		s.exporter.ObserveSnapshot(snap)
 		if f.onSnapshot != nil {
 			f.onSnapshot(snap)
@@ -194,20 +208,25 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 	return s, nil
 }
 
-// Serve runs everything until ctx is done.
+// Serve runs the snapshot loop, full statistics, PSI triggers, the kernel
+// event consumer and the metrics server until ctx is done or one of them
+// fails, and returns only once all of them have returned: Close may follow
+// at once. A failure of any ends the others, and Serve returns it.
 func (s *sensing) Serve(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go s.sensor.Run(ctx)
-	go s.sensor.RunFull(ctx, cgstat.NewStater(s.layout), s.flags.fullEvery)
+	g, ctx := group.New(ctx)
+	g.Go("snapshot loop", func(ctx context.Context) error { s.sensor.Run(ctx); return nil })
+	g.Go("full statistics", func(ctx context.Context) error {
+		s.sensor.RunFull(ctx, cgstat.NewStater(s.layout), s.flags.fullEvery)
+		return nil
+	})
 	if s.watcher != nil {
 		wakes := make(chan psi.Wake, 16)
-		go func() { _ = s.watcher.Run(ctx, wakes) }()
-		go func() {
+		g.Go("psi triggers", func(ctx context.Context) error { return s.watcher.Run(ctx, wakes) })
+		g.Go("psi wake-ups", func(ctx context.Context) error {
 			for {
 				select {
 				case <-ctx.Done():
-					return
+					return nil
 				case w := <-wakes:
 					s.exporter.ObserveWakeup(w.Trigger.String())
 					if s.flags.onWake != nil {
@@ -216,20 +235,28 @@ func (s *sensing) Serve(ctx context.Context) error {
 					s.sensor.Wake()
 				}
 			}
-		}()
+		})
 	}
 	if s.pipeline != nil {
-		go s.consumeEvents(ctx)
+		g.Go("kernel events", s.consumeEvents)
 	}
-	if s.ln == nil {
-		<-ctx.Done() // sensing without serving (nodeguard run without --metrics-addr)
-		return nil
+	if s.ln != nil {
+		g.Go("metrics server", s.serveHTTP)
 	}
+	<-ctx.Done()
+	return g.Shutdown()
+}
+
+// serveHTTP serves /metrics, /healthz and, when asked, pprof until ctx
+// ends; a listener that fails before is an error.
+func (s *sensing) serveHTTP(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.exporter.Registry(), promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		snap := s.sensor.Latest()
-		if snap == nil || time.Since(snap.Time) > 10*s.flags.tick {
+		// The loop's own snapshots, as the watchdog counts them: the
+		// eviction manager's keep Sensor.Latest fresh without it.
+		at := s.lastObserved()
+		if at.IsZero() || time.Since(at) > 10*s.flags.tick {
 			http.Error(w, "no fresh snapshot", http.StatusServiceUnavailable)
 			return
 		}
@@ -243,52 +270,62 @@ func (s *sensing) Serve(ctx context.Context) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, c := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer c()
-		_ = srv.Shutdown(shut)
-	}()
 	s.log.Info("serving metrics", "addr", s.ln.Addr().String(), "profiling", s.flags.profiling, "cgroup_roots", s.flags.roots, "cgroups", s.snapper.Len())
-	if err := srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve metrics: %w", err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(s.ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve metrics on %s: %w", s.ln.Addr(), err)
+	case <-ctx.Done():
 	}
+	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shut)
+	<-served // http.ErrServerClosed
 	return nil
 }
 
 // consumeEvents counts kernel events and keeps the snapshotter's cgroup
-// set current without waiting for a rescan.
-func (s *sensing) consumeEvents(ctx context.Context) {
-	memHier := s.layout.Memory.ID
+// set current without waiting for a rescan, until ctx ends. The stream
+// ending before is an error: the pipeline's readers are gone.
+func (s *sensing) consumeEvents(ctx context.Context) error {
+	defer s.readerDone.Store(true)
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case ev, ok := <-s.pipeline.Events():
 			if !ok {
-				return
+				return errors.New("the kernel event stream ended")
 			}
-			s.exporter.ObserveEvent(ev)
-			if s.flags.onEvent != nil {
-				s.flags.onEvent(ev)
-			}
-			switch e := ev.(type) {
-			case *event.Cgroup:
-				if e.HierarchyID != memHier {
-					continue
-				}
-				if e.Kind == event.KindCgroupMkdir {
-					s.sensor.Add(e.Path)
-				} else {
-					s.sensor.Remove(e.Path)
-				}
-			case *event.OOMKill:
-				s.sensor.Wake()
-			}
+			s.readerBusySince.Store(time.Now().UnixNano())
+			s.handleEvent(ev)
+			s.readerBusySince.Store(0)
 		}
 	}
 }
 
+func (s *sensing) handleEvent(ev event.Event) {
+	s.exporter.ObserveEvent(ev)
+	if s.flags.onEvent != nil {
+		s.flags.onEvent(ev)
+	}
+	switch e := ev.(type) {
+	case *event.Cgroup:
+		if e.HierarchyID != s.layout.Memory.ID {
+			return
+		}
+		if e.Kind == event.KindCgroupMkdir {
+			s.sensor.Add(e.Path)
+		} else {
+			s.sensor.Remove(e.Path)
+		}
+	case *event.OOMKill:
+		s.sensor.Wake()
+	}
+}
+
+// Close frees what startSensing made; after Serve has returned.
 func (s *sensing) Close() {
 	if s.ln != nil {
 		s.ln.Close()

@@ -87,12 +87,36 @@ func (n *notifier) reloading() {
 // stopping tells systemd the agent is shutting down.
 func (n *notifier) stopping() { n.send(daemon.SdNotifyStopping, "STATUS=stopping") }
 
-// heartbeat is one main loop the watchdog vouches for: last is when it last
-// made progress (zero: not started yet), period how often it should.
+// heartbeat is one part of the agent the watchdog vouches for: a loop
+// whose last progress was at last (zero: not started yet) and should come
+// every period; and, with down, a part that can stop working outright,
+// down saying why (nil: it works). Either may be nil.
 type heartbeat struct {
 	name   string
 	period time.Duration
 	last   func() time.Time
+	down   func() error
+}
+
+// stuck says why b is unhealthy at now ("" when it is not): down, or no
+// progress for longer than its period plus grace.
+func (b heartbeat) stuck(now, started time.Time, grace time.Duration) (string, time.Duration) {
+	if b.down != nil {
+		if err := b.down(); err != nil {
+			return fmt.Sprintf("%s down: %v", b.name, err), 0
+		}
+	}
+	if b.last == nil {
+		return "", 0
+	}
+	last := b.last()
+	if last.IsZero() {
+		last = started
+	}
+	if age := now.Sub(last); age > b.period+grace {
+		return fmt.Sprintf("%s loop stuck for %v", b.name, age.Round(time.Millisecond)), age
+	}
+	return "", 0
 }
 
 // counterBeat turns a counter that a loop increments each pass (the
@@ -115,11 +139,12 @@ func counterBeat(count func() uint64, now func() time.Time) func() time.Time {
 const statusEvery = 5 * time.Second
 
 // runWatchdog checks the heartbeats and pings WATCHDOG=1 until ctx ends.
-// A loop is stuck when its heartbeat is older than its period plus half
-// the watchdog timeout; while any is stuck, pings stop (systemd restarts
-// the agent once the timeout runs out; with KillMode=process the pods
-// stay), the status line names the loop, and one error is logged. status
-// is the running status line, sent when it changes.
+// A part is unhealthy when it is down, or when its heartbeat is older
+// than its period plus half the watchdog timeout; while any is, pings
+// stop (systemd restarts the agent once the timeout runs out; with
+// KillMode=process the pods stay), the status line names the part, and
+// one error is logged. status is the running status line, sent when it
+// changes. Outside systemd it returns at once.
 func (n *notifier) runWatchdog(ctx context.Context, beats []heartbeat, status func() string) {
 	if !n.enabled() {
 		return
@@ -141,19 +166,19 @@ func (n *notifier) runWatchdog(ctx context.Context, beats []heartbeat, status fu
 		}
 		now := time.Now()
 		cur := ""
-		for _, b := range beats {
-			last := b.last()
-			if last.IsZero() {
-				last = started
-			}
-			if age := now.Sub(last); n.watchdog > 0 && age > b.period+n.watchdog/2 {
-				cur = fmt.Sprintf("%s loop stuck for %v", b.name, age.Round(time.Millisecond))
-				if stuck == "" {
-					n.log.Error("watchdog: a main loop is stuck, no longer pinging systemd (it will restart nodeguard)",
-						"loop", b.name, "stuck_for", age, "limit", b.period+n.watchdog/2)
+		// Without a watchdog nothing restarts the agent: the status
+		// line only counts pods.
+		for i := 0; n.watchdog > 0 && i < len(beats) && cur == ""; i++ {
+			b := beats[i]
+			why, age := b.stuck(now, started, n.watchdog/2)
+			if why != "" && stuck == "" {
+				attrs := []any{"loop", b.name, "why", why}
+				if age > 0 {
+					attrs = append(attrs, "stuck_for", age, "limit", b.period+n.watchdog/2)
 				}
-				break
+				n.log.Error("watchdog: a main loop is stuck, no longer pinging systemd (it will restart nodeguard)", attrs...)
 			}
+			cur = why
 		}
 		if cur != "" {
 			stuck = cur

@@ -21,16 +21,17 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/filesource"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/loader/event"
@@ -182,11 +183,29 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 // runDaemon runs nodeguard. checkNetwork: verify and collect the pod
 // network even when nodeguard does not write its conflist (the private
 // runtime's is written by its environment).
-func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.Logger, ctl daemonControl) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+//
+// One group owns every goroutine it starts, and every resource those use
+// is closed by the group's cleanups: shutdown cancels, waits for all of
+// them, then closes the resources, newest first. Every goroutine runs
+// until shutdown; one that fails or returns before (the metrics server
+// among them: see sensing.Serve) ends the agent with its error, and
+// systemd restarts it (the pods stay), rather than leave it running with
+// a part dead.
+func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.Logger, ctl daemonControl) (retErr error) {
+	g, ctx := group.New(ctx)
+	defer func() {
+		// A part that failed is the cause of the end, and of a
+		// start-up step that then saw its context cancelled.
+		if err := g.Shutdown(); err != nil && !errors.Is(retErr, err) {
+			retErr = errors.Join(err, retErr)
+		}
+	}()
 	n := ctl.notify
-	go func() { <-ctx.Done(); n.stopping() }()
+	g.Go("stop notice", func(ctx context.Context) error {
+		<-ctx.Done()
+		n.stopping()
+		return nil
+	})
 	setOwnOOMScoreAdj(log)
 	layout, err := cgroups.Discover()
 	if err != nil {
@@ -224,7 +243,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
-	defer cgm.Close()
+	g.Cleanup(func() { cgm.Close() })
 	var dialOpts []cri.Option
 	if cfg.ImagePull {
 		dialOpts = append(dialOpts, cri.WithImagePull())
@@ -236,7 +255,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	g.Cleanup(func() { client.Close() })
 	info := client.Runtime()
 	log.Info("runtime connected", "endpoint", cfg.RuntimeEndpoint, "runtime", info, "pid", client.RuntimePID())
 	if err := checkPlacement(ctx, client, cgm, log); err != nil {
@@ -325,23 +344,15 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-
 	if cfg.PodManifestPath != "" {
-		if err := syncManifests(ctx, mgr, cfg.PodManifestPath, log); err != nil {
-			log.Warn("manifest directory", "err", err)
+		files := filesource.New(filesource.Config{Dir: cfg.PodManifestPath, Pods: mgr, Log: log})
+		if err := files.Sync(ctx); err != nil {
+			log.Warn("manifest directory", "dir", cfg.PodManifestPath, "err", err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			watchManifests(ctx, mgr, cfg.PodManifestPath, log)
-		}()
+		g.Go("manifest directory", files.Run)
 	}
 	mgr.SourcesReady()
-	wg.Add(1)
-	go func() { defer wg.Done(); mgr.Run(ctx) }()
+	g.Go("pod lifecycle", func(ctx context.Context) error { mgr.Run(ctx); return nil })
 
 	// Sensing always runs (the eviction manager confirms every wake-up on
 	// a fresh snapshot); /metrics only with an address.
@@ -350,8 +361,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return err
 	}
 	storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
-	wg.Add(1)
-	go func() { defer wg.Done(); storage.Run(ctx) }()
+	g.Go("storage sampler", func(ctx context.Context) error { storage.Run(ctx); return nil })
 	fwd := &eventForwarder{ch: make(chan event.Event, 1024)}
 	var evictMgr atomic.Pointer[oom.Manager]
 	// Set once the eviction manager exists, after sensing has started:
@@ -377,17 +387,12 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return fmt.Errorf("start sensing: %w", err)
 	}
-	defer s.Close()
+	g.Cleanup(s.Close)
 	if ctl.logs != nil {
 		s.exporter.LogDropped(ctl.logs.Dropped)
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := s.Serve(ctx); err != nil {
-			log.Error("metrics", "err", err)
-		}
-	}()
+	g.Go("sensing", s.Serve)
+	beats := s.heartbeats()
 
 	events := api.NewEventLog(4096)
 	if !cfg.Eviction.Disabled {
@@ -410,20 +415,14 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			if w, err := newPodRootTripwire(d, policy.Thresholds, filepath.Join(cfg.RootDir, "tripwire"), log); err != nil {
 				log.Warn("no tripwire on the pod root: the safety tick and PSI triggers drive evictions", "err", err)
 			} else {
-				defer w.tw.Close()
+				g.Cleanup(func() { w.tw.Close() })
 				wire.Store(w)
-				wg.Add(1)
-				go func() { defer wg.Done(); w.run(ctx, em) }()
+				beats = append(beats, w.heartbeat())
+				g.Go("tripwire", func(ctx context.Context) error { return w.run(ctx, em) })
 			}
 		}
-		wg.Add(2)
-		go func() { defer wg.Done(); em.Events(ctx, fwd.ch) }()
-		go func() {
-			defer wg.Done()
-			if err := em.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("eviction manager", "err", err)
-			}
-		}()
+		g.Go("eviction events", func(ctx context.Context) error { em.Events(ctx, fwd.ch); return nil })
+		g.Go("eviction manager", em.Run)
 		log.Info("eviction manager running", "thresholds", len(policy.Thresholds), "psi_rules", len(policy.PSIRules), "dry_run", cfg.Eviction.DryRun)
 	}
 
@@ -438,15 +437,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return err
 	}
 	status := func() string { return fmt.Sprintf("running: %d pods", len(mgr.List())) }
-	beats := []heartbeat{
-		{name: "pod lifecycle", period: lifecycle.DefaultResync, last: mgr.Heartbeat},
-		{name: "sensing", period: sf.tick, last: func() time.Time {
-			if snap := s.sensor.Latest(); snap != nil {
-				return snap.Time
-			}
-			return time.Time{}
-		}},
-	}
+	beats = append(beats, heartbeat{name: "pod lifecycle", period: lifecycle.DefaultResync, last: mgr.Heartbeat})
 	em := evictMgr.Load()
 	if em != nil {
 		tick := cfg.Eviction.Tick.Duration
@@ -456,15 +447,20 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
 	}
 	rl := &reloader{cur: cfg, load: ctl.reload, path: ctl.path, logs: ctl.logs, em: em, wire: wire.Load(), n: n, log: log, status: status}
-	wg.Add(2)
-	go func() { defer wg.Done(); n.runWatchdog(ctx, beats, status) }()
-	go func() { defer wg.Done(); rl.run(ctx, ctl.hup) }()
+	if n.enabled() {
+		g.Go("watchdog", func(ctx context.Context) error { n.runWatchdog(ctx, beats, status); return nil })
+	}
+	g.Go("reloader", func(ctx context.Context) error { rl.run(ctx, ctl.hup); return nil })
+	g.Go("api server", srv.Serve)
 	n.ready(status())
 	log.Info("nodeguard running", "api_socket", cfg.APISocket, "cgroup_root", cfg.CgroupRoot, "manifests", cfg.PodManifestPath,
 		"systemd_notify", n.enabled(), "watchdog", n.watchdog)
-	if err := srv.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	<-ctx.Done()
+	if err := g.Shutdown(); err != nil {
+		log.Error("nodeguard stops: a part of it failed", "err", err)
 		return err
 	}
+	log.Info("nodeguard stopped")
 	return nil
 }
 
@@ -566,85 +562,6 @@ func nodeDNS() *runtimeapi.DNSConfig {
 		}
 	}
 	return &d
-}
-
-const sourceFile = "file"
-
-// syncManifests applies every manifest in dir and forgets pods whose file
-// went away. A broken file is reported and its pods left as they were.
-func syncManifests(ctx context.Context, mgr *lifecycle.Manager, dir string, log *slog.Logger) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("read manifest dir: %w", err)
-	}
-	keep := map[types.UID]bool{}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") || strings.HasSuffix(name, ".json")) {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		pods, err := podspec.Load(path)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		applied, err := mgr.Apply(ctx, pods, sourceFile+":"+path)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
-			continue
-		}
-		for _, p := range applied {
-			keep[p.UID] = true
-		}
-	}
-	if len(errs) > 0 {
-		// Keep what the broken files had: nothing already running is lost.
-		for _, p := range mgr.List() {
-			if strings.HasPrefix(p.Annotations[lifecycle.AnnotationSource], sourceFile+":") {
-				keep[p.UID] = keep[p.UID] || fileBroken(errs, p.Annotations[lifecycle.AnnotationSource])
-			}
-		}
-	}
-	for _, p := range mgr.List() {
-		src := p.Annotations[lifecycle.AnnotationSource]
-		if strings.HasPrefix(src, sourceFile+":") {
-			mgr.Forget(src, keep)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func fileBroken(errs []error, source string) bool {
-	path := strings.TrimPrefix(source, sourceFile+":")
-	for _, e := range errs {
-		if strings.Contains(e.Error(), path) {
-			return true
-		}
-	}
-	return false
-}
-
-// watchManifests rescans the directory every 2 s (the kubelet's file
-// source polls every 20 s; inotify would need a dependency for little).
-func watchManifests(ctx context.Context, mgr *lifecycle.Manager, dir string, log *slog.Logger) {
-	var last string
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := syncManifests(ctx, mgr, dir, log); err != nil && err.Error() != last {
-			log.Warn("manifest directory", "err", err)
-			last = err.Error()
-		} else if err == nil {
-			last = ""
-		}
-	}
 }
 
 // podService adapts the Manager to the local API.

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oom/tripwire"
@@ -41,5 +43,52 @@ func TestPodRootTripwireArmsWhereThePolicySaysAndRetriesAFailedArm(t *testing.T)
 	p.rearm(s) // armed now: stays
 	if want := []uint64{line, line}; !slices.Equal(rec.arms, want) {
 		t.Errorf("armed at %v, want %v (the failed one tried again, then left alone)", rec.arms, want)
+	}
+}
+
+// TestTheTripwireIsDownWhileArmingFails: the watchdog vouches for an armed
+// tripwire; a wire that cannot be armed stops the pings until it is where
+// it should be again: armed anew, or back near the line armed before the
+// failure (too small a move to arm again, so the old line stands).
+func TestTheTripwireIsDownWhileArmingFails(t *testing.T) {
+	const capacity = 1 << 30
+	const line = capacity - 100<<20
+	th := []oom.Threshold{{Signal: nodestats.SignalAllocatableMemoryAvailable, Value: oom.ThresholdValue{Quantity: 100 << 20}}}
+	snap := func(usage uint64) *pressure.Snapshot {
+		s := &pressure.Snapshot{Signals: []nodestats.Observation{{Signal: nodestats.SignalAllocatableMemoryAvailable, Available: capacity / 2, Capacity: capacity}}}
+		s.Node.Pods.Usage = usage
+		return s
+	}
+	tw := &armRecorder{}
+	p := &podRootTripwire{tw: tw, log: slog.New(slog.DiscardHandler), policy: oom.NewTripwirePolicy(th, true)}
+	hb := p.heartbeat()
+	down := func() string {
+		why, _ := hb.stuck(time.Now(), time.Now(), time.Second)
+		return why
+	}
+	if why := down(); why != "" {
+		t.Fatalf("down before any snapshot: %s", why)
+	}
+	p.rearm(snap(line + 64<<20)) // armed 1 MiB above usage
+	if why := down(); why != "" {
+		t.Fatalf("down once armed: %s", why)
+	}
+	tw.err = errors.New("write memory.high: device or resource busy")
+	p.rearm(snap(line + 80<<20))
+	if why := down(); !strings.HasPrefix(why, "tripwire down: arming the tripwire failed") {
+		t.Fatalf("after a failed arm: %q", why)
+	}
+	tw.err = nil
+	// Back within 1 MiB of the line armed before the failure.
+	p.rearm(snap(line + 64<<20 + 512<<10))
+	if why := down(); why != "" {
+		t.Errorf("still down with the wire near its line (arms %v): %s", tw.arms, why)
+	}
+	tw.err = errors.New("write memory.high: device or resource busy")
+	p.rearm(snap(line + 80<<20))
+	tw.err = nil
+	p.rearm(snap(line + 80<<20))
+	if why := down(); why != "" {
+		t.Errorf("still down after an arm that succeeded (arms %v): %s", tw.arms, why)
 	}
 }

@@ -1,0 +1,224 @@
+package filesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+)
+
+// Prefix starts the source of every pod from a manifest file:
+// "file:" and the file's path.
+const Prefix = "file:"
+
+// Pods is what the source drives: lifecycle.Manager.
+type Pods interface {
+	Apply(ctx context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error)
+	List() []*corev1.Pod
+	Forget(source string, keep map[types.UID]bool)
+}
+
+// Config is a manifest directory and where its pods go.
+type Config struct {
+	Dir  string
+	Pods Pods
+	Log  *slog.Logger
+	// Resync is how often the directory is re-read even without an event
+	// (0: DefaultResync).
+	Resync time.Duration
+}
+
+const (
+	// DefaultResync is how often the directory is read again without an
+	// event: a safety net (the kubelet's file source lists its
+	// directory every 20 s besides its inotify watch), slow because the
+	// watch does the work.
+	DefaultResync = time.Minute
+	// Debounce is how long after an event the directory is read, so
+	// that one save's events make one pass.
+	Debounce = 100 * time.Millisecond
+)
+
+// Source applies the manifests of one directory.
+type Source struct {
+	cfg Config
+}
+
+// New returns the source of cfg.Dir; Run keeps it applied.
+func New(cfg Config) *Source {
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultResync
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{cfg: cfg}
+}
+
+// Sync applies every manifest in the directory and forgets pods whose
+// file went away. A file that does not load or apply is reported and its
+// pods are left as they were: nothing running is lost to a typo.
+func (s *Source) Sync(ctx context.Context) error {
+	dir := s.cfg.Dir
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		// Nothing is forgotten: a directory that cannot be read says
+		// nothing about the pods in it.
+		return fmt.Errorf("read manifest dir: %w", err)
+	}
+	keep := map[types.UID]bool{}
+	broken := map[string]bool{} // sources whose file failed
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !isManifest(name) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		src := Prefix + path
+		pods, err := podspec.Load(path)
+		if err != nil {
+			errs = append(errs, err)
+			broken[src] = true
+			continue
+		}
+		applied, err := s.cfg.Pods.Apply(ctx, pods, src)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			broken[src] = true
+			continue
+		}
+		for _, p := range applied {
+			keep[p.UID] = true
+		}
+	}
+	sources := map[string]bool{}
+	for _, p := range s.cfg.Pods.List() {
+		src := p.Annotations[lifecycle.AnnotationSource]
+		if !strings.HasPrefix(src, Prefix) {
+			continue
+		}
+		if broken[src] {
+			keep[p.UID] = true
+		}
+		sources[src] = true
+	}
+	for src := range sources {
+		s.cfg.Pods.Forget(src, keep)
+	}
+	return errors.Join(errs...)
+}
+
+func isManifest(name string) bool {
+	switch filepath.Ext(name) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// Run keeps the directory applied until ctx ends: it watches the
+// directory with inotify and applies a change Debounce after its first
+// event, so that the several events of one save (an editor writes a
+// temporary file, renames the old one away and the new one in) make one
+// pass, not a pass per event. Every Resync it reads the directory again
+// anyway, the safety net for what inotify does not see (a change on
+// another mount's side of a bind mount or on a network filesystem) and
+// for a watch that could not be made or went away with the directory: it
+// is made again at the next resync. A failure is logged when it changes,
+// not every pass.
+func (s *Source) Run(ctx context.Context) error {
+	changed := make(chan struct{}, 1)
+	var (
+		w     *watch
+		ended chan error // the watch's reader returned
+		last  string     // the last pass's error
+		werr  string     // the last watch error logged
+	)
+	start := func() {
+		var err error
+		if w, err = openWatch(s.cfg.Dir); err != nil {
+			w = nil
+			if err.Error() != werr {
+				s.cfg.Log.Warn("manifest directory not watched: changes apply at the next resync", "dir", s.cfg.Dir,
+					"resync", s.cfg.Resync, "err", err)
+				werr = err.Error()
+			}
+			return
+		}
+		werr = ""
+		ended = make(chan error, 1)
+		go func(w *watch) { ended <- w.run(changed) }(w)
+	}
+	stop := func() {
+		if w == nil {
+			return
+		}
+		w.Close()
+		<-ended
+		w, ended = nil, nil
+	}
+	defer stop()
+
+	start()
+	// What changed before the watch was made.
+	last = s.sync(ctx, last)
+	resync := time.NewTicker(s.cfg.Resync)
+	defer resync.Stop()
+	debounce := time.NewTimer(0)
+	if !debounce.Stop() {
+		<-debounce.C
+	}
+	pending := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+			// Not reset by later events: a stream of them cannot
+			// hold a change back.
+			if !pending {
+				debounce.Reset(Debounce)
+				pending = true
+			}
+			continue
+		case <-debounce.C:
+			pending = false
+		case err := <-ended:
+			// The reader is gone: the watch with it.
+			w.Close()
+			w, ended = nil, nil
+			s.cfg.Log.Warn("manifest directory no longer watched: changes apply at the next resync", "dir", s.cfg.Dir,
+				"resync", s.cfg.Resync, "err", err)
+			werr = err.Error()
+		case <-resync.C:
+			if w == nil {
+				start()
+			}
+		}
+		last = s.sync(ctx, last)
+	}
+}
+
+// sync is one pass; last is the previous pass's error text, returned
+// updated.
+func (s *Source) sync(ctx context.Context, last string) string {
+	err := s.Sync(ctx)
+	switch {
+	case err == nil:
+		return ""
+	case err.Error() != last:
+		s.cfg.Log.Warn("manifest directory", "dir", s.cfg.Dir, "err", err)
+	}
+	return err.Error()
+}
