@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
@@ -33,9 +28,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/filesource"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/loader/event"
-	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/netplumb"
 	"github.com/nodeguard/nodeguard/oom"
@@ -337,7 +330,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
-		DNS: nodeDNS(), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull},
+		DNS: lifecycle.NodeDNS(lifecycle.ResolvConf), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
 		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})
@@ -429,7 +422,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err := os.MkdirAll(filepath.Dir(cfg.APISocket), 0o755); err != nil {
 		return fmt.Errorf("api socket dir: %w", err)
 	}
-	srv := api.NewServer(podService{m: mgr, EventLog: events}, log, api.Options{})
+	srv := api.NewServer(mgr.APIService(events), log, api.Options{})
 	// Listening, the socket takes connections into its backlog: READY=1
 	// may follow before Serve, and a client that connects at once is
 	// answered.
@@ -462,198 +455,4 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	log.Info("nodeguard stopped")
 	return nil
-}
-
-// refuseRelativeRootInService refuses a relative cgroup root beneath a
-// systemd service's cgroup on cgroup v2: nodeguard would enable
-// controllers in the service's cgroup (after moving itself into a leaf),
-// and then systemd could not start the next agent there after a restart
-// or crash (the kernel refuses to put a process into a cgroup whose
-// controllers are enabled for its children), so the unit would fail to
-// start for good while the pods live on.
-func refuseRelativeRootInService(h *cgroups.Hierarchy, root string) error {
-	if h == nil || !strings.HasSuffix(path.Base(h.Own), ".service") {
-		return nil
-	}
-	return fmt.Errorf("cgroupRoot %q is relative, beneath the systemd service's cgroup %s: on cgroup v2 systemd could not start the agent there again after a restart once pod cgroups hang from it; use cgroupRoot: / (the default)", root, h.Own)
-}
-
-// checkPlacement makes sure the runtime will put containers into the
-// cgroups nodeguard makes, before any pod runs: the runtime's cgroup
-// driver, where it says (CRI RuntimeConfig), must be nodeguard's; and a
-// runtime handed relative cgroup parents must share nodeguard's cgroup.
-// Every sandbox is checked again once it runs (kubepods.CheckSandbox).
-func checkPlacement(ctx context.Context, client *cri.Client, cgm *kubepods.Manager, log *slog.Logger) error {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	d, ok, err := client.CgroupDriver(cctx)
-	switch {
-	case err != nil:
-		log.Warn("the runtime's cgroup driver is unknown; every sandbox's placement is checked instead", "err", err)
-	case !ok:
-		log.Info("the runtime does not report its cgroup driver (CRI RuntimeConfig); every sandbox's placement is checked instead",
-			"cgroup_driver", cgm.Driver())
-	default:
-		if err := cgm.CheckRuntimeDriver(d); err != nil {
-			return err
-		}
-		log.Info("cgroup driver matches the runtime's", "cgroup_driver", d)
-	}
-	switch pid := client.RuntimePID(); {
-	case cgm.AbsoluteParents():
-	case pid == 0:
-		log.Warn("the runtime's pid is unknown (no SO_PEERCRED): cannot check that it shares nodeguard's cgroup, as a relative cgroup root needs; every sandbox's placement is checked instead")
-	case pid == 1:
-		log.Warn("the CRI socket is served by pid 1 (socket activation): cannot check the runtime's cgroup; every sandbox's placement is checked instead")
-	default:
-		return cgm.CheckRuntimeCgroup(pid)
-	}
-	return nil
-}
-
-// setOwnOOMScoreAdj gives nodeguard the kubelet's own -999, so that the OOM
-// killer takes pods before the agent that guards them. Without
-// CAP_SYS_RESOURCE the kernel refuses values below the current minimum:
-// one log line says so and what stays in force.
-func setOwnOOMScoreAdj(log *slog.Logger) {
-	want := qos.NodeguardOOMScoreAdj
-	err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(want)), 0)
-	if err != nil {
-		log.Warn("oom_score_adj of nodeguard not lowered (no CAP_SYS_RESOURCE?)", "wanted", want, "kept", ownOOMScoreAdj(), "err", err)
-		return
-	}
-	log.Info("oom_score_adj of nodeguard set", "value", want)
-}
-
-// ownOOMScoreAdj reads this process's oom_score_adj: the floor without
-// CAP_SYS_RESOURCE.
-func ownOOMScoreAdj() int {
-	b, err := os.ReadFile("/proc/self/oom_score_adj")
-	if err != nil {
-		return 0
-	}
-	var v int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &v); err != nil {
-		return 0
-	}
-	return v
-}
-
-// nodeDNS is the node's resolver config from /etc/resolv.conf, handed to
-// sandboxes (dnsPolicy Default and ClusterFirst).
-func nodeDNS() *runtimeapi.DNSConfig {
-	b, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		return nil
-	}
-	var d runtimeapi.DNSConfig
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case "nameserver":
-			d.Servers = append(d.Servers, f[1])
-		case "search":
-			d.Searches = append(d.Searches, f[1:]...)
-		case "options":
-			d.Options = append(d.Options, f[1:]...)
-		}
-	}
-	return &d
-}
-
-// podService adapts the Manager to the local API.
-type podService struct {
-	m *lifecycle.Manager
-	*api.EventLog
-}
-
-// mapErr gives a lifecycle error the API's kind (which picks the status
-// code) and keeps its text as it is: "pod not found: default/x", not
-// "not found: pod not found: default/x".
-func mapErr(err error) error {
-	switch {
-	case errors.Is(err, lifecycle.ErrNotFound):
-		return apiError{kind: api.ErrNotFound, err: err}
-	case errors.Is(err, lifecycle.ErrInvalid):
-		return apiError{kind: api.ErrInvalid, err: err}
-	case errors.Is(err, lifecycle.ErrRejected):
-		// Admission under node pressure: transient, try again later.
-		return apiError{kind: api.ErrBusy, err: err}
-	}
-	return err
-}
-
-// apiError is err, of the API's kind.
-type apiError struct{ kind, err error }
-
-func (e apiError) Error() string   { return e.err.Error() }
-func (e apiError) Unwrap() []error { return []error{e.kind, e.err} }
-
-func (s podService) Apply(ctx context.Context, pods []*corev1.Pod, _ string) ([]*corev1.Pod, error) {
-	out, err := s.m.Apply(ctx, pods, lifecycle.SourceAPI)
-	return out, mapErr(err)
-}
-func (s podService) Delete(ctx context.Context, ns, name string) error {
-	return mapErr(s.m.Delete(ctx, ns, name))
-}
-func (s podService) List() []*corev1.Pod                     { return s.m.List() }
-func (s podService) Get(ns, name string) (*corev1.Pod, bool) { return s.m.Get(ns, name) }
-func (s podService) Logs(ctx context.Context, ns, name string, o api.LogOptions, w io.Writer) error {
-	opts := lifecycle.LogOptions{Container: o.Container, Previous: o.Previous, Tail: o.Tail, Timestamps: o.Timestamps, Follow: o.Follow}
-	if o.SinceSeconds > 0 {
-		opts.Since = time.Now().Add(-time.Duration(o.SinceSeconds) * time.Second)
-	}
-	return mapErr(s.m.Logs(ctx, ns, name, opts, w))
-}
-func (s podService) Exec(ctx context.Context, ns, name, c string, cmd []string, timeout time.Duration) (api.ExecResult, error) {
-	r, err := s.m.Exec(ctx, ns, name, c, cmd, timeout)
-	return api.ExecResult{Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode}, mapErr(err)
-}
-
-// podResolver labels cgroup series with their pod.
-type podResolver struct {
-	mgr    *lifecycle.Manager
-	cgm    *kubepods.Manager
-	layout *cgroups.Layout
-
-	mu    sync.Mutex
-	at    time.Time
-	byKey map[pressure.CgroupKey]metrics.PodLabels
-}
-
-func newPodResolver(mgr *lifecycle.Manager, cgm *kubepods.Manager, layout *cgroups.Layout) *podResolver {
-	return &podResolver{mgr: mgr, cgm: cgm, layout: layout}
-}
-
-func (r *podResolver) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if time.Since(r.at) > 2*time.Second {
-		r.byKey = map[pressure.CgroupKey]metrics.PodLabels{}
-		for _, p := range r.mgr.List() {
-			parent, err := r.cgm.Parent(p)
-			if err != nil {
-				continue
-			}
-			dirs, err := r.cgm.Dirs(parent)
-			if err != nil {
-				continue
-			}
-			for _, d := range dirs {
-				if d.Hierarchy.ID != r.layout.Memory.ID {
-					continue
-				}
-				if id, err := cgroups.ID(d.Path); err == nil {
-					r.byKey[pressure.CgroupKey{ID: id, HierarchyID: d.Hierarchy.ID}] = metrics.PodLabels{
-						Namespace: p.Namespace, Pod: p.Name, UID: string(p.UID), QOS: string(p.Status.QOSClass)}
-				}
-			}
-		}
-		r.at = time.Now()
-	}
-	l, ok := r.byKey[k]
-	return l, ok
 }

@@ -1,0 +1,95 @@
+// Where the agent itself runs, checked at start: its cgroup root, its
+// placement beside the runtime, its own oom_score_adj.
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
+)
+
+// refuseRelativeRootInService refuses a relative cgroup root beneath a
+// systemd service's cgroup on cgroup v2: nodeguard would enable
+// controllers in the service's cgroup (after moving itself into a leaf),
+// and then systemd could not start the next agent there after a restart
+// or crash (the kernel refuses to put a process into a cgroup whose
+// controllers are enabled for its children), so the unit would fail to
+// start for good while the pods live on.
+func refuseRelativeRootInService(h *cgroups.Hierarchy, root string) error {
+	if h == nil || !strings.HasSuffix(path.Base(h.Own), ".service") {
+		return nil
+	}
+	return fmt.Errorf("cgroupRoot %q is relative, beneath the systemd service's cgroup %s: on cgroup v2 systemd could not start the agent there again after a restart once pod cgroups hang from it; use cgroupRoot: / (the default)", root, h.Own)
+}
+
+// checkPlacement makes sure the runtime will put containers into the
+// cgroups nodeguard makes, before any pod runs: the runtime's cgroup
+// driver, where it says (CRI RuntimeConfig), must be nodeguard's; and a
+// runtime handed relative cgroup parents must share nodeguard's cgroup.
+// Every sandbox is checked again once it runs (kubepods.CheckSandbox).
+func checkPlacement(ctx context.Context, client *cri.Client, cgm *kubepods.Manager, log *slog.Logger) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, ok, err := client.CgroupDriver(cctx)
+	switch {
+	case err != nil:
+		log.Warn("the runtime's cgroup driver is unknown; every sandbox's placement is checked instead", "err", err)
+	case !ok:
+		log.Info("the runtime does not report its cgroup driver (CRI RuntimeConfig); every sandbox's placement is checked instead",
+			"cgroup_driver", cgm.Driver())
+	default:
+		if err := cgm.CheckRuntimeDriver(d); err != nil {
+			return err
+		}
+		log.Info("cgroup driver matches the runtime's", "cgroup_driver", d)
+	}
+	switch pid := client.RuntimePID(); {
+	case cgm.AbsoluteParents():
+	case pid == 0:
+		log.Warn("the runtime's pid is unknown (no SO_PEERCRED): cannot check that it shares nodeguard's cgroup, as a relative cgroup root needs; every sandbox's placement is checked instead")
+	case pid == 1:
+		log.Warn("the CRI socket is served by pid 1 (socket activation): cannot check the runtime's cgroup; every sandbox's placement is checked instead")
+	default:
+		return cgm.CheckRuntimeCgroup(pid)
+	}
+	return nil
+}
+
+// setOwnOOMScoreAdj gives nodeguard the kubelet's own -999, so that the OOM
+// killer takes pods before the agent that guards them. Without
+// CAP_SYS_RESOURCE the kernel refuses values below the current minimum:
+// one log line says so and what stays in force.
+func setOwnOOMScoreAdj(log *slog.Logger) {
+	want := qos.NodeguardOOMScoreAdj
+	err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(want)), 0)
+	if err != nil {
+		log.Warn("oom_score_adj of nodeguard not lowered (no CAP_SYS_RESOURCE?)", "wanted", want, "kept", ownOOMScoreAdj(), "err", err)
+		return
+	}
+	log.Info("oom_score_adj of nodeguard set", "value", want)
+}
+
+// ownOOMScoreAdj reads this process's oom_score_adj: the floor without
+// CAP_SYS_RESOURCE.
+func ownOOMScoreAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	var v int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &v); err != nil {
+		return 0
+	}
+	return v
+}
