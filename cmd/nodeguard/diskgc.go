@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/metrics"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+)
+
+// diskGC is the disk side of `nodeguard run`: the image filesystem as the
+// runtime names it (for the imagefs.* signals), the image collector and
+// the node-level reclaim the eviction manager runs before a disk
+// eviction.
+type diskGC struct {
+	imageFS *lifecycle.ImageFS
+	images  *lifecycle.ImageGC
+	reclaim *lifecycle.NodeReclaimer
+	// metrics is set once the exporter exists (after sensing started).
+	metrics atomic.Pointer[metrics.GC]
+}
+
+// newDiskGC asks the runtime where its images are and what its sandbox
+// image is. An image filesystem it cannot observe now is logged: the
+// imagefs.* signals are then missing until it can (every snapshot asks
+// again), and nodefs and imagefs are taken as one filesystem.
+func newDiskGC(ctx context.Context, client *cri.Client, mgr *lifecycle.Manager, cfg runConfig, nodeFS string, log *slog.Logger) (*diskGC, error) {
+	d := &diskGC{imageFS: &lifecycle.ImageFS{Runtime: client}}
+	dedicated := false
+	if st, err := d.imageFS.Stats(ctx); err != nil {
+		log.Warn("image filesystem not observed: no imagefs.* signals until the runtime reports it", "err", err)
+	} else {
+		same, err := lifecycle.SameFilesystem(nodeFS, st.Mountpoint)
+		if err != nil {
+			log.Warn("image filesystem: taken as the nodefs", "err", err)
+			same = true
+		}
+		dedicated = !same
+		log.Info("image filesystem", "mountpoint", st.Mountpoint, "capacity_bytes", st.CapacityBytes,
+			"available_bytes", st.AvailableBytes, "images_bytes", st.UsedBytes, "dedicated", dedicated)
+	}
+	var pinned []string
+	if ref, ok, err := client.SandboxImage(ctx); err != nil {
+		log.Warn("image gc: the runtime's sandbox image is unknown; only images it pins are kept besides those in use", "err", err)
+	} else if ok {
+		pinned = append(pinned, ref)
+	}
+	images, err := lifecycle.NewImageGC(lifecycle.ImageGCConfig{
+		Runtime: client, FS: d.imageFS, Policy: cfg.imageGCPolicy(), Pinned: pinned, Logger: log,
+		OnRemoved: func(_ string, size uint64) {
+			if m := d.metrics.Load(); m != nil {
+				m.ImageRemoved(size)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.images = images
+	d.reclaim = &lifecycle.NodeReclaimer{Containers: mgr, Images: images, DedicatedImageFS: dedicated, Logger: log,
+		OnReclaim: func(sig nodestats.Signal, c lifecycle.ContainerGCResult, _ int64) {
+			if m := d.metrics.Load(); m != nil {
+				m.Reclaimed(string(sig))
+				m.ContainersRemoved(c.Containers, c.Sandboxes)
+			}
+		}}
+	return d, nil
+}
