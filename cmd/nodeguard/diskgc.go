@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/metrics"
@@ -23,11 +25,23 @@ type diskGC struct {
 	metrics atomic.Pointer[metrics.GC]
 }
 
+// diskRuntime is the part of the CRI the disk side uses; *cri.Client is
+// one.
+type diskRuntime interface {
+	ImageFsInfo(ctx context.Context) ([]*runtimeapi.FilesystemUsage, error)
+	SandboxImage(ctx context.Context) (string, bool, error)
+	ListImages(ctx context.Context) ([]*runtimeapi.Image, error)
+	RemoveImage(ctx context.Context, id string) error
+	ListAllContainers(ctx context.Context) ([]*runtimeapi.Container, error)
+}
+
+var _ diskRuntime = (*cri.Client)(nil)
+
 // newDiskGC asks the runtime where its images are and what its sandbox
 // image is. An image filesystem it cannot observe now is logged: the
 // imagefs.* signals are then missing until it can (every snapshot asks
 // again), and nodefs and imagefs are taken as one filesystem.
-func newDiskGC(ctx context.Context, client *cri.Client, mgr *lifecycle.Manager, cfg runConfig, nodeFS string, log *slog.Logger) (*diskGC, error) {
+func newDiskGC(ctx context.Context, client diskRuntime, mgr *lifecycle.Manager, cfg runConfig, nodeFS string, log *slog.Logger) (*diskGC, error) {
 	d := &diskGC{imageFS: &lifecycle.ImageFS{Runtime: client}}
 	dedicated := false
 	if st, err := d.imageFS.Stats(ctx); err != nil {
