@@ -62,9 +62,9 @@ func TestSelectUnused(t *testing.T) {
 			wantContainers: []string{"app-0"},
 		},
 		{
-			name: "a pod nobody wants loses every dead container and dead sandbox",
-			ctrs: []*runtimeapi.Container{gcContainer("app-0", "old", "gone", "app", 0, exited), gcContainer("app-1", "old", "gone", "app", 1, exited)},
-			sbs:  []*runtimeapi.PodSandbox{gcSandbox("old", "gone", 0, false), gcSandbox("older", "gone", 0, false)},
+			name:           "a pod nobody wants loses every dead container and dead sandbox",
+			ctrs:           []*runtimeapi.Container{gcContainer("app-0", "old", "gone", "app", 0, exited), gcContainer("app-1", "old", "gone", "app", 1, exited)},
+			sbs:            []*runtimeapi.PodSandbox{gcSandbox("old", "gone", 0, false), gcSandbox("older", "gone", 0, false)},
 			wantContainers: []string{"app-0", "app-1"}, wantSandboxes: []string{"old", "older"},
 		},
 		{
