@@ -30,6 +30,7 @@ type diskGC struct {
 type diskRuntime interface {
 	ImageFsInfo(ctx context.Context) ([]*runtimeapi.FilesystemUsage, error)
 	SandboxImage(ctx context.Context) (string, bool, error)
+	ImageStatus(ctx context.Context, ref string) (*runtimeapi.Image, error)
 	ListImages(ctx context.Context) ([]*runtimeapi.Image, error)
 	RemoveImage(ctx context.Context, id string) error
 	ListAllContainers(ctx context.Context) ([]*runtimeapi.Container, error)
@@ -61,6 +62,12 @@ func newDiskGC(ctx context.Context, client diskRuntime, mgr *lifecycle.Manager, 
 		log.Warn("image gc: the runtime's sandbox image is unknown; only images it pins are kept besides those in use", "err", err)
 	} else if ok {
 		pinned = append(pinned, ref)
+		// By its ID too, as the kubelet's GetImageRef(sandboxImage): the
+		// runtime may list the image under a normalised name.
+		if img, err := client.ImageStatus(ctx, ref); err == nil {
+			pinned = append(pinned, img.GetId())
+		}
+		log.Info("image gc: the runtime's sandbox image is never removed", "image", ref)
 	}
 	images, err := lifecycle.NewImageGC(lifecycle.ImageGCConfig{
 		Runtime: client, FS: d.imageFS, Policy: cfg.imageGCPolicy(), Pinned: pinned, Logger: log,

@@ -30,6 +30,10 @@ func (f *fakeImageFSRuntime) SandboxImage(context.Context) (string, bool, error)
 	return "registry.local/pause:3.9", true, nil
 }
 
+func (f *fakeImageFSRuntime) ImageStatus(_ context.Context, ref string) (*runtimeapi.Image, error) {
+	return &runtimeapi.Image{Id: "sha256:pause", RepoTags: []string{ref}}, nil
+}
+
 func (f *fakeImageFSRuntime) ListImages(context.Context) ([]*runtimeapi.Image, error) {
 	return nil, nil
 }
