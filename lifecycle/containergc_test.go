@@ -29,9 +29,9 @@ func gcSandbox(id, uid string, attempt uint32, ready bool) *runtimeapi.PodSandbo
 }
 
 const (
-	exited  = runtimeapi.ContainerState_CONTAINER_EXITED
-	running = runtimeapi.ContainerState_CONTAINER_RUNNING
-	created = runtimeapi.ContainerState_CONTAINER_CREATED
+	ctrExited  = runtimeapi.ContainerState_CONTAINER_EXITED
+	ctrRunning = runtimeapi.ContainerState_CONTAINER_RUNNING
+	ctrCreated = runtimeapi.ContainerState_CONTAINER_CREATED
 )
 
 func TestSelectUnused(t *testing.T) {
@@ -48,34 +48,34 @@ func TestSelectUnused(t *testing.T) {
 		{
 			name: "a live pod keeps its newest dead attempt of each container",
 			ctrs: []*runtimeapi.Container{
-				gcContainer("app-0", "sb", "p", "app", 0, exited), gcContainer("app-1", "sb", "p", "app", 1, exited),
-				gcContainer("app-2", "sb", "p", "app", 2, running), gcContainer("side-0", "sb", "p", "side", 0, exited),
+				gcContainer("app-0", "sb", "p", "app", 0, ctrExited), gcContainer("app-1", "sb", "p", "app", 1, ctrExited),
+				gcContainer("app-2", "sb", "p", "app", 2, ctrRunning), gcContainer("side-0", "sb", "p", "side", 0, ctrExited),
 			},
 			sbs: []*runtimeapi.PodSandbox{gcSandbox("sb", "p", 0, true)}, desired: []types.UID{"p"}, current: map[types.UID]string{"p": "sb"},
 			wantContainers: []string{"app-0"},
 		},
 		{
 			name: "created containers are left to the pod's own sync",
-			ctrs: []*runtimeapi.Container{gcContainer("app-0", "sb", "p", "app", 0, exited), gcContainer("app-1", "sb", "p", "app", 1, created),
-				gcContainer("app-2", "sb", "p", "app", 2, exited)},
+			ctrs: []*runtimeapi.Container{gcContainer("app-0", "sb", "p", "app", 0, ctrExited), gcContainer("app-1", "sb", "p", "app", 1, ctrCreated),
+				gcContainer("app-2", "sb", "p", "app", 2, ctrExited)},
 			sbs: []*runtimeapi.PodSandbox{gcSandbox("sb", "p", 0, true)}, desired: []types.UID{"p"}, current: map[types.UID]string{"p": "sb"},
 			wantContainers: []string{"app-0"},
 		},
 		{
 			name:           "a pod nobody wants loses every dead container and dead sandbox",
-			ctrs:           []*runtimeapi.Container{gcContainer("app-0", "old", "gone", "app", 0, exited), gcContainer("app-1", "old", "gone", "app", 1, exited)},
+			ctrs:           []*runtimeapi.Container{gcContainer("app-0", "old", "gone", "app", 0, ctrExited), gcContainer("app-1", "old", "gone", "app", 1, ctrExited)},
 			sbs:            []*runtimeapi.PodSandbox{gcSandbox("old", "gone", 0, false), gcSandbox("older", "gone", 0, false)},
 			wantContainers: []string{"app-0", "app-1"}, wantSandboxes: []string{"old", "older"},
 		},
 		{
 			name:     "before every source is loaded an unknown pod keeps its newest",
-			ctrs:     []*runtimeapi.Container{gcContainer("app-0", "old", "unknown", "app", 0, exited), gcContainer("app-1", "old", "unknown", "app", 1, exited)},
+			ctrs:     []*runtimeapi.Container{gcContainer("app-0", "old", "unknown", "app", 0, ctrExited), gcContainer("app-1", "old", "unknown", "app", 1, ctrExited)},
 			sbs:      []*runtimeapi.PodSandbox{gcSandbox("old", "unknown", 1, false), gcSandbox("older", "unknown", 0, false)},
 			notReady: true, wantContainers: []string{"app-0"}, wantSandboxes: []string{"older"},
 		},
 		{
 			name: "a live pod's older dead sandboxes go, the newest and the current one stay, a ready one and one with a container stay",
-			ctrs: []*runtimeapi.Container{gcContainer("run", "s3", "p", "app", 0, running), gcContainer("kept", "s1", "p", "side", 0, exited)},
+			ctrs: []*runtimeapi.Container{gcContainer("run", "s3", "p", "app", 0, ctrRunning), gcContainer("kept", "s1", "p", "side", 0, ctrExited)},
 			sbs: []*runtimeapi.PodSandbox{gcSandbox("s0", "p", 0, false), gcSandbox("s1", "p", 1, false), gcSandbox("s2", "p", 2, true),
 				gcSandbox("s3", "p", 3, false), gcSandbox("s4", "p", 4, false)},
 			desired: []types.UID{"p"}, current: map[types.UID]string{"p": "s3"},

@@ -14,9 +14,10 @@ import (
 
 // Defaults of ImageFS.
 const (
-	// DefaultImageFSTimeout bounds one ImageFsInfo call and one statfs:
-	// cAdvisor bounds its statfs with 2 s, because a hung filesystem
-	// blocks it for as long as it hangs.
+	// DefaultImageFSTimeout bounds one ImageFsInfo call: the kubelet's
+	// CRI calls are bounded the same way (its runtime request timeout is
+	// 2 min, but this one runs on the pressure tick, whose bound on the
+	// statfs is nodestats.DefaultStatFSTimeout).
 	DefaultImageFSTimeout = 2 * time.Second
 	// DefaultImageFSRefresh is how long the runtime's answer (mountpoint,
 	// bytes its images use) is reused: the kubelet asks once per
@@ -52,8 +53,13 @@ type ImageFSStats struct {
 // use.
 type ImageFS struct {
 	Runtime imageFSRuntime
-	// StatFS is nodestats.StatFS when nil (injected for tests).
-	StatFS func(ctx context.Context, path string) (nodestats.FSStats, error)
+	// StatFS is nodestats.StatFS when nil (injected for tests). It runs
+	// through a nodestats.FSProbe of the mountpoint, bounded by
+	// StatFSTimeout (nodestats.DefaultStatFSTimeout when 0), with at most
+	// one call in flight: a hung image filesystem leaves the imagefs.*
+	// signals out, it does not hang the snapshot.
+	StatFS        func(path string) (nodestats.FSStats, error)
+	StatFSTimeout time.Duration
 	// Timeout and Refresh: see their defaults (used when 0).
 	Timeout, Refresh time.Duration
 	Now              func() time.Time
@@ -61,6 +67,7 @@ type ImageFS struct {
 	mu     sync.Mutex
 	cached *runtimeapi.FilesystemUsage
 	at     time.Time
+	probe  *nodestats.FSProbe // of cached's mountpoint
 }
 
 // Stats returns the image filesystem's statistics. The runtime reports
@@ -70,18 +77,12 @@ func (f *ImageFS) Stats(ctx context.Context) (ImageFSStats, error) {
 	if timeout <= 0 {
 		timeout = DefaultImageFSTimeout
 	}
-	fs, err := f.usage(ctx, timeout)
+	fs, probe, err := f.usage(ctx, timeout)
 	if err != nil {
 		return ImageFSStats{}, err
 	}
 	mp := fs.GetFsId().GetMountpoint()
-	statfs := f.StatFS
-	if statfs == nil {
-		statfs = nodestats.StatFS
-	}
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	st, err := statfs(sctx, mp)
+	st, err := probe.Stat(ctx)
 	if err != nil {
 		return ImageFSStats{}, fmt.Errorf("image filesystem: %w", err)
 	}
@@ -99,9 +100,9 @@ func (f *ImageFS) FSStats(ctx context.Context) (nodestats.FSStats, error) {
 	return st.FSStats, err
 }
 
-// usage returns the runtime's first image filesystem, asking it again
-// once Refresh has passed.
-func (f *ImageFS) usage(ctx context.Context, timeout time.Duration) (*runtimeapi.FilesystemUsage, error) {
+// usage returns the runtime's first image filesystem and the probe of its
+// mountpoint, asking the runtime again once Refresh has passed.
+func (f *ImageFS) usage(ctx context.Context, timeout time.Duration) (*runtimeapi.FilesystemUsage, *nodestats.FSProbe, error) {
 	now := time.Now
 	if f.Now != nil {
 		now = f.Now
@@ -113,20 +114,24 @@ func (f *ImageFS) usage(ctx context.Context, timeout time.Duration) (*runtimeapi
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cached != nil && now().Sub(f.at) < refresh {
-		return f.cached, nil
+		return f.cached, f.probe, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	all, err := f.Runtime.ImageFsInfo(cctx)
 	if err != nil {
-		return nil, fmt.Errorf("image filesystem: %w", err)
+		return nil, nil, fmt.Errorf("image filesystem: %w", err)
 	}
 	if len(all) == 0 {
-		return nil, fmt.Errorf("image filesystem: %w", ErrNoImageFS)
+		return nil, nil, fmt.Errorf("image filesystem: %w", ErrNoImageFS)
 	}
-	if all[0].GetFsId().GetMountpoint() == "" {
-		return nil, fmt.Errorf("image filesystem: %w: the first has no mountpoint", ErrNoImageFS)
+	mp := all[0].GetFsId().GetMountpoint()
+	if mp == "" {
+		return nil, nil, fmt.Errorf("image filesystem: %w: the first has no mountpoint", ErrNoImageFS)
+	}
+	if f.probe == nil || f.probe.Path() != mp {
+		f.probe = nodestats.NewFSProbe(mp, f.StatFSTimeout, f.StatFS)
 	}
 	f.cached, f.at = all[0], now()
-	return f.cached, nil
+	return f.cached, f.probe, nil
 }

@@ -37,10 +37,10 @@ func TestImageFSStatsTheMountpointTheRuntimeNames(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	rt := &fakeImageFSInfo{fss: []*runtimeapi.FilesystemUsage{fsUsage("/var/lib/containerd/snapshots", 7<<30, 900), fsUsage("/second", 1, 1)}}
 	var asked []string
-	f := &ImageFS{Runtime: rt, Now: clk.Now, StatFS: func(ctx context.Context, path string) (nodestats.FSStats, error) {
-		if _, ok := ctx.Deadline(); !ok {
-			t.Error("statfs without a deadline: a hung filesystem would hang the snapshot")
-		}
+	var mu sync.Mutex
+	f := &ImageFS{Runtime: rt, Now: clk.Now, StatFS: func(path string) (nodestats.FSStats, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		asked = append(asked, path)
 		return nodestats.FSStats{Path: path, CapacityBytes: 100 << 30, AvailableBytes: 40 << 30, Inodes: 1000, InodesFree: 100}, nil
 	}}
@@ -63,6 +63,8 @@ func TestImageFSStatsTheMountpointTheRuntimeNames(t *testing.T) {
 	if _, err := f.FSStats(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if rt.calls != 2 || len(asked) != 5 {
 		t.Errorf("%d ImageFsInfo calls and %d statfs for 5 Stats over one refresh, want 2 and 5", rt.calls, len(asked))
 	}
@@ -83,7 +85,7 @@ func TestImageFSErrors(t *testing.T) {
 		{"statfs fails", &fakeImageFSInfo{fss: []*runtimeapi.FilesystemUsage{fsUsage("/images", 1, 1)}}, statfsErr, statfsErr, "image filesystem: statfs /images"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &ImageFS{Runtime: tc.rt, StatFS: func(context.Context, string) (nodestats.FSStats, error) {
+			f := &ImageFS{Runtime: tc.rt, StatFS: func(string) (nodestats.FSStats, error) {
 				return nodestats.FSStats{CapacityBytes: 1}, tc.statfs
 			}}
 			st, err := f.FSStats(t.Context())
@@ -94,5 +96,33 @@ func TestImageFSErrors(t *testing.T) {
 				t.Errorf("FSStats on error = %+v, want nothing (never zeros taken for a reading)", st)
 			}
 		})
+	}
+}
+
+// TestImageFSAHungFilesystemIsUnknownNotAHang: a statfs of the mountpoint
+// that does not return leaves the imagefs signals out within the probe's
+// bound, and the next call does not start a second statfs.
+func TestImageFSAHungFilesystemIsUnknownNotAHang(t *testing.T) {
+	rt := &fakeImageFSInfo{fss: []*runtimeapi.FilesystemUsage{fsUsage("/hung", 1, 1)}}
+	release := make(chan struct{})
+	defer close(release)
+	var mu sync.Mutex
+	calls := 0
+	f := &ImageFS{Runtime: rt, StatFSTimeout: 20 * time.Millisecond, StatFS: func(path string) (nodestats.FSStats, error) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		<-release
+		return nodestats.FSStats{}, errors.New("released")
+	}}
+	for range 2 {
+		if _, err := f.FSStats(t.Context()); !errors.Is(err, nodestats.ErrTimeout) {
+			t.Fatalf("FSStats on a hung filesystem: %v, want nodestats.ErrTimeout", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Errorf("%d statfs calls in flight on a hung filesystem, want 1", calls)
 	}
 }

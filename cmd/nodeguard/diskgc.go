@@ -38,12 +38,12 @@ type diskRuntime interface {
 
 var _ diskRuntime = (*cri.Client)(nil)
 
-// newDiskGC asks the runtime where its images are and what its sandbox
-// image is. An image filesystem it cannot observe now is logged: the
+// newDiskGC asks the runtime where its images are (through imageFS, which
+// observes them for the snapshots too) and what its sandbox image is. An image filesystem it cannot observe now is logged: the
 // imagefs.* signals are then missing until it can (every snapshot asks
 // again), and nodefs and imagefs are taken as one filesystem.
-func newDiskGC(ctx context.Context, client diskRuntime, mgr *lifecycle.Manager, cfg runConfig, nodeFS string, log *slog.Logger) (*diskGC, error) {
-	d := &diskGC{imageFS: &lifecycle.ImageFS{Runtime: client}}
+func newDiskGC(ctx context.Context, client diskRuntime, imageFS *lifecycle.ImageFS, mgr *lifecycle.Manager, cfg runConfig, nodeFS string, log *slog.Logger) (*diskGC, error) {
+	d := &diskGC{imageFS: imageFS}
 	dedicated := false
 	if st, err := d.imageFS.Stats(ctx); err != nil {
 		log.Warn("image filesystem not observed: no imagefs.* signals until the runtime reports it", "err", err)

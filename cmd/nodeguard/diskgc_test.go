@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -54,16 +56,19 @@ func TestRunSensesTheImageFilesystemTheRuntimeNames(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	rootDir := t.TempDir()
 	rt := &fakeImageFSRuntime{mountpoint: "/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs"}
-	disk, err := newDiskGC(ctx, rt, nil, defaultRunConfig(), rootDir, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var mu sync.Mutex
 	var asked []string
 	// statfs of the mountpoint: 100 GiB, 10 GiB available (10% < 15%).
-	disk.imageFS.StatFS = func(_ context.Context, path string) (nodestats.FSStats, error) {
+	statfs := func(path string) (nodestats.FSStats, error) {
+		mu.Lock()
 		asked = append(asked, path)
+		mu.Unlock()
 		return nodestats.FSStats{Path: path, CapacityBytes: 100 << 30, FreeBytes: 11 << 30, AvailableBytes: 10 << 30,
 			Inodes: 1 << 20, InodesFree: 1 << 19}, nil
+	}
+	disk, err := newDiskGC(ctx, rt, &lifecycle.ImageFS{Runtime: rt, StatFS: statfs}, nil, defaultRunConfig(), rootDir, log)
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The sensing flags as runDaemon sets them for the snapshot.
 	sf := &senseFlags{rootDir: rootDir, noBPF: true, tick: time.Second, imageFSStats: disk.imageFS.FSStats}
@@ -84,6 +89,8 @@ func TestRunSensesTheImageFilesystemTheRuntimeNames(t *testing.T) {
 	if inodes, ok := snap.Signal(nodestats.SignalImageFsInodesFree); !ok || inodes.Available != 1<<19 || inodes.Capacity != 1<<20 {
 		t.Errorf("imagefs.inodesFree = %+v (present %v), want statfs's inodes", inodes, ok)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(asked) == 0 || asked[0] != rt.mountpoint {
 		t.Errorf("statfs asked about %q, want the mountpoint ImageFsInfo names, %q", asked, rt.mountpoint)
 	}

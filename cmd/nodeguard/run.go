@@ -322,7 +322,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
-	disk, err := newDiskGC(ctx, client, mgr, cfg, cfg.RootDir, log)
+	disk, err := newDiskGC(ctx, client, &lifecycle.ImageFS{Runtime: client}, mgr, cfg, cfg.RootDir, log)
 	if err != nil {
 		return err
 	}
