@@ -26,6 +26,18 @@
 //     its signals for kubelet_evictions, a grace period of 1 s; static,
 //     critical and exempt pods are spared (and warned about at admission).
 //
+// Disk, as the kubelet's garbage collectors and eviction manager
+// (imagefs.go, imagegc.go, containergc.go, reclaim.go): ImageFS observes
+// the image filesystem the runtime names in CRI ImageFsInfo, with a
+// bounded statfs of its mountpoint, for the imagefs.* signals; ImageGC
+// removes unused images least recently used first between the kubelet's
+// imageGCHighThresholdPercent and imageGCLowThresholdPercent, every 5 min,
+// never one a container uses (anyone's, running or not), one pinned
+// (by the runtime, or the runtime's sandbox image) or one seen for less
+// than imageMinimumGCAge; DeleteAllUnusedContainers removes nodeguard's
+// dead containers and not-ready sandboxes no pod needs; NodeReclaimer runs
+// those two, per disk signal, before the eviction manager evicts for disk.
+//
 // Invariants: it never touches a sandbox or container without nodeguard's
 // label; every CRI call runs under a bounded context, and at most
 // Config.Workers pods' calls and Config.Stops grace periods are in flight

@@ -216,3 +216,34 @@ func TestEvictionSeries(t *testing.T) {
 		}
 	}
 }
+
+func TestGCSeries(t *testing.T) {
+	e := metrics.New(metrics.Options{Snapshots: fixedSnapshots{nil}})
+	gc := e.GC()
+	body := string(exposition(t, e))
+	for _, want := range []string{
+		`kubelet_image_garbage_collected_total{reason="space"} 0`,
+		`nodeguard_image_gc_freed_bytes_total 0`,
+		`nodeguard_container_gc_removed_total{kind="sandbox"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("before any removal, want %q in\n%s", want, body)
+		}
+	}
+	gc.ImageRemoved(4096)
+	gc.ImageRemoved(1024)
+	gc.ContainersRemoved(3, 1)
+	gc.Reclaimed("imagefs.available")
+	body = string(exposition(t, e))
+	for _, want := range []string{
+		`kubelet_image_garbage_collected_total{reason="space"} 2`,
+		`nodeguard_image_gc_freed_bytes_total 5120`,
+		`nodeguard_container_gc_removed_total{kind="container"} 3`,
+		`nodeguard_container_gc_removed_total{kind="sandbox"} 1`,
+		`nodeguard_node_reclaim_total{eviction_signal="imagefs.available"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("want %q in\n%s", want, body)
+		}
+	}
+}

@@ -74,6 +74,13 @@
 //     rank, hard, grace, dry_run, stage latencies) and each oom_score_adj
 //     change one line. Kernel events other than OOM kills are never logged
 //     one by one.
+//   - A disk decision (nodefs.*, imagefs.*) is preceded by node-level
+//     reclaim (ManagerConfig.Reclaim: dead containers, then unused
+//     images), then a fresh snapshot; when no disk threshold is met there
+//     with its minimum reclaim added, the decision is dropped and no pod
+//     evicted (the kubelet's reclaimNodeLevelResources). A reclaim that
+//     fell short is not tried again for DefaultReclaimInterval; dry run
+//     reclaims nothing.
 //   - oom_score_adj: Result.NextVictim's is raised to 1000 once, put back
 //     when the next victim changes, pressure recedes, or Run returns. A
 //     raise that failed (perhaps in part) is put back all the same, and

@@ -77,6 +77,10 @@ type ManagerConfig struct {
 	// it, so before deciding on a snapshot that lacks a pod's cgroup the
 	// manager watches it and takes the snapshot again, once per cgroup.
 	Watch func(cgroupRel string)
+	// Reclaim, when set, frees node-level resources for a disk decision
+	// before it is carried out; the decision is dropped when a fresh
+	// snapshot then meets no disk threshold (reclaim.go).
+	Reclaim NodeReclaimer
 }
 
 // Manager runs the Policy: it wakes on Wake, kernel events and a safety
@@ -114,6 +118,7 @@ type Manager struct {
 	raiseFailed bool      // its last raise failed, perhaps in part: raise it again
 	conds       map[Condition]bool
 	snapErrAt   time.Time
+	lastReclaim time.Time // the last node-level reclaim that did not suffice
 	running     atomic.Bool
 	evaluations atomic.Uint64
 	wg          sync.WaitGroup
@@ -365,6 +370,9 @@ func (m *Manager) evaluate(ctx context.Context) {
 		crossed = wakeAt
 	}
 	for _, d := range res.Decisions {
+		if m.reclaimFirst(ctx, d) {
+			continue
+		}
 		tm := Timing{Crossed: crossed, Detected: detected, Decided: decided, Snapshotted: snapshotted, SnapshotRead: snap.Took}
 		m.act(ctx, d, tm, why, wakes)
 	}

@@ -119,6 +119,10 @@ type Config struct {
 	// for tests.
 	StatFSTimeout time.Duration
 	StatFS        func(path string) (nodestats.FSStats, error)
+	// ImageFS, when set, replaces ImageFSPath: the runtime names its image
+	// filesystem (CRI ImageFsInfo) and the function statfs's it, bounded,
+	// as the kubelet's CRI stats provider does (lifecycle.ImageFS.FSStats).
+	ImageFS func(ctx context.Context) (nodestats.FSStats, error)
 	// RescanEvery walks the roots again to find cgroups missed by Add.
 	RescanEvery time.Duration
 	// SlowEvery: cgroup cpu and io pressure are read every SlowEvery-th
@@ -565,6 +569,9 @@ func (s *Snapshotter) readNode(ctx context.Context, snap *Snapshot) {
 		n.okNodeFS = fail(err)
 	}
 	switch {
+	case s.cfg.ImageFS != nil:
+		n.ImageFS, err = s.cfg.ImageFS(ctx)
+		n.okImageFS = fail(err)
 	case s.imageFS == nil:
 	case s.imageFS == s.nodeFS:
 		n.ImageFS, n.okImageFS = n.NodeFS, n.okNodeFS

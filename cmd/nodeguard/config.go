@@ -73,6 +73,15 @@ type runConfig struct {
 	// Container restart back-off (defaults: the kubelet's 10 s and 5 min).
 	BackoffInitial metav1.Duration `json:"backoffInitial"`
 	BackoffMax     metav1.Duration `json:"backoffMax"`
+	// Image garbage collection, the kubelet's keys and defaults (85, 80,
+	// 2m): at or above the high percentage of image filesystem usage,
+	// unused images are removed (least recently used first) down to the
+	// low one; images seen for less than the minimum age are kept. 100
+	// turns the periodic collection off; disk evictions still remove
+	// unused images first.
+	ImageGCHighThresholdPercent int32           `json:"imageGCHighThresholdPercent"`
+	ImageGCLowThresholdPercent  int32           `json:"imageGCLowThresholdPercent"`
+	ImageMinimumGCAge           metav1.Duration `json:"imageMinimumGCAge"`
 	// Network is the pod network whose CNI configuration nodeguard
 	// writes for the runtime and checks every sandbox against.
 	Network networkConfig `json:"network"`
@@ -160,6 +169,10 @@ func defaultRunConfig() runConfig {
 		// The kubelet's defaults.
 		ContainerLogMaxSize:  *resource.NewQuantity(logs.DefaultMaxSize, resource.BinarySI),
 		ContainerLogMaxFiles: logs.DefaultMaxFiles,
+
+		ImageGCHighThresholdPercent: lifecycle.DefaultImageGCHighThresholdPercent,
+		ImageGCLowThresholdPercent:  lifecycle.DefaultImageGCLowThresholdPercent,
+		ImageMinimumGCAge:           metav1.Duration{Duration: lifecycle.DefaultImageMinimumGCAge},
 		Network: networkConfig{Manage: true, Name: nd.Name, Bridge: nd.Bridge, MaxPods: nd.MaxPods,
 			CNIBinDirs: slices.Clone(nd.BinDirs), CNIConfDir: nd.ConfDir, NetNSDirs: []string{"/var/run/netns"}},
 		Volumes: volumesConfig{SourceDir: "/etc/nodeguard/sources"},
@@ -180,6 +193,15 @@ func (c runConfig) effective() runConfig {
 		c.Eviction.EvictionHard = oom.DefaultEvictionHard()
 	}
 	return c
+}
+
+// imageGCPolicy is the image collector's policy from the kubelet's keys.
+func (c runConfig) imageGCPolicy() lifecycle.ImageGCPolicy {
+	return lifecycle.ImageGCPolicy{
+		HighThresholdPercent: int(c.ImageGCHighThresholdPercent),
+		LowThresholdPercent:  int(c.ImageGCLowThresholdPercent),
+		MinAge:               c.ImageMinimumGCAge.Duration,
+	}
 }
 
 // netplumb turns the network section into the package's configuration.
@@ -257,6 +279,9 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("cgroupRoot: %q: %w", c.CgroupRoot, err)
 	}
 	if _, err := c.Network.netplumb(c.RootDir); err != nil {
+		return err
+	}
+	if err := c.imageGCPolicy().Validate(); err != nil {
 		return err
 	}
 	if _, err := c.Eviction.policy(); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 
@@ -50,6 +51,9 @@ type senseFlags struct {
 	resolver metrics.Resolver
 	// storage: per-pod ephemeral storage (nodeguard run).
 	storage metrics.StorageSource
+	// imageFSStats, when set, replaces imageFS: the image filesystem as
+	// the runtime names it (nodeguard run).
+	imageFSStats func(ctx context.Context) (nodestats.FSStats, error)
 	// onEvent, onWake and onSnapshot, when set, also see every kernel
 	// event, PSI trigger wake-up and snapshot (the eviction manager and
 	// its tripwire); they must not block.
@@ -147,6 +151,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		PodsRoot:    podsRoot,
 		NodeFSPath:  existing(f.rootDir, "/"),
 		ImageFSPath: imageFS,
+		ImageFS:     f.imageFSStats,
 		Logger:      log,
 	})
 	if err != nil {

@@ -337,6 +337,10 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	disk, err := newDiskGC(ctx, client, &lifecycle.ImageFS{Runtime: client}, mgr, cfg, cfg.RootDir, log)
+	if err != nil {
+		return err
+	}
 	if cfg.PodManifestPath != "" {
 		files := filesource.New(filesource.Config{Dir: cfg.PodManifestPath, Pods: mgr, Log: log})
 		if err := files.Sync(ctx); err != nil {
@@ -363,7 +367,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{kube}, rootDir: cfg.RootDir,
 		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
-		onEvent: fwd.send,
+		onEvent: fwd.send, imageFSStats: disk.imageFS.FSStats,
 		onWake: func(w psi.Wake) {
 			if m := evictMgr.Load(); m != nil {
 				m.Wake("psi:"+w.Trigger.String(), w.Time)
@@ -384,6 +388,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if ctl.logs != nil {
 		s.exporter.LogDropped(ctl.logs.Dropped)
 	}
+	disk.metrics.Store(s.exporter.GC())
+	g.Go("image garbage collection", func(ctx context.Context) error { disk.images.Run(ctx); return nil })
 	g.Go("sensing", s.Serve)
 	beats := s.heartbeats()
 
@@ -397,6 +403,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			Policy: policy, Actor: mgr.EvictionActor(cfg.Eviction.Exempt),
 			Snapshot: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
 			Watch:    s.sensor.Add,
+			Reclaim:  disk.reclaim,
 			Tick:     cfg.Eviction.Tick.Duration, DryRun: cfg.Eviction.DryRun, Logger: log, Observer: obs,
 		})
 		if err != nil {

@@ -30,7 +30,9 @@
 //
 //   - Every sandbox and container that nodeguard creates carries the label
 //     ManagedLabel="true" besides the kubelet's io.kubernetes.* labels;
-//     ListPodSandbox and ListContainers only ever return those.
+//     ListPodSandbox and ListContainers only ever return those;
+//     ListAllPodSandboxes and ListAllContainers see the whole runtime,
+//     for the network and image collectors, which must know every user.
 //   - RunPodSandbox refuses a config without a cgroup parent (runc would
 //     create /k8s.io/<id> at the root of every hierarchy) and one whose
 //     parent climbs out with "..". Relative or absolute is the pod cgroup
