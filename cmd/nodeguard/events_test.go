@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
+	"github.com/nodeguard/nodeguard/loader/event"
+	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+)
+
+// oneVictim is an oom.Actor with one pod, whose evictions succeed and
+// change nothing: only an event can tell the manager the pod's memory is
+// released.
+type oneVictim struct {
+	ref oom.PodRef
+	mu  sync.Mutex
+	n   int
+}
+
+func (a *oneVictim) Pods() []oom.PodRef { return []oom.PodRef{a.ref} }
+func (a *oneVictim) Evict(context.Context, oom.Decision) error {
+	a.mu.Lock()
+	a.n++
+	a.mu.Unlock()
+	return nil
+}
+func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error  { return nil }
+func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error { return nil }
+
+// releases is an oom.Observer that hands decisions and releases to
+// channels.
+type releases struct {
+	oom.NopObserver
+	decided, released chan oom.Decision
+}
+
+func (r *releases) OnDecision(d oom.Decision, _ oom.Timing) { r.decided <- d }
+func (r *releases) OnReleased(d oom.Decision, _ oom.Timing) { r.released <- d }
+
+// pressed is a snapshot source in which memory.available stays under the
+// hard threshold and the victim's cgroup keeps its working set: the
+// snapshots never show a release.
+func pressed(rel string, memHier uint32) func(context.Context) (*pressure.Snapshot, error) {
+	return func(context.Context) (*pressure.Snapshot, error) {
+		now := time.Now()
+		return &pressure.Snapshot{
+			Time: now,
+			Signals: []nodestats.Observation{{Signal: nodestats.SignalMemoryAvailable,
+				Available: 50 << 20, Capacity: 8 << 30, Time: now}},
+			Cgroups: []pressure.Cgroup{{Key: pressure.CgroupKey{ID: 4242, HierarchyID: memHier}, Rel: rel,
+				Memory: cgstat.Memory{Usage: 1 << 30}}},
+		}, nil
+	}
+}
+
+// startVictimManager runs an eviction manager that evicts the one pod at
+// rel on its first wake-up and then waits for its release; Tick is an
+// hour, so nothing but an event can report the release within the test.
+func startVictimManager(t *testing.T, rel string, memHier uint32, events <-chan event.Event) *releases {
+	t.Helper()
+	thresholds, err := oom.ParseThresholds(oom.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &releases{decided: make(chan oom.Decision, 4), released: make(chan oom.Decision, 4)}
+	actor := &oneVictim{ref: oom.PodRef{CgroupRel: rel, Pod: oom.Pod{UID: "u-hog", Namespace: "default", Name: "hog", QOS: "BestEffort"}}}
+	em, err := oom.NewManager(oom.ManagerConfig{
+		Policy: oom.PolicyConfig{Thresholds: thresholds}, Actor: actor,
+		Snapshot: pressed(rel, memHier), Tick: time.Hour, Observer: obs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = em.Run(ctx) }()
+	go func() { defer wg.Done(); em.Events(ctx, events) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	em.Wake("test", time.Now())
+	select {
+	case d := <-obs.decided:
+		if d.Victim.UID != "u-hog" {
+			t.Fatalf("evicted %s, want u-hog", d.Victim.UID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the manager never evicted the victim")
+	}
+	return obs
+}
+
+func waitRelease(t *testing.T, obs *releases, why string) {
+	t.Helper()
+	select {
+	case d := <-obs.released:
+		if d.Victim.UID != "u-hog" {
+			t.Fatalf("released %s, want u-hog", d.Victim.UID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the manager never saw the victim's release: %s", why)
+	}
+}
+
+// TestEventForwarderHandsTheManagerTheVictimsRmdir: the removal of a
+// victim's pod cgroup is how the eviction manager learns at once that its
+// memory is back; the forwarder must let it through.
+func TestEventForwarderHandsTheManagerTheVictimsRmdir(t *testing.T) {
+	const memHier = 4
+	const rel = "/kubepods/besteffort/podu-hog"
+	fwd := &eventForwarder{ch: make(chan event.Event, 16)}
+	obs := startVictimManager(t, rel, memHier, fwd.ch)
+	fwd.send(&event.Cgroup{Header: event.Header{Kind: event.KindCgroupRmdir}, HierarchyID: memHier, Path: rel})
+	waitRelease(t, obs, "the rmdir of its pod cgroup was not forwarded")
+}
+
+// TestEventForwarderPassesWhatTheManagerActsOn: OOM kills, reclaim
+// episodes and removals of memory cgroups go to the manager; everything
+// else, and the removal of the same path in another hierarchy, stays out
+// of its queue.
+func TestEventForwarderPassesWhatTheManagerActsOn(t *testing.T) {
+	const memHier = 4
+	for _, tt := range []struct {
+		name string
+		ev   event.Event
+		want bool
+	}{
+		{"an OOM kill is forwarded", &event.OOMKill{Header: event.Header{Kind: event.KindOOMKill}}, true},
+		{"a reclaim episode is forwarded", &event.Reclaim{Header: event.Header{Kind: event.KindReclaim}}, true},
+		{"a memory cgroup's rmdir is forwarded", &event.Cgroup{Header: event.Header{Kind: event.KindCgroupRmdir}, HierarchyID: memHier, Path: "/a"}, true},
+		{"an rmdir in another hierarchy is not", &event.Cgroup{Header: event.Header{Kind: event.KindCgroupRmdir}, HierarchyID: 0, Path: "/a"}, false},
+		{"a mkdir is not", &event.Cgroup{Header: event.Header{Kind: event.KindCgroupMkdir}, HierarchyID: memHier, Path: "/a"}, false},
+		{"a process exit is not", &event.Exit{Header: event.Header{Kind: event.KindExit}}, false},
+		{"an oom_score_adj change is not", &event.OOMScoreAdj{Header: event.Header{Kind: event.KindOOMScoreAdj}}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fwd := &eventForwarder{ch: make(chan event.Event, 1)}
+			fwd.send(tt.ev)
+			if got := len(fwd.ch) == 1; got != tt.want {
+				t.Errorf("forwarded %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
