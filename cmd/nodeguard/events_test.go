@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/loader/event"
+	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
@@ -114,7 +116,7 @@ func waitRelease(t *testing.T, obs *releases, why string) {
 func TestEventForwarderHandsTheManagerTheVictimsRmdir(t *testing.T) {
 	const memHier = 4
 	const rel = "/kubepods/besteffort/podu-hog"
-	fwd := &eventForwarder{ch: make(chan event.Event, 16)}
+	fwd := newEventForwarder(16, memHier)
 	obs := startVictimManager(t, rel, memHier, fwd.ch)
 	fwd.send(&event.Cgroup{Header: event.Header{Kind: event.KindCgroupRmdir}, HierarchyID: memHier, Path: rel})
 	waitRelease(t, obs, "the rmdir of its pod cgroup was not forwarded")
@@ -140,7 +142,7 @@ func TestEventForwarderPassesWhatTheManagerActsOn(t *testing.T) {
 		{"an oom_score_adj change is not", &event.OOMScoreAdj{Header: event.Header{Kind: event.KindOOMScoreAdj}}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			fwd := &eventForwarder{ch: make(chan event.Event, 1)}
+			fwd := newEventForwarder(1, memHier)
 			fwd.send(tt.ev)
 			if got := len(fwd.ch) == 1; got != tt.want {
 				t.Errorf("forwarded %v, want %v", got, tt.want)
@@ -149,3 +151,44 @@ func TestEventForwarderPassesWhatTheManagerActsOn(t *testing.T) {
 	}
 }
 
+
+type noSnapshot struct{}
+
+func (noSnapshot) Latest() *pressure.Snapshot { return nil }
+
+// TestEventForwarderDropsAreExported: what the forwarder drops on a full
+// queue shows on /metrics, by kind.
+func TestEventForwarderDropsAreExported(t *testing.T) {
+	const memHier = 4
+	fwd := newEventForwarder(1, memHier)
+	e := metrics.New(metrics.Options{Snapshots: noSnapshot{}})
+	e.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
+	fwd.send(&event.Reclaim{Header: event.Header{Kind: event.KindReclaim}}) // fills the queue
+	for range 3 {
+		fwd.send(&event.OOMKill{Header: event.Header{Kind: event.KindOOMKill}})
+	}
+	fwd.send(&event.Cgroup{Header: event.Header{Kind: event.KindCgroupRmdir}, HierarchyID: memHier, Path: "/a"})
+	fwd.send(&event.Exit{Header: event.Header{Kind: event.KindExit}}) // not forwarded, so not dropped
+
+	mfs, err := e.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "nodeguard_eviction_events_dropped_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" {
+					got[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	want := map[string]float64{"oom_kill": 3, "reclaim": 0, "cgroup_rmdir": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("nodeguard_eviction_events_dropped_total by kind = %v, want %v", got, want)
+	}
+}

@@ -33,7 +33,6 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
-	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/netplumb"
@@ -349,7 +348,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
 	wg.Add(1)
 	go func() { defer wg.Done(); storage.Run(ctx) }()
-	fwd := &eventForwarder{ch: make(chan event.Event, 1024)}
+	fwd := newEventForwarder(1024, layout.Memory.ID)
 	var evictMgr atomic.Pointer[oom.Manager]
 	// Set once the eviction manager exists, after sensing has started:
 	// read by the sensor's observer goroutine.
@@ -378,6 +377,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if ctl.logs != nil {
 		s.exporter.LogDropped(ctl.logs.Dropped)
 	}
+	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
