@@ -33,8 +33,8 @@ func (a *oneVictim) Evict(context.Context, oom.Decision) error {
 	a.mu.Unlock()
 	return nil
 }
-func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error  { return nil }
-func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error { return nil }
+func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error { return nil }
+func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error  { return nil }
 
 // releases is an oom.Observer that hands decisions and releases to
 // channels.
@@ -150,7 +150,6 @@ func TestEventForwarderPassesWhatTheManagerActsOn(t *testing.T) {
 		})
 	}
 }
-
 
 type noSnapshot struct{}
 
