@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"sync"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/oom"
@@ -20,21 +23,12 @@ import (
 // oneVictim is an oom.Actor with one pod, whose evictions succeed and
 // change nothing: only an event can tell the manager the pod's memory is
 // released.
-type oneVictim struct {
-	ref oom.PodRef
-	mu  sync.Mutex
-	n   int
-}
+type oneVictim struct{ ref oom.PodRef }
 
-func (a *oneVictim) Pods() []oom.PodRef { return []oom.PodRef{a.ref} }
-func (a *oneVictim) Evict(context.Context, oom.Decision) error {
-	a.mu.Lock()
-	a.n++
-	a.mu.Unlock()
-	return nil
-}
-func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error { return nil }
-func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error  { return nil }
+func (a *oneVictim) Pods() []oom.PodRef                        { return []oom.PodRef{a.ref} }
+func (a *oneVictim) Evict(context.Context, oom.Decision) error { return nil }
+func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error       { return nil }
+func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error        { return nil }
 
 // releases is an oom.Observer that hands decisions and releases to
 // channels.
@@ -149,6 +143,49 @@ func TestEventForwarderPassesWhatTheManagerActsOn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSensingHandsTheManagerARealRmdir runs the agent's event consumer on
+// the real eBPF pipeline with the forwarder, and removes an evicted pod's
+// cgroup for real: the kernel's cgroup_rmdir must reach the manager as the
+// victim's release.
+func TestSensingHandsTheManagerARealRmdir(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	root := cgtest.New(t)
+	pod := root.Child(t, "podu-hog")
+	memHier := root.Layout().Memory.ID
+	rel := pod.Dirs()[0].Rel // memory hierarchy first
+
+	fwd := newEventForwarder(16, memHier)
+	ctx, cancel := context.WithCancel(t.Context())
+	s, err := startSensing(ctx, &senseFlags{roots: []string{root.Rel()}, rootDir: t.TempDir(), tick: time.Second,
+		fullEvery: time.Hour, onEvent: fwd.send}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// consumeEvents alone, not Serve: Serve returns before the sensor
+	// goroutines it starts have ended, and Close would race with them.
+	consumed := make(chan struct{})
+	go func() { s.consumeEvents(ctx); close(consumed) }()
+	t.Cleanup(func() {
+		cancel()
+		<-consumed
+		s.Close()
+	})
+	if s.pipeline == nil {
+		t.Fatal("no eBPF pipeline")
+	}
+	for _, h := range s.pipeline.Hooks() {
+		if h.Name == "cgroup_rmdir" && h.Path == loader.PathOff {
+			t.Fatalf("cgroup_rmdir not attached: %v", h.Failures)
+		}
+	}
+
+	obs := startVictimManager(t, rel, memHier, fwd.ch)
+	if err := pod.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	waitRelease(t, obs, "the kernel's rmdir of its pod cgroup "+rel+" did not reach the manager")
 }
 
 type noSnapshot struct{}
