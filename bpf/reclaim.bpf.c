@@ -32,8 +32,15 @@ struct {
 	__type(value, struct start_val);
 } reclaim_start SEC(".maps");
 
+/* LRU: the loader's janitor frees a removed cgroup's entries, but only for
+ * the rmdir events it read, and a full ring loses events. With a plain hash
+ * the leaked entries of removed cgroups would fill the map, and a new
+ * cgroup's reclaim would no longer be counted; LRU lets a new entry take the
+ * place of the least recently updated one (on a node with more live
+ * cgroups than entries, a quiet cgroup's aggregate starts again from zero,
+ * which Prometheus sees as a counter reset). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct ng_reclaim_key);
 	__type(value, struct ng_reclaim_value);

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/oom"
 )
@@ -114,6 +115,12 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 			PIDsUnknown:    pidsErr != nil,
 			GracePeriod:    grace(p),
 		}}
+		// The pod cgroup's id: the manager attributes an OOM kill by it
+		// while the cgroup is not in its last snapshot yet (0: unknown,
+		// the cgroup is gone).
+		if id, err := cgroups.ID(d.Path); err == nil {
+			ref.CgroupID = id
+		}
 		out = append(out, ref)
 	}
 	return out

@@ -17,6 +17,10 @@
 //     counts records read, malformed records and queue drops, so that
 //     submitted + reserve failures = events attempted and
 //     read = delivered + dropped + malformed.
+//   - The per-cgroup reclaim aggregates (reclaim_stats) stay bounded under
+//     any churn: a removed cgroup's entries are freed a while after its
+//     rmdir event, and the map is an LRU hash, so the entries of cgroups
+//     whose rmdir was lost make room for new ones instead of filling it.
 //   - Hooks fail one at a time: a hook that no path can attach is reported
 //     with the exact error of every attempt and the rest keep working.
 //   - Close stops the readers, detaches every hook and frees every map; it

@@ -92,6 +92,10 @@ type Options struct {
 	MonitorAll bool
 	// NoReaders loads and attaches without reading the rings (doctor).
 	NoReaders bool
+
+	// mapEntries overrides the max_entries of the named maps of every
+	// family (tests shrink reclaim_stats to fill it with a few cgroups).
+	mapEntries map[string]uint32
 }
 
 // Pipeline is the loaded kernel side: attached hooks, shared maps, ring
@@ -221,6 +225,11 @@ func (p *Pipeline) loadFamily(f family, opts Options, paths []AttachPath, cache 
 	for i, name := range ringMaps {
 		if ms, ok := spec.Maps[name]; ok {
 			ms.MaxEntries = uint32(ringSize(opts, Ring(i)))
+		}
+	}
+	for name, n := range opts.mapEntries {
+		if ms, ok := spec.Maps[name]; ok {
+			ms.MaxEntries = n
 		}
 	}
 

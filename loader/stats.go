@@ -151,8 +151,10 @@ func (p *Pipeline) forgetLater(k CgroupKey) {
 	p.forget.mu.Unlock()
 }
 
-// janitor frees reclaim_stats entries of removed cgroups, so that churn
-// cannot fill the map.
+// janitor frees reclaim_stats entries of removed cgroups, forgetDelay
+// after their rmdir event, so that their room goes to live cgroups. It
+// only sees the rmdir events the lifecycle ring delivered; the map being
+// an LRU hash is what keeps the entries of the others from filling it.
 func (p *Pipeline) janitor(ctx context.Context) {
 	t := time.NewTicker(forgetDelay / 3)
 	defer t.Stop()

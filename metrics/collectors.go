@@ -79,8 +79,16 @@ var (
 	cgBlkio        = prometheus.NewDesc("container_blkio_device_usage_total", "Blkio Device bytes usage", append([]string{"device", "major", "minor", "operation"}, cgLabels...), nil)
 	fullAge        = prometheus.NewDesc("nodeguard_full_stats_age_seconds", "Age of the newest full cgroup statistics (cpu, io, pids).", nil, nil)
 
-	ringRecords = prometheus.NewDesc("nodeguard_bpf_ring_records_total", "Records read from a ring buffer.", []string{"ring"}, nil)
-	ringLost    = prometheus.NewDesc("nodeguard_bpf_ring_lost_total",
+	// A ring's accounting: submitted (kernel) = read + still in the
+	// ring; read = delivered + lost to queue_full and malformed.
+	ringSubmitted = prometheus.NewDesc("nodeguard_bpf_ring_submitted_total",
+		"Records the BPF programs submitted to a ring buffer (counted in the kernel, summed over CPUs).", []string{"ring"}, nil)
+	ringRecords   = prometheus.NewDesc("nodeguard_bpf_ring_records_total", "Records read from a ring buffer.", []string{"ring"}, nil)
+	ringDelivered = prometheus.NewDesc("nodeguard_bpf_ring_delivered_total",
+		"Records read from a ring buffer and handed to the consumer queue.", []string{"ring"}, nil)
+	ringReadErrors = prometheus.NewDesc("nodeguard_bpf_ring_read_errors_total",
+		"Failed reads of a ring buffer (the reader retries after 10 ms).", []string{"ring"}, nil)
+	ringLost = prometheus.NewDesc("nodeguard_bpf_ring_lost_total",
 		"Kernel events lost, by ring and reason: reserve_failed (ring full, counted in the kernel), queue_full (consumer queue full), malformed.", []string{"ring", "reason"}, nil)
 	hookAttached = prometheus.NewDesc("nodeguard_bpf_hook_attached",
 		"1 for the path each hook is attached on (tp_btf, tracepoint, or off).", []string{"hook", "family", "path"}, nil)
@@ -273,7 +281,10 @@ func (c *scrapeCollector) bpf(ch chan<- prometheus.Metric, snap *pressure.Snapsh
 		errs = append(errs, err)
 	}
 	for _, r := range rings {
+		ch <- prometheus.MustNewConstMetric(ringSubmitted, prometheus.CounterValue, float64(r.Submitted), r.Ring)
 		ch <- prometheus.MustNewConstMetric(ringRecords, prometheus.CounterValue, float64(r.Read), r.Ring)
+		ch <- prometheus.MustNewConstMetric(ringDelivered, prometheus.CounterValue, float64(r.Delivered), r.Ring)
+		ch <- prometheus.MustNewConstMetric(ringReadErrors, prometheus.CounterValue, float64(r.ReadErrors), r.Ring)
 		ch <- prometheus.MustNewConstMetric(ringLost, prometheus.CounterValue, float64(r.ReserveFailed), r.Ring, "reserve_failed")
 		ch <- prometheus.MustNewConstMetric(ringLost, prometheus.CounterValue, float64(r.QueueDropped), r.Ring, "queue_full")
 		ch <- prometheus.MustNewConstMetric(ringLost, prometheus.CounterValue, float64(r.Malformed), r.Ring, "malformed")

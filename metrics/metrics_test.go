@@ -35,7 +35,7 @@ type fakeKernel struct{}
 func (fakeKernel) Stats() ([]loader.RingStats, error) {
 	return []loader.RingStats{
 		{Ring: "oom", Read: 3, Submitted: 3},
-		{Ring: "lifecycle", Read: 1200, Submitted: 1205, ReserveFailed: 5, QueueDropped: 2, Malformed: 1},
+		{Ring: "lifecycle", Read: 1200, Submitted: 1205, ReserveFailed: 5, QueueDropped: 2, Malformed: 1, Delivered: 1197, ReadErrors: 3},
 	}, nil
 }
 
@@ -117,6 +117,7 @@ func newExporter() *metrics.Exporter {
 	e.ObserveEvent(&event.OOMKill{Header: event.Header{Kind: event.KindOOMKill}})
 	e.ObserveSnapshot(snap)
 	e.ObserveWakeup("some 150ms/1s on /proc/pressure/memory")
+	e.EvictionEventsDropped([]event.Kind{event.KindOOMKill, event.KindCgroupRmdir}, func(k event.Kind) uint64 { return uint64(k) * 10 })
 	return e
 }
 
@@ -244,6 +245,26 @@ func TestGCSeries(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("want %q in\n%s", want, body)
+		}
+	}
+}
+
+// TestRingAccountingIsExported: every number of a ring's accounting is a
+// series, so that read = delivered + queue_full + malformed, and submitted
+// - read (the backlog still in the ring), can be checked from /metrics.
+func TestRingAccountingIsExported(t *testing.T) {
+	body := string(exposition(t, newExporter()))
+	for _, want := range []string{
+		`nodeguard_bpf_ring_submitted_total{ring="lifecycle"} 1205`,
+		`nodeguard_bpf_ring_records_total{ring="lifecycle"} 1200`,
+		`nodeguard_bpf_ring_delivered_total{ring="lifecycle"} 1197`,
+		`nodeguard_bpf_ring_lost_total{reason="reserve_failed",ring="lifecycle"} 5`,
+		`nodeguard_bpf_ring_lost_total{reason="queue_full",ring="lifecycle"} 2`,
+		`nodeguard_bpf_ring_lost_total{reason="malformed",ring="lifecycle"} 1`,
+		`nodeguard_bpf_ring_read_errors_total{ring="lifecycle"} 3`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("want %q in /metrics", want)
 		}
 	}
 }

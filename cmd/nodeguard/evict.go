@@ -13,10 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
-	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
-	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oom/tripwire"
@@ -280,25 +278,3 @@ func (p *podRootTripwire) run(ctx context.Context, mgr *oom.Manager) error {
 		}
 	}
 }
-
-// forwardEvents hands kernel events to the manager without ever blocking
-// the sensing loop (a full queue drops; the safety tick still runs).
-type eventForwarder struct {
-	ch      chan event.Event
-	dropped atomic.Uint64
-}
-
-func (f *eventForwarder) send(ev event.Event) {
-	switch ev.(type) {
-	case *event.OOMKill, *event.Reclaim:
-	default:
-		return
-	}
-	select {
-	case f.ch <- ev:
-	default:
-		f.dropped.Add(1)
-	}
-}
-
-var _ = lifecycle.ReasonEvicted

@@ -28,7 +28,6 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/filesource"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
-	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/netplumb"
 	"github.com/nodeguard/nodeguard/oom"
@@ -359,7 +358,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
 	g.Go("storage sampler", func(ctx context.Context) error { storage.Run(ctx); return nil })
-	fwd := &eventForwarder{ch: make(chan event.Event, 1024)}
+	fwd := newEventForwarder(1024, layout.Memory.ID)
 	var evictMgr atomic.Pointer[oom.Manager]
 	// Set once the eviction manager exists, after sensing has started:
 	// read by the sensor's observer goroutine.
@@ -388,6 +387,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if ctl.logs != nil {
 		s.exporter.LogDropped(ctl.logs.Dropped)
 	}
+	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
 	disk.metrics.Store(s.exporter.GC())
 	g.Go("image garbage collection", func(ctx context.Context) error { disk.images.Run(ctx); return nil })
 	g.Go("sensing", s.Serve)
