@@ -44,4 +44,18 @@
 // (a container waiting out its grace holds no worker); a failure in one pod
 // never stops the others; pod status follows Kubernetes (phase,
 // conditions, container states with OOMKilled, pod IP).
+//
+// Where things are, one concern a file: manager.go (Config, Manager, New);
+// desired.go (what the sources want: Apply, Delete, Forget, List, Get,
+// Wait) and persist.go (API pods kept across restarts); runloop.go (the
+// run loop and relist); worker.go (per-pod workers), slots.go (the work and
+// stop slots); sandbox.go, containers.go and status.go (one pod's sync:
+// its sandbox, its containers, its status); teardown.go and orphans.go
+// (stopping and removing sandboxes); gc.go, containergc.go, imagegc.go,
+// imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
+// oomscore.go and localstorage.go (the eviction manager's actor, the next
+// victim's oom_score_adj, local-storage limits); images.go (pull policy),
+// containerlogs.go (logs and rotation), exec.go; network.go, volumes.go,
+// storage.go, dns.go; apiservice.go (the Manager as the local API's
+// PodService); heartbeat.go and runtime.go.
 package lifecycle

@@ -1,0 +1,250 @@
+// The desired state: the pods the sources (manifest directory, local API)
+// want, and the views of them callers read.
+
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
+	"github.com/nodeguard/nodeguard/netplumb"
+)
+
+// Apply validates pods and makes them desired. A pod with the name of a
+// desired pod but another spec replaces it (the old one is removed first,
+// as a static pod whose manifest changed).
+func (m *Manager) Apply(_ context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
+	return m.apply(pods, source)
+}
+
+func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		p = p.DeepCopy()
+		podspec.Default(p, source)
+		if prio, ferr := podspec.ResolvePriority(p, m.cfg.PodOptions); ferr != nil {
+			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, ferr.Error())
+		} else if p.Spec.Priority == nil {
+			p.Spec.Priority = &prio
+		}
+		warnings, errs := podspec.Validate(p, m.cfg.PodOptions)
+		// Bandwidth annotations are refused here, with their key, not by
+		// the runtime's RunPodSandbox later.
+		for _, k := range []string{netplumb.AnnotationIngressBandwidth, netplumb.AnnotationEgressBandwidth} {
+			if v, ok := p.Annotations[k]; ok {
+				if _, err := netplumb.BandwidthFromAnnotations(map[string]string{k: v}); err != nil {
+					errs = append(errs, field.Invalid(field.NewPath("metadata", "annotations").Key(k), v, err.Error()))
+				}
+			}
+		}
+		if m.cfg.Volumes != nil {
+			// What only this node can judge: the hostPath allowlist and
+			// types, traversal in paths.
+			errs = append(errs, m.cfg.Volumes.Validate(p)...)
+		} else {
+			// Without a volume manager, refusing beats starting
+			// containers without their volumes.
+			for i, v := range p.Spec.Volumes {
+				errs = append(errs, field.NotSupported(field.NewPath("spec", "volumes").Index(i), v.Name, []string{}))
+			}
+		}
+		if len(errs) > 0 {
+			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
+		}
+		if m.cfg.Admit != nil && !m.desired(p.UID) {
+			if err := m.cfg.Admit(p); err != nil {
+				return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
+			}
+		}
+		warnings = append(warnings, m.unenforcedLocalStorage(p, source)...)
+		for _, w := range warnings {
+			m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[AnnotationSource] = source
+		if p.CreationTimestamp.IsZero() {
+			p.CreationTimestamp = metav1.NewTime(m.now())
+		}
+		out = append(out, p)
+	}
+	if source == SourceAPI {
+		for _, p := range out {
+			if err := m.persist(p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	m.mu.Lock()
+	for _, p := range out {
+		for uid, st := range m.pods {
+			if st.pod.Namespace == p.Namespace && st.pod.Name == p.Name && uid != p.UID && !st.deleting {
+				st.deleting = true
+				st.poke()
+			}
+		}
+		if st, ok := m.pods[p.UID]; ok && !st.deleting {
+			// The same UID is the same pod (UIDs of manifests are
+			// derived from their content); a pod is never mutated in
+			// place, so the reconciler may read st.pod unlocked.
+			continue
+		}
+		st := &podState{pod: p, source: source, backoff: map[string]*backoff{}, created: m.now(), kick: make(chan struct{}, 1),
+			status: corev1.PodStatus{Phase: corev1.PodPending}}
+		if ev := m.loadEviction(p.UID); ev != nil {
+			st.evicted = ev
+			st.status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonEvicted, Message: ev.Message}
+		}
+		m.pods[p.UID] = st
+	}
+	m.mu.Unlock()
+	m.poke()
+	return out, nil
+}
+
+// Delete stops and removes a pod; it returns once the removal is queued.
+func (m *Manager) Delete(_ context.Context, namespace, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.pods {
+		if st.pod.Namespace == namespace && st.pod.Name == name && !st.deleting {
+			st.deleting = true
+			st.poke()
+			if st.source == SourceAPI {
+				if err := os.Remove(m.persistPath(st.pod.UID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					m.log.Warn("forget persisted pod", "pod", key(st.pod), "err", err)
+				}
+			}
+			m.poke()
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
+}
+
+// Forget drops pods of a source that are no longer in it (the manifest
+// directory lost a file); keep are the UIDs still there.
+func (m *Manager) Forget(source string, keep map[types.UID]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for uid, st := range m.pods {
+		if st.source == source && !keep[uid] && !st.deleting {
+			st.deleting = true
+			st.poke()
+		}
+	}
+	m.poke()
+}
+
+// desiredPods are the pod specs the node runs, unevicted: what the QoS
+// cgroups' cpu shares are computed from.
+func (m *Manager) desiredPods() []*corev1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(m.pods))
+	for _, st := range m.pods {
+		if st.evicted == nil {
+			out = append(out, st.pod)
+		}
+	}
+	return out
+}
+
+// List returns every pod with its status, sorted by namespace and name.
+func (m *Manager) List() []*corev1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(m.pods))
+	for _, st := range m.pods {
+		out = append(out, st.view())
+	}
+	slices.SortFunc(out, func(a, b *corev1.Pod) int {
+		if a.Namespace != b.Namespace {
+			return cmpString(a.Namespace, b.Namespace)
+		}
+		return cmpString(a.Name, b.Name)
+	})
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Get returns one pod with its status.
+func (m *Manager) Get(namespace, name string) (*corev1.Pod, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.pods {
+		if st.pod.Namespace == namespace && st.pod.Name == name {
+			return st.view(), true
+		}
+	}
+	return nil, false
+}
+
+func (st *podState) view() *corev1.Pod {
+	p := st.pod.DeepCopy()
+	p.Status = *st.status.DeepCopy()
+	p.Status.QOSClass = qos.Class(st.pod)
+	if st.deleting {
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+	}
+	return p
+}
+
+// SourcesReady says that every pod source (the manifest directory, the
+// persisted API pods) has been loaded: from now on a nodeguard sandbox
+// whose pod is not desired is removed.
+func (m *Manager) SourcesReady() {
+	m.sourcesReady.Store(true)
+	m.poke()
+}
+
+func (m *Manager) desired(uid types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.pods[uid]
+	return ok
+}
+
+func (m *Manager) isEvicted(st *podState) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return st.evicted != nil
+}
+
+// Wait blocks until pred holds for the pod or ctx ends (tests, bench).
+func (m *Manager) Wait(ctx context.Context, namespace, name string, pred func(*corev1.Pod, bool) bool) error {
+	for {
+		p, ok := m.Get(namespace, name)
+		if pred(p, ok) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s/%s: %w", namespace, name, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,134 @@
+// Pod status synthesis from the runtime's view, as the kubelet's
+// generateAPIPodStatus.
+
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+)
+
+func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, initDone, failed bool) {
+	pod := st.pod
+	status := corev1.PodStatus{PodIP: st.ip, StartTime: &metav1.Time{Time: st.created}}
+	if st.ip != "" {
+		status.PodIPs = []corev1.PodIP{{IP: st.ip}}
+	}
+	conv := func(c *corev1.Container) corev1.ContainerStatus {
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+		ctr, ok := byName[c.Name]
+		if !ok {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+			return cs
+		}
+		cs.ContainerID = "containerd://" + ctr.Id
+		cs.ImageID = ctr.ImageRef
+		cs.RestartCount = int32(ctr.GetMetadata().GetAttempt())
+		cctx, cancel := call(ctx)
+		raw, err := m.cfg.Runtime.ContainerStatus(cctx, ctr.Id)
+		cancel()
+		if err != nil {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "Unknown", Message: err.Error()}
+			return cs
+		}
+		s := cri.ContainerState(raw)
+		switch s.Phase {
+		case cri.PhaseRunning:
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: s.StartedAt}}
+			cs.Ready, cs.Started = true, ptr(true)
+		case cri.PhaseExited:
+			reason := s.Reason
+			switch {
+			case s.OOMKilled:
+				reason = "OOMKilled"
+			case s.ExitCode == 0:
+				reason = "Completed"
+			case reason == "" || reason == "OOMKilled":
+				reason = "Error"
+			}
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.ExitCode, Reason: reason, Message: s.Message,
+				StartedAt: metav1.Time{Time: s.StartedAt}, FinishedAt: metav1.Time{Time: s.FinishedAt}, ContainerID: cs.ContainerID}
+			if b := st.backoff[c.Name]; b != nil && !b.until.IsZero() {
+				cs.LastTerminationState.Terminated = cs.State.Terminated
+				cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+					Message: fmt.Sprintf("back-off %s restarting failed container %s", b.delay, c.Name)}}
+			}
+		default:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		}
+		return cs
+	}
+	for i := range pod.Spec.InitContainers {
+		status.InitContainerStatuses = append(status.InitContainerStatuses, conv(&pod.Spec.InitContainers[i]))
+	}
+	allStarted, anyRunning, allExited, allZero, allReady := true, false, true, true, true
+	for i := range pod.Spec.Containers {
+		cs := conv(&pod.Spec.Containers[i])
+		status.ContainerStatuses = append(status.ContainerStatuses, cs)
+		if cs.ContainerID == "" {
+			allStarted = false
+		}
+		if cs.State.Running != nil {
+			anyRunning = true
+			allExited = false
+		} else if t := cs.State.Terminated; t != nil {
+			if t.ExitCode != 0 {
+				allZero = false
+			}
+		} else {
+			allExited = false
+		}
+		if !cs.Ready {
+			allReady = false
+		}
+	}
+	switch {
+	case failed:
+		status.Phase = corev1.PodFailed
+	case !initDone || !allStarted:
+		status.Phase = corev1.PodPending
+	case allExited && pod.Spec.RestartPolicy != corev1.RestartPolicyAlways:
+		if allZero {
+			status.Phase = corev1.PodSucceeded
+		} else if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			status.Phase = corev1.PodFailed
+		} else {
+			status.Phase = corev1.PodRunning
+		}
+	case anyRunning || allExited:
+		status.Phase = corev1.PodRunning
+	default:
+		status.Phase = corev1.PodPending
+	}
+	cond := func(t corev1.PodConditionType, ok bool) corev1.PodCondition {
+		s := corev1.ConditionFalse
+		if ok {
+			s = corev1.ConditionTrue
+		}
+		return corev1.PodCondition{Type: t, Status: s}
+	}
+	status.Conditions = []corev1.PodCondition{
+		cond(corev1.PodScheduled, true),
+		cond(corev1.PodInitialized, initDone),
+		cond(corev1.ContainersReady, allReady && initDone),
+		cond(corev1.PodReady, allReady && initDone),
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st.evicted != nil {
+		return // evicted meanwhile: Failed, Evicted stays
+	}
+	if st.status.Reason == "CrashLoopBackOff" || st.lastErr == "" {
+		status.Reason = ""
+	}
+	st.lastErr = ""
+	st.status = status
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,140 @@
+// Pod workers: one goroutine a pod while it has work, serialized per pod,
+// bounded across pods by the work slots (slots.go).
+
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+)
+
+type backoff struct {
+	until time.Time
+	delay time.Duration
+}
+
+// podWorker syncs one pod whenever it is poked and every Resync, until the
+// pod is removed or ctx ends.
+func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.mu.Lock()
+			st.working = false
+			m.mu.Unlock()
+			return
+		case <-st.kick:
+		case <-t.C:
+		}
+		m.mu.Lock()
+		deleting := st.deleting
+		m.mu.Unlock()
+		m.slots.acquire()
+		cctx, cancel := call(ctx)
+		sbs, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.PodUIDLabel: string(uid)})
+		cancel()
+		removed := false
+		if err == nil {
+			removed = m.syncOne(ctx, uid, st, deleting, sbs)
+		} else {
+			m.setError(st, "ListFailed", err)
+		}
+		m.slots.release()
+		if removed {
+			return
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(m.nextSync(st))
+	}
+}
+
+// nextSync is Resync, or sooner when a container's back-off ends first. A
+// pod whose containers all run is checked every SteadyResyncFactor
+// Resyncs: a container that exits meanwhile is caught by the relist
+// (relist), which pokes its pod within a Resync, as the kubelet's PLEG
+// relists every second while its pod workers resync every minute. On a
+// dense node hundreds of idle pods' status calls would otherwise compete
+// with the pods being started and cost idle CPU.
+func (m *Manager) nextSync(st *podState) time.Duration {
+	d := m.cfg.Resync
+	m.mu.Lock()
+	steady := st.status.Phase == corev1.PodRunning && st.status.Reason == ""
+	for _, cs := range st.status.ContainerStatuses {
+		if cs.State.Running == nil {
+			steady = false
+		}
+	}
+	m.mu.Unlock()
+	if steady {
+		d = SteadyResyncFactor * m.cfg.Resync
+	}
+	now := m.now()
+	for _, b := range st.backoff {
+		if !b.until.IsZero() {
+			if left := b.until.Sub(now); left > 0 && left < d {
+				d = left
+			}
+		}
+	}
+	return d
+}
+
+// syncOne drives one pod: removal when it is being deleted, else a sync.
+// Each pod is handled by its one worker, so its podState fields that only
+// the worker uses need no lock.
+// It reports whether the pod is gone.
+func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, deleting bool, sbs []*runtimeapi.PodSandbox) bool {
+	m.mu.Lock()
+	evicted := st.evicted != nil
+	m.mu.Unlock()
+	switch {
+	case !deleting && evicted:
+		m.syncEvicted(ctx, uid, st, sbs)
+		return false
+	case !deleting:
+		m.syncPod(ctx, st, sbs)
+		return false
+	}
+	for _, sb := range sbs {
+		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod), true)
+	}
+	// The pod's cgroup, by its computed name (a nodeguard restarted
+	// since may never have learnt st.parent): processes the runtime does
+	// not know of (a sandbox half made when the runtime crashed) are
+	// killed, as the kubelet's pod cgroup Destroy does.
+	parent := st.parent
+	if p, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
+		parent = p
+	}
+	if parent != "" {
+		m.removePodCgroup(ctx, parent, true)
+	}
+	// Volumes go after every process is gone (nothing holds their mounts
+	// any more); if they cannot, the pod stays, deleting, and the next
+	// sync tries again: a volume is never left half torn down.
+	if err := m.teardownVolumes(ctx, uid); err != nil {
+		m.setError(st, "VolumeTeardownFailed", err)
+		return false
+	}
+	_ = os.RemoveAll(m.logDir(st.pod))
+	_ = os.Remove(m.evictedPath(uid))
+	m.mu.Lock()
+	delete(m.pods, uid)
+	m.mu.Unlock()
+	m.log.Info("pod removed", "pod", key(st.pod))
+	return true
+}
