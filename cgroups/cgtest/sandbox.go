@@ -247,16 +247,31 @@ func (s *Sandbox) Remove() error { return s.destroy() }
 
 // destroy kills what is left in the sandbox, waits for it to leave, and
 // removes the directories bottom-up (cgroups.EmptyTree, then
-// cgroups.RemoveTree, in every hierarchy). A sandbox already gone is fine.
+// cgroups.RemoveTree). It removes the sandbox's path in every hierarchy of
+// the layout, not only in those it made: code under test that takes the
+// sandbox as its cgroup root (the pod cgroup manager) makes the same path
+// in the cpu, pids and other v1 hierarchies, and those must go too. The
+// name is the test's own (nodeguard-test-<pid>-<random>), so nothing else
+// lives there. A sandbox already gone is fine.
 func (s *Sandbox) destroy() error {
+	all, err := s.layout.Resolve(s.rel)
+	if err != nil {
+		return fmt.Errorf("resolve sandbox %s in every hierarchy: %w", s.rel, err)
+	}
+	dirs := slices.Clone(s.dirs)
+	for _, d := range all {
+		if !slices.ContainsFunc(dirs, func(o cgroups.Dir) bool { return o.Path == d.Path }) {
+			dirs = append(dirs, d)
+		}
+	}
 	deadline := time.Now().Add(killWait)
-	for _, d := range s.dirs {
-		if err := cgroups.EmptyTree(d.Path, deadline); err != nil {
+	for _, d := range dirs {
+		if err := cgroups.EmptyTree(d.Path, deadline); err != nil && !cgroups.Gone(err) {
 			return err
 		}
 	}
 	deadline = time.Now().Add(rmdirWait)
-	for _, d := range s.dirs {
+	for _, d := range dirs {
 		if err := cgroups.RemoveTree(d.Path, deadline); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -469,4 +470,41 @@ func TestCleanupLeavesNothing(t *testing.T) {
 			return !strings.Contains(string(b), "(sleep)") || strings.HasPrefix(rest, "Z") || strings.HasPrefix(rest, "X")
 		})
 	})
+}
+
+// TestSandboxRemovesItsPathInEveryHierarchy: code under test that takes the
+// sandbox as its cgroup root makes the same path in the cpu, pids and
+// other v1 hierarchies (the pod cgroup manager makes <root>/kubepods in
+// every one); the sandbox's cleanup removes those too, so that no test run
+// leaves cgroups behind in hierarchies it never named.
+func TestSandboxRemovesItsPathInEveryHierarchy(t *testing.T) {
+	s := cgtest.New(t)
+	l := s.Layout()
+	all, err := l.Resolve(s.Rel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for _, d := range all {
+		if slices.ContainsFunc(s.Dirs(), func(o cgroups.Dir) bool { return o.Path == d.Path }) {
+			continue
+		}
+		for _, p := range []string{d.Path, filepath.Join(d.Path, "kubepods"), filepath.Join(d.Path, "kubepods", "besteffort")} {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		made = append(made, d.Path)
+	}
+	if len(made) == 0 {
+		t.Skipf("the sandbox's own hierarchies are all there are (%v mode): nothing else to make", l.Mode)
+	}
+	if err := s.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range made {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left after Remove (stat: %v)", p, err)
+		}
+	}
 }
