@@ -36,13 +36,15 @@ func gracePod(image, name string, g time.Duration) *corev1.Pod {
 
 // RunChurnGrace measures what deletions in their grace period cost the
 // pods started meanwhile. Pods pods (cfg.Grace, ignoring SIGTERM) are
-// started cfg.Parallel at a time with nothing else going on: the floor.
-// Then all of them are deleted at once (as a ReplicaSet's pods are), and
-// while they wait out their grace period as many new pods are started the
-// same way; only the pods applied while a deletion was still in flight
-// are counted there. Last the new pods are deleted at once, with nothing
-// starting. Each row's Deletion is the batch deleted while it started,
-// or, for the floor, the last batch.
+// started cfg.Parallel at a time with nothing else going on (the first
+// row), then as many more beside them, nothing deleting (the floor: the
+// node holds Pods pods, as it does in the next row); those are deleted and
+// waited for. Then the first batch is deleted at once (as a ReplicaSet's
+// pods are), and while it waits out its grace period as many new pods are
+// started the same way; only the pods applied while a deletion was still
+// in flight are counted there. Last the new pods are deleted at once, with
+// nothing starting. Each row's Deletion is the batch deleted after it
+// started (the first row's: the last batch).
 func RunChurnGrace(ctx context.Context, r ChurnRunner, cfg ChurnConfig) ([]ChurnGraceRow, error) {
 	if cfg.Grace < time.Second || cfg.Grace%time.Second != 0 {
 		return nil, fmt.Errorf("churn with grace %v: want whole seconds, at least 1s (terminationGracePeriodSeconds)", cfg.Grace)
@@ -99,8 +101,9 @@ func RunChurnGrace(ctx context.Context, r ChurnRunner, cfg ChurnConfig) ([]Churn
 		}
 	}
 
-	quiet := ChurnGraceRow{Name: "nodeguard, no deletions"}
-	during := ChurnGraceRow{Name: "nodeguard, deletions in grace"}
+	quiet := ChurnGraceRow{Name: "nodeguard, empty node"}
+	dense := ChurnGraceRow{Name: fmt.Sprintf("nodeguard, %d running", cfg.Pods)}
+	during := ChurnGraceRow{Name: fmt.Sprintf("nodeguard, %d in grace", cfg.Pods)}
 	progressf(cfg.Progress, "grace %v: %d pods, %d at a time, nothing else going on", cfg.Grace, cfg.Pods, cfg.Parallel)
 	var none atomic.Int64
 	up, _, err := start("grace-quiet", &none)
@@ -109,7 +112,21 @@ func RunChurnGrace(ctx context.Context, r ChurnRunner, cfg ChurnConfig) ([]Churn
 	}
 	quiet.Startup = Summarize(up)
 
-	progressf(cfg.Progress, "grace %v: deleting those %d at once; %d new pods meanwhile", cfg.Grace, cfg.Pods, cfg.Pods)
+	progressf(cfg.Progress, "grace %v: %d more beside them, nothing deleting (the floor)", cfg.Grace, cfg.Pods)
+	up, _, err = start("grace-dense", &none)
+	if err != nil {
+		return nil, err
+	}
+	dense.Startup = Summarize(up)
+	progressf(cfg.Progress, "grace %v: deleting those %d, waiting for them to go", cfg.Grace, cfg.Pods)
+	var dropping atomic.Int64
+	down, err := deleteAll("grace-dense", &dropping)()
+	if err != nil {
+		return nil, err
+	}
+	dense.Deletion = Summarize(down)
+
+	progressf(cfg.Progress, "grace %v: deleting the first %d at once; %d new pods meanwhile", cfg.Grace, cfg.Pods, cfg.Pods)
 	var deleting atomic.Int64
 	waitQuiet := deleteAll("grace-quiet", &deleting)
 	up, at, err := start("grace-during", &deleting)
@@ -137,7 +154,7 @@ func RunChurnGrace(ctx context.Context, r ChurnRunner, cfg ChurnConfig) ([]Churn
 	if len(counted) == 0 {
 		return nil, fmt.Errorf("churn with grace %v: every deletion had ended before the first new pod was applied", cfg.Grace)
 	}
-	return []ChurnGraceRow{quiet, during}, nil
+	return []ChurnGraceRow{quiet, dense, during}, nil
 }
 
 // goneEvery: how often waitGone looks. Wait looks every 5 ms: a batch of

@@ -101,12 +101,15 @@ func TestRunChurnGrace(t *testing.T) {
 		if len(g.bad) > 0 {
 			t.Errorf("pods without a 30 s grace their container waits out: %v", g.bad)
 		}
-		if len(rows) != 2 {
-			t.Fatalf("%d rows, want the floor and the starts during deletions", len(rows))
+		if len(rows) != 3 {
+			t.Fatalf("%d rows, want the empty node, the floor and the starts during deletions", len(rows))
 		}
-		quiet, during := rows[0], rows[1]
+		quiet, dense, during := rows[0], rows[1], rows[2]
 		if quiet.Startup.N != pods || quiet.Deletion.N != pods || quiet.InFlight != 0 {
-			t.Errorf("floor: %d starts, %d deletions, %d in grace; want %d, %d and 0", quiet.Startup.N, quiet.Deletion.N, quiet.InFlight, pods, pods)
+			t.Errorf("empty node: %d starts, %d deletions, %d in grace; want %d, %d and 0", quiet.Startup.N, quiet.Deletion.N, quiet.InFlight, pods, pods)
+		}
+		if dense.Startup.N != pods || dense.Deletion.N != pods || dense.InFlight != 0 {
+			t.Errorf("floor: %d starts, %d deletions, %d in grace; want %d, %d and 0", dense.Startup.N, dense.Deletion.N, dense.InFlight, pods, pods)
 		}
 		if during.Startup.N != pods || during.Deletion.N != pods || during.InFlight != pods {
 			t.Errorf("during deletions: %d starts, %d deletions, at least %d in grace; want %d, %d and %d", during.Startup.N, during.Deletion.N, during.InFlight, pods, pods, pods)
