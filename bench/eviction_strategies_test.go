@@ -18,8 +18,15 @@ import (
 func fakePodRoot(t *testing.T, usage, inactiveFile uint64) (cgroups.Dir, func(usage uint64)) {
 	t.Helper()
 	dir := t.TempDir()
+	// Written by rename, as the kernel's file never reads torn: a poll
+	// racing an os.WriteFile (truncate, then write) reads it empty, which
+	// is a malformed pod root and ends the strategy.
 	write := func(usage uint64) {
-		if err := os.WriteFile(filepath.Join(dir, "memory.usage_in_bytes"), fmt.Appendf(nil, "%d\n", usage), 0o644); err != nil {
+		tmp := filepath.Join(dir, ".memory.usage_in_bytes")
+		if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d\n", usage), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "memory.usage_in_bytes")); err != nil {
 			t.Fatal(err)
 		}
 	}
