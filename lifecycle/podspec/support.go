@@ -63,9 +63,16 @@ var fieldUse = map[reflect.Type]map[string]use{
 		"preemptionPolicy": scheduling,
 	},
 	reflect.TypeFor[corev1.PodSecurityContext](): {
-		"runAsUser": honoured, "runAsGroup": honoured,
+		"runAsUser": honoured, "runAsGroup": honoured, "runAsNonRoot": honoured,
+		"supplementalGroups": honoured, "sysctls": honoured, "seccompProfile": honoured,
+		"appArmorProfile": honoured,
+		// Only Merge passes Validate.
+		"supplementalGroupsPolicy": honoured,
 	},
-	reflect.TypeFor[corev1.PodOS](): {"name": honoured},
+	reflect.TypeFor[corev1.Sysctl]():          {"name": honoured, "value": honoured},
+	reflect.TypeFor[corev1.SeccompProfile]():  {"type": honoured, "localhostProfile": honoured},
+	reflect.TypeFor[corev1.AppArmorProfile](): {"type": honoured, "localhostProfile": honoured},
+	reflect.TypeFor[corev1.PodOS]():           {"name": honoured},
 	reflect.TypeFor[corev1.PodDNSConfig](): {
 		"nameservers": honoured, "searches": honoured, "options": honoured,
 	},
@@ -85,7 +92,8 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.SecurityContext](): {
 		"runAsUser": honoured, "runAsGroup": honoured, "privileged": honoured,
 		"readOnlyRootFilesystem": honoured, "capabilities": honoured,
-		"allowPrivilegeEscalation": honoured,
+		"allowPrivilegeEscalation": honoured, "runAsNonRoot": honoured,
+		"seccompProfile": honoured, "appArmorProfile": honoured,
 		// Only "Default" passes Validate.
 		"procMount": honoured,
 	},

@@ -29,6 +29,14 @@ type Options struct {
 	// without it imagePullPolicy Always, a pull at every start, cannot be
 	// honoured and is refused.
 	ImagePull bool
+	// AllowedUnsafeSysctls lets pods set these sysctls beyond the safe
+	// set, each a name or a prefix ending in '*' (the kubelet's
+	// allowedUnsafeSysctls). Non-namespaced sysctls stay refused.
+	AllowedUnsafeSysctls []string
+	// AppArmorEnabled says that the kernel enforces AppArmor
+	// (/sys/module/apparmor/parameters/enabled is "Y"); without it an
+	// appArmorProfile other than Unconfined is refused.
+	AppArmorEnabled bool
 }
 
 // DNS limits from Linux libc resolution (pkg/apis/core/validation).
@@ -162,6 +170,7 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 	if sc := s.SecurityContext; sc != nil {
 		errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp.Child("securityContext"))...)
 	}
+	errs = append(errs, validatePodSecurityContext(s, opts, sp.Child("securityContext"))...)
 	if s.OS != nil && s.OS.Name != corev1.Linux {
 		errs = append(errs, field.NotSupported(sp.Child("os", "name"), s.OS.Name, []corev1.OSName{corev1.Linux}))
 	}
@@ -517,15 +526,19 @@ func validateSecurityContext(sc *corev1.SecurityContext, opts Options, sp *field
 	}
 	errs = append(errs, validateIDs(sc.RunAsUser, sc.RunAsGroup, sp)...)
 	if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
-		errs = append(errs, field.Forbidden(sp.Child("procMount"), NotSupported+": only Default"))
+		// The API server allows Unmasked only with hostUsers false, which
+		// nodeguard refuses.
+		errs = append(errs, field.Forbidden(sp.Child("procMount"), NotSupported+": only Default (Unmasked needs hostUsers: false)"))
 	}
+	errs = append(errs, validateSeccomp(sc.SeccompProfile, sp.Child("seccompProfile"))...)
+	errs = append(errs, validateAppArmor(sc.AppArmorProfile, opts, sp.Child("appArmorProfile"))...)
 	if c := sc.Capabilities; c != nil {
 		for _, l := range []struct {
 			caps []corev1.Capability
 			name string
 		}{{c.Add, "add"}, {c.Drop, "drop"}} {
 			for i, capability := range l.caps {
-				if !slices.Contains(capabilities, strings.TrimPrefix(string(capability), "CAP_")) {
+				if !isCapability(capability) {
 					errs = append(errs, field.Invalid(sp.Child("capabilities", l.name).Index(i), capability, "not a Linux capability"))
 				}
 			}
@@ -537,6 +550,8 @@ func validateSecurityContext(sc *corev1.SecurityContext, opts Options, sp *field
 			errs = append(errs, field.Invalid(sp, sc, "cannot set `allowPrivilegeEscalation` to false and `privileged` to true"))
 		}
 		if sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "CAP_SYS_ADMIN") {
+			// The API server compares the exact string; so do we, so that
+			// nothing it accepts is refused here.
 			errs = append(errs, field.Invalid(sp, sc, "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN"))
 		}
 	}
