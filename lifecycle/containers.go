@@ -5,6 +5,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -212,6 +213,9 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 		})
 		adj = clamped
 	}
+	if err := m.verifyRunAsNonRoot(cctx, st, c, image); err != nil {
+		return err
+	}
 	ms, err := m.containerMounts(st, c)
 	if err != nil {
 		return err
@@ -219,6 +223,7 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	cfg, err := cri.ContainerConfig(st.pod, c, cri.ContainerOptions{
 		Image: image, Attempt: attempt, OOMScoreAdj: int64(adj), PodIP: st.ip,
 		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true, Mounts: ms,
+		SeccompProfileRoot: cri.SeccompProfileRoot(m.cfg.RootDir),
 	})
 	if err != nil {
 		return err
@@ -231,5 +236,24 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 		return err
 	}
 	m.log.Info("container started", "pod", key(st.pod), "container", c.Name, "attempt", attempt, "oom_score_adj", adj)
+	return nil
+}
+
+// verifyRunAsNonRoot refuses to create c when runAsNonRoot says it must not
+// run as root and it would (cri.VerifyRunAsNonRoot, on the user of the
+// resolved image). The refusal is the container's waiting reason
+// CreateContainerConfigError with the kubelet's message; the next sync
+// checks again, as the kubelet's.
+func (m *Manager) verifyRunAsNonRoot(ctx context.Context, st *podState, c *corev1.Container, image string) error {
+	var img *runtimeapi.Image
+	if cri.NeedsImageUser(st.pod, c) {
+		var err error
+		if img, err = m.cfg.Runtime.ImageStatus(ctx, image); err != nil {
+			return fmt.Errorf("container %s: image user for runAsNonRoot: %w", c.Name, err)
+		}
+	}
+	if err := cri.VerifyRunAsNonRoot(st.pod, c, img); err != nil {
+		return &imageError{container: c.Name, reason: ReasonCreateContainerConfigError, err: err}
+	}
 	return nil
 }

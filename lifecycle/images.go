@@ -22,6 +22,10 @@ const (
 	// ReasonErrImageNeverPull: the image is missing and its pull policy
 	// is Never.
 	ReasonErrImageNeverPull = "ErrImageNeverPull"
+	// ReasonCreateContainerConfigError: the container's config cannot be
+	// made for its image, as runAsNonRoot with an image that runs as root
+	// (the kubelet's ErrCreateContainerConfig).
+	ReasonCreateContainerConfigError = "CreateContainerConfigError"
 )
 
 // imageError is a container that cannot start for its image. Reason is

@@ -27,6 +27,8 @@ type Runtime interface {
 	ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
 	EnsureImage(ctx context.Context, ref string, policy corev1.PullPolicy, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
+	// ImageStatus gives the image's user, for runAsNonRoot.
+	ImageStatus(ctx context.Context, ref string) (*runtimeapi.Image, error)
 	// DeleteTask deletes a stopped task the runtime's CRI lost track of;
 	// cri.ErrNotContainerd where the runtime has no such repair.
 	DeleteTask(ctx context.Context, containerID string) error

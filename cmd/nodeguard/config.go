@@ -54,6 +54,10 @@ type runConfig struct {
 	// PriorityClasses maps priorityClassName to priority.
 	PriorityClasses map[string]int32 `json:"priorityClasses"`
 	AllowPrivileged bool             `json:"allowPrivileged"`
+	// AllowedUnsafeSysctls lets pods set sysctls beyond the kubelet's
+	// safe set: names or prefixes ending in '*' ("net.core.*"), the
+	// kubelet's key. Only namespaced sysctls can be allowed.
+	AllowedUnsafeSysctls []string `json:"allowedUnsafeSysctls"`
 	// SystemReserved and KubeReserved (e.g. {memory: 512Mi, cpu: 500m})
 	// are taken off the node's capacity; the rest, node allocatable, is
 	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.

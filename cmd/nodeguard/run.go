@@ -322,6 +322,10 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	appArmor, err := lifecycle.AppArmorEnabled(lifecycle.AppArmorEnabledPath)
+	if err != nil {
+		return err
+	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
 	mgr, err := lifecycle.New(lifecycle.Config{
@@ -329,7 +333,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
-		DNS: lifecycle.NodeDNS(lifecycle.ResolvConf), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull},
+		DNS: lifecycle.NodeDNS(lifecycle.ResolvConf), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull,
+			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
 		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})

@@ -50,6 +50,9 @@ type ContainerOptions struct {
 	// EnforceCPULimits sets the CFS quota and period (the kubelet's
 	// cpuCFSQuota, on by default). Off, neither is set.
 	EnforceCPULimits bool
+	// SeccompProfileRoot holds the Localhost seccomp profiles
+	// (SeccompProfileRoot of the node's root directory).
+	SeccompProfileRoot string
 }
 
 // ContainerLogPath is the kubelet's buildContainerLogsPath:
@@ -82,8 +85,12 @@ func ContainerLogPath(container string, attempt uint32) string {
 //     capabilities (names without "CAP_", upper case, as CRI wants them),
 //     no_new_privs when allowPrivilegeEscalation is false, the pod's
 //     namespaces and supplemental groups, the default masked and read-only
-//     paths, seccomp Unconfined (the kubelet's default without
-//     --seccomp-default).
+//     paths; seccomp from the container's seccompProfile, else the pod's,
+//     else Unconfined (the kubelet's default without --seccomp-default),
+//     a Localhost profile beneath opts.SeccompProfileRoot; AppArmor from
+//     the container's appArmorProfile, else the pod's, else none (the
+//     runtime's default). runAsNonRoot is not the runtime's business: see
+//     VerifyRunAsNonRoot.
 //
 // It returns an error wrapping ErrUnsupportedField for an env source it
 // cannot resolve. Neither pod nor c is modified.
@@ -119,7 +126,7 @@ func ContainerConfig(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions
 		LogPath:     logPath,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       res,
-			SecurityContext: containerSecurityContext(pod, c),
+			SecurityContext: containerSecurityContext(pod, c, opts.SeccompProfileRoot),
 		},
 	}, nil
 }
@@ -172,11 +179,12 @@ func linuxResources(cpuRequest, cpuLimit, memoryLimit *resource.Quantity, enforc
 
 // containerSecurityContext is determineEffectiveSecurityContext for the
 // fields nodeguard accepts.
-func containerSecurityContext(pod *corev1.Pod, c *corev1.Container) *runtimeapi.LinuxContainerSecurityContext {
+func containerSecurityContext(pod *corev1.Pod, c *corev1.Container, seccompRoot string) *runtimeapi.LinuxContainerSecurityContext {
 	out := &runtimeapi.LinuxContainerSecurityContext{
 		NamespaceOptions: NamespaceOptions(pod),
-		Seccomp:          &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined},
+		Seccomp:          seccompProfile(pod, c, seccompRoot),
 	}
+	out.Apparmor, out.ApparmorProfile = appArmorProfile(pod, c)
 	psc := pod.Spec.SecurityContext
 	if psc != nil {
 		if psc.RunAsUser != nil {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 )
 
@@ -163,7 +164,9 @@ func sandboxLinux(pod *corev1.Pod, cgroupParent string) *runtimeapi.LinuxPodSand
 		}
 		sc.SupplementalGroups = podSupplementalGroups(psc)
 		for _, s := range psc.Sysctls {
-			lc.Sysctls[s.Name] = s.Value
+			// One spelling for the runtime: runc writes a dotted name
+			// to /proc/sys with the dots made slashes.
+			lc.Sysctls[podspec.NormalizeSysctl(s.Name)] = s.Value
 		}
 	}
 	return lc
