@@ -1,0 +1,76 @@
+package lifecycle_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle"
+)
+
+// rootImagePod asks busybox, whose image names no user and so runs as
+// root, to run as non-root: refused at start, as the kubelet does. asuser,
+// the same image with a runAsUser, passes the check (cri's unit test); the
+// sync loop stops at the first container that cannot start, so it is not
+// started here.
+const rootImagePod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: nonroot, uid: nonroot-uid}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - {name: asroot, image: BUSYBOX, command: [sleep, "3600"]}
+  - name: asuser
+    image: BUSYBOX
+    command: [sleep, "3600"]
+    securityContext: {runAsUser: 1000}
+`
+
+func TestRunAsNonRootRefusesAnImageThatRunsAsRoot(t *testing.T) {
+	r := newRig(t)
+	m, _ := r.manager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, r.pods(t, rootImagePod), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	status := func(p *corev1.Pod, name string) *corev1.ContainerStatus {
+		for i := range p.Status.ContainerStatuses {
+			if p.Status.ContainerStatuses[i].Name == name {
+				return &p.Status.ContainerStatuses[i]
+			}
+		}
+		return nil
+	}
+	want := `container has runAsNonRoot and image will run as root (pod: "nonroot_default(nonroot-uid)", container: asroot)`
+	p := waitPod(t, m, "nonroot", "refused asroot", func(p *corev1.Pod) bool {
+		cs := status(p, "asroot")
+		return cs != nil && cs.State.Waiting != nil && cs.State.Waiting.Reason == lifecycle.ReasonCreateContainerConfigError
+	})
+	if w := status(p, "asroot").State.Waiting; !strings.Contains(w.Message, want) {
+		t.Errorf("asroot waiting message %q, want the kubelet's %q", w.Message, want)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Errorf("phase %s, want Pending", p.Status.Phase)
+	}
+	// Nothing ran as root: the refusal comes before CreateContainer.
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list, err := r.client.ListContainers(ctx2, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range list {
+		if c.GetMetadata().GetName() == "asroot" {
+			t.Errorf("container asroot was created (%s)", c.Id)
+		}
+	}
+	if err := m.Delete(ctx, "default", "nonroot"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, m, "nonroot")
+}
