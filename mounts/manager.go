@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,6 +84,11 @@ type Manager struct {
 	nodeMemory int64
 	log        *slog.Logger
 	now        func() time.Time
+
+	// owned holds the volume directories whose fsGroup ownership was set
+	// since this Manager started (ownVolume), until their pod's Teardown.
+	ownedMu sync.Mutex
+	owned   map[string]bool
 }
 
 // New checks cfg, makes RootDir/pods if it is missing and returns a

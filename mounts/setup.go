@@ -156,13 +156,25 @@ func (m *Manager) setupVolume(podsFd int, pod *corev1.Pod, v *corev1.Volume) (*v
 			if _, err := m.ensureTmpfs(fd, dir, size, emptyDirMode); err != nil {
 				return nil, volumeErr("set up", v.Name, dir, err)
 			}
+			if err := m.ownVolume(pod, dir, false); err != nil {
+				return nil, volumeErr("set up", v.Name, dir, err)
+			}
 			return vol, nil
 		}
 		// mkdirat's mode went through the umask; every container user
 		// must be able to write an emptyDir.
 		// Chmod through the descriptor's procfs link: the directory
 		// that was opened beneath the pod root, never a path again.
-		if err := unix.Chmod(fdPath(fd), emptyDirMode); err != nil {
+		// With an fsGroup the root keeps its setgid bit (ownVolume), or
+		// every Setup would undo it and OnRootMismatch would walk again.
+		rootMode := uint32(emptyDirMode)
+		if _, _, ok := fsGroup(pod); ok {
+			rootMode |= unix.S_ISGID
+		}
+		if err := unix.Chmod(fdPath(fd), rootMode); err != nil {
+			return nil, volumeErr("set up", v.Name, dir, err)
+		}
+		if err := m.ownVolume(pod, dir, false); err != nil {
 			return nil, volumeErr("set up", v.Name, dir, err)
 		}
 		return vol, nil
@@ -179,6 +191,22 @@ func (m *Manager) setupVolume(podsFd int, pod *corev1.Pod, v *corev1.Volume) (*v
 	changed, err := writeAtomic(dir, pl, m.now())
 	if err != nil {
 		return nil, volumeErr("write", v.Name, dir, err)
+	}
+	// The kubelet sets an API volume's ownership whenever its payload is
+	// written, whatever the change policy (which it ignores for these);
+	// and so here for one written before this agent started.
+	if gid, _, ok := fsGroup(pod); ok {
+		need := changed
+		if !need {
+			if need, err = needsOwnership(dir, gid, true); err != nil {
+				return nil, volumeErr("set up", v.Name, dir, err)
+			}
+		}
+		if need {
+			if err := setOwnership(dir, gid, true); err != nil {
+				return nil, volumeErr("set up", v.Name, dir, err)
+			}
+		}
 	}
 	if changed {
 		m.log.Info("wrote volume payload", "pod_uid", string(pod.UID), "volume", v.Name, "plugin", plugin, "files", len(pl))

@@ -62,6 +62,7 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 		return fmt.Errorf("tear down pod %s: %w", uid, err)
 	}
 	dir := m.PodDir(uid)
+	m.forgetOwned(dir)
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

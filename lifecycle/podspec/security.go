@@ -103,6 +103,17 @@ func validatePodSecurityContext(s *corev1.PodSpec, opts Options, sp *field.Path)
 		errs = append(errs, field.NotSupported(sp.Child("supplementalGroupsPolicy"), *p,
 			[]corev1.SupplementalGroupsPolicy{corev1.SupplementalGroupsPolicyMerge, corev1.SupplementalGroupsPolicyStrict}))
 	}
+	if sc.FSGroup != nil {
+		for _, msg := range validation.IsValidGroupID(*sc.FSGroup) {
+			errs = append(errs, field.Invalid(sp.Child("fsGroup"), *sc.FSGroup, msg))
+		}
+	}
+	switch p := sc.FSGroupChangePolicy; {
+	case p == nil, *p == corev1.FSGroupChangeAlways, *p == corev1.FSGroupChangeOnRootMismatch:
+	default:
+		errs = append(errs, field.NotSupported(sp.Child("fsGroupChangePolicy"), *p,
+			[]corev1.PodFSGroupChangePolicy{corev1.FSGroupChangeOnRootMismatch, corev1.FSGroupChangeAlways}))
+	}
 	seen := map[string]bool{}
 	for i, sysctl := range sc.Sysctls {
 		ip := sp.Child("sysctls").Index(i)

@@ -65,6 +65,21 @@ func TestValidateSecurityContext(t *testing.T) {
 			wantErrs: []string{"spec.securityContext.supplementalGroups[0]: Invalid value: -1: must be between 0 and 2147483647, inclusive"},
 		},
 		{
+			name: "fsGroup with either change policy is accepted",
+			mutate: func(p *corev1.Pod) {
+				g, pol := int64(2000), corev1.FSGroupChangeOnRootMismatch
+				podSC(corev1.PodSecurityContext{FSGroup: &g, FSGroupChangePolicy: &pol})(p)
+			},
+		},
+		{
+			name: "an unknown fsGroupChangePolicy is refused",
+			mutate: func(p *corev1.Pod) {
+				g, pol := int64(2000), corev1.PodFSGroupChangePolicy("Sometimes")
+				podSC(corev1.PodSecurityContext{FSGroup: &g, FSGroupChangePolicy: &pol})(p)
+			},
+			wantErrs: []string{`spec.securityContext.fsGroupChangePolicy: Unsupported value: "Sometimes": supported values: "OnRootMismatch", "Always"`},
+		},
+		{
 			name:   "safe sysctls are accepted, in either spelling",
 			mutate: sysctls("net.ipv4.ip_unprivileged_port_start", "0", "kernel/shm_rmid_forced", "1"),
 		},

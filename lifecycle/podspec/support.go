@@ -65,7 +65,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.PodSecurityContext](): {
 		"runAsUser": honoured, "runAsGroup": honoured, "runAsNonRoot": honoured,
 		"supplementalGroups": honoured, "sysctls": honoured, "seccompProfile": honoured,
-		"appArmorProfile": honoured,
+		"appArmorProfile": honoured, "fsGroup": honoured, "fsGroupChangePolicy": honoured,
 		// Only Merge passes Validate.
 		"supplementalGroupsPolicy": honoured,
 	},
