@@ -22,6 +22,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/logging"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/netplumb"
 	"github.com/nodeguard/nodeguard/oom"
@@ -268,6 +269,11 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("backoffInitial/backoffMax: negative durations %v/%v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
 	case c.BackoffMax.Duration > 0 && c.BackoffInitial.Duration > c.BackoffMax.Duration:
 		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
+	}
+	for i, p := range c.AllowedUnsafeSysctls {
+		if err := podspec.CheckUnsafeSysctlPattern(p); err != nil {
+			return fmt.Errorf("allowedUnsafeSysctls[%d]: %w", i, err)
+		}
 	}
 	if err := c.containerLogPolicy().Validate(); err != nil {
 		return err

@@ -1,6 +1,8 @@
 package podspec
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -78,6 +80,41 @@ func unsafeSysctlAllowed(name string, allowed []string) bool {
 	return false
 }
 
+// ErrUnsafeSysctlPattern is wrapped for an allowedUnsafeSysctls entry the
+// kubelet would refuse at start.
+var ErrUnsafeSysctlPattern = errors.New("invalid unsafe sysctl pattern")
+
+// CheckUnsafeSysctlPattern is the kubelet's check of an
+// allowedUnsafeSysctls entry: a sysctl name or a prefix ending in '*', in
+// a namespaced group (kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.*,
+// net.*), since only those can differ between pods.
+func CheckUnsafeSysctlPattern(p string) error {
+	name := NormalizeSysctl(p)
+	prefix, wild := strings.CutSuffix(name, "*")
+	switch {
+	case prefix == "" || strings.Contains(prefix, "*"):
+		return fmt.Errorf("%q: %w: a name, or a prefix ending in one '*'", p, ErrUnsafeSysctlPattern)
+	case namespacedSysctl(prefix) < 0:
+		what := "sysctl"
+		if wild {
+			what = "sysctl pattern"
+		}
+		return fmt.Errorf("%q: %w: the %s is not known to be namespaced", p, ErrUnsafeSysctlPattern, what)
+	}
+	return nil
+}
+
+// namespacedSysctl is the index in namespacedSysctlPrefixes of the group
+// of name, -1 for none.
+func namespacedSysctl(name string) int {
+	for i, p := range namespacedSysctlPrefixes {
+		if strings.HasPrefix(name, p.prefix) {
+			return i
+		}
+	}
+	return -1
+}
+
 // validatePodSecurityContext checks what the pod securityContext carries
 // beyond the IDs: sysctls against the node's policy (the kubelet's sysctl
 // admit handler, with its messages), seccomp and AppArmor profiles, the
@@ -127,12 +164,7 @@ func validatePodSecurityContext(s *corev1.PodSpec, opts Options, sp *field.Path)
 			continue
 		}
 		seen[name] = true
-		ns := slices.IndexFunc(namespacedSysctlPrefixes, func(p struct {
-			prefix string
-			net    bool
-		}) bool {
-			return strings.HasPrefix(name, p.prefix)
-		})
+		ns := namespacedSysctl(name)
 		switch {
 		case ns < 0:
 			errs = append(errs, field.Forbidden(ip, "sysctl \""+sysctl.Name+"\" is not known to be namespaced"))

@@ -1,6 +1,7 @@
 package podspec
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -170,6 +171,27 @@ func TestNormalizeSysctl(t *testing.T) {
 	} {
 		if got := NormalizeSysctl(in); got != want {
 			t.Errorf("NormalizeSysctl(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestCheckUnsafeSysctlPattern(t *testing.T) {
+	for _, tt := range []struct {
+		pattern string
+		ok      bool
+	}{
+		{"net.core.somaxconn", true},
+		{"net.*", true},
+		{"kernel.msg*", true},
+		{"net/ipv4/tcp_tw_reuse", true},
+		{"vm.swappiness", false},
+		{"kernel.*", false},
+		{"*", false},
+		{"net.*.rp_filter", false},
+	} {
+		err := CheckUnsafeSysctlPattern(tt.pattern)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrUnsafeSysctlPattern)) {
+			t.Errorf("CheckUnsafeSysctlPattern(%q) = %v, want ok %v", tt.pattern, err, tt.ok)
 		}
 	}
 }
