@@ -31,6 +31,15 @@
 //     atomically: readers see the old or the new payload, never a mix
 //     (writeAtomic). Secret and projected volumes live on tmpfs and never
 //     reach the disk.
+//   - A pod's fsGroup owns its emptyDir, configMap, secret, projected and
+//     downwardAPI volumes as the kubelet's SetVolumeOwnership makes it:
+//     group fsGroup, g+rw (g+r for the read-only API volumes), directories
+//     setgid and g+x. The walk goes through an os.Root and changes a
+//     symlink's group, never its target. fsGroupChangePolicy Always walks
+//     an emptyDir at its first Setup by a Manager (the kubelet walks at
+//     every mount), OnRootMismatch only when the root's group or bits are
+//     wrong; API volumes are walked whenever their payload is written.
+//     hostPath volumes are never touched.
 //   - Teardown never deletes across a mount it could not unmount and never
 //     follows a symlink: it errs with ErrMountsRemain rather than lose data
 //     that is not the pod's.

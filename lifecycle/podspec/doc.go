@@ -27,8 +27,16 @@
 //     (resolved from Options.PriorityClasses plus the built-in
 //     system-node-critical and system-cluster-critical; an unknown class is
 //     an error), volumes, hostNetwork, hostPID, hostIPC, dnsPolicy,
-//     dnsConfig, hostname, subdomain, securityContext.runAsUser/runAsGroup,
-//     os.name linux;
+//     dnsConfig, hostname, subdomain, os.name linux, and the pod
+//     securityContext: runAsUser, runAsGroup, runAsNonRoot (checked
+//     against the image's user at start, as the kubelet), fsGroup and
+//     fsGroupChangePolicy (volume ownership, see package mounts),
+//     supplementalGroups, supplementalGroupsPolicy Merge (Strict needs
+//     containerd 2.0), sysctls (the kubelet's safe set, others only if
+//     Options.AllowedUnsafeSysctls matches; never a non-namespaced one, nor
+//     a net.* one with hostNetwork), seccompProfile (RuntimeDefault,
+//     Unconfined, Localhost beneath <rootDir>/seccomp) and appArmorProfile
+//     (refused, with the kubelet's reason, unless Options.AppArmorEnabled);
 //   - containers: name (DNS label, unique across init and app containers),
 //     image (required), command, args, workingDir, ports (1-65535,
 //     TCP/UDP/SCTP, unique names, unique hostIP/protocol/hostPort, hostPort
@@ -40,9 +48,11 @@
 //     relative subPath without ".."), imagePullPolicy (Always refused
 //     unless Options.ImagePull: a node that does not pull cannot honour
 //     it), securityContext
-//     (runAsUser, runAsGroup, privileged (refused unless
+//     (runAsUser, runAsGroup, runAsNonRoot, privileged (refused unless
 //     Options.AllowPrivileged), readOnlyRootFilesystem, capabilities
-//     add/drop (Linux capability names), allowPrivilegeEscalation);
+//     add/drop (Linux capability names in any case, with or without
+//     "CAP_", and ALL, as the API server accepts them: CoreDNS drops
+//     "all"), allowPrivilegeEscalation, seccompProfile, appArmorProfile);
 //   - volumes: emptyDir (medium "" or Memory; sizeLimit sizes a Memory
 //     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
@@ -54,7 +64,8 @@
 // error): hostUsers true, shareProcessNamespace false,
 // automountServiceAccountToken false, setHostnameAsFQDN false,
 // terminationMessagePath /dev/termination-log, terminationMessagePolicy File,
-// procMount Default, mountPropagation None, recursiveReadOnly Disabled.
+// procMount Default (Unmasked needs hostUsers false), mountPropagation
+// None, recursiveReadOnly Disabled.
 // enableServiceLinks is accepted silently (there are no Services).
 //
 // Ignored with a warning (Validate returns them separately): the scheduling
@@ -72,11 +83,11 @@
 // ephemeralContainers, readinessGates, runtimeClassName, overhead,
 // resourceClaims, pod-level resources, activeDeadlineSeconds, hostAliases,
 // imagePullSecrets, serviceAccountName, os.name windows, hostUsers false,
-// most of the pod securityContext (fsGroup, supplementalGroups, sysctls,
-// seccompProfile, ...), and per container: probes, lifecycle hooks, envFrom,
+// the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
+// windowsOptions, and per container: probes, lifecycle hooks, envFrom,
 // env from configMapKeyRef/secretKeyRef/resourceFieldRef, resizePolicy,
 // restartPolicy (sidecar init containers), volumeDevices, stdin/tty,
-// runAsNonRoot, seccomp/AppArmor/SELinux options, extended resources and
+// seLinuxOptions, windowsOptions, extended resources and
 // hugepages; and every volume type other than the six above.
 //
 // Deliberate differences from Kubernetes: errors put the path first for
