@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
@@ -17,9 +19,11 @@ import (
 )
 
 // securityPodYAML asks for what the security context can make visible
-// from inside a container: its ids and groups, a safe sysctl of the pod,
-// the capabilities left after CoreDNS's lower-case drop of "all", and the
-// seccomp mode.
+// from inside a container. probe: its ids and groups, the pod's safe
+// sysctls, the capabilities left after CoreDNS's lower-case drop of "all",
+// the seccomp mode, and a read-only root filesystem (/tmp is writable by
+// uid 1000 otherwise). localhost: a Localhost seccomp profile that denies
+// mkdir.
 const securityPodYAML = `
 apiVersion: v1
 kind: Pod
@@ -37,23 +41,39 @@ spec:
     - {name: kernel/shm_rmid_forced, value: "1"}
   containers:
   - name: probe
-    image: %s
+    image: %[1]s
     command: [sh, -c]
     args:
     - >-
-      echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)";
+      echo "uid=$(id -u) gid=$(id -g)"; echo "groups=$(id -G | tr ' ' ,)";
       echo "port_start=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start)";
       echo "shm_rmid_forced=$(cat /proc/sys/kernel/shm_rmid_forced)";
-      grep -E '^(CapEff|CapPrm|CapBnd|Seccomp):' /proc/self/status
+      if touch /tmp/x 2>/dev/null; then echo rootfs=rw; else echo rootfs=ro; fi;
+      grep -E '^(CapEff|CapPrm|CapBnd|Seccomp):' /proc/self/status | tr -d '\t' | tr : =
     securityContext:
       runAsNonRoot: true
+      readOnlyRootFilesystem: true
       capabilities: {drop: [all]}
       seccompProfile: {type: RuntimeDefault}
+  - name: localhost
+    image: %[1]s
+    command: [sh, -c]
+    args:
+    - >-
+      if mkdir /tmp/d 2>/dev/null; then echo mkdir=ok; else echo mkdir=denied; fi;
+      grep '^Seccomp:' /proc/self/status | tr -d '\t' | tr : =
+    securityContext:
+      seccompProfile: {type: Localhost, localhostProfile: nomkdir.json}
 `
+
+// noMkdirProfile allows everything but mkdir(2) and mkdirat(2), which fail
+// with EPERM.
+const noMkdirProfile = `{"defaultAction": "SCMP_ACT_ALLOW",
+ "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}`
 
 // TestSecurityContextInsideTheContainer runs securityPodYAML through
 // SandboxConfig and ContainerConfig on a real containerd and reads what
-// the container saw from its log.
+// each container saw from its log.
 func TestSecurityContextInsideTheContainer(t *testing.T) {
 	e := crienv.New(t)
 	ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
@@ -63,6 +83,13 @@ func TestSecurityContextInsideTheContainer(t *testing.T) {
 		t.Fatalf("Dial: %v", err)
 	}
 	defer c.Close()
+	seccompRoot := SeccompProfileRoot(t.TempDir())
+	if err := os.MkdirAll(seccompRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(seccompRoot, "nomkdir.json"), []byte(noMkdirProfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	pods, err := podspec.Parse(strings.NewReader(fmt.Sprintf(securityPodYAML, e.BusyboxImage())), "secctx.yaml")
 	if err != nil {
@@ -95,70 +122,84 @@ func TestSecurityContextInsideTheContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctr := &pod.Spec.Containers[0]
-	// runAsNonRoot is decided by runAsUser 1000, not by busybox's root user.
-	if err := VerifyRunAsNonRoot(pod, ctr, img); err != nil {
-		t.Fatalf("VerifyRunAsNonRoot: %v", err)
-	}
-	cfg, err := ContainerConfig(pod, ctr, ContainerOptions{Image: imageID, EnforceCPULimits: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := c.CreateContainer(ctx, p.sandboxID, cfg, p.sandboxCfg)
-	if err != nil {
-		t.Fatalf("%v\ncontainerd log:\n%s", err, tail(e.LogFile()))
-	}
-	p.containers[ctr.Name] = id
-	if err := c.StartContainer(ctx, id); err != nil {
-		t.Fatalf("%v\ncontainerd log:\n%s", err, tail(e.LogFile()))
-	}
-	if s := waitExited(ctx, t, c, id); s.ExitCode != 0 {
-		t.Fatalf("probe exited %+v", s)
-	}
-	// The runtime copies the container's output to its log on its own
-	// schedule: the last line can land after the exit is reported.
-	var out strings.Builder
-	logPath := filepath.Join(logDir, cfg.LogPath)
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		out.Reset()
-		err := logs.Read(ctx, logPath, logs.Options{Tail: -1}, &out)
-		if err == nil && strings.Contains(out.String(), "Seccomp:") {
-			break
+	// run starts container ctr and returns the key=value lines of its log.
+	run := func(t *testing.T, ctr *corev1.Container) map[string]string {
+		t.Helper()
+		// runAsNonRoot is decided by runAsUser 1000, not by busybox's
+		// root user.
+		if err := VerifyRunAsNonRoot(pod, ctr, img); err != nil {
+			t.Fatalf("VerifyRunAsNonRoot: %v", err)
 		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("log %s: %q (%v); raw %q", logPath, out.String(), err, b)
+		cfg, err := ContainerConfig(pod, ctr, ContainerOptions{Image: imageID, EnforceCPULimits: true, SeccompProfileRoot: seccompRoot})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("probe saw:\n%s", out.String())
-	seen := map[string]string{}
-	for _, line := range strings.Split(out.String(), "\n") {
-		for _, f := range strings.Fields(strings.ReplaceAll(line, ":\t", "=")) {
+		id, err := c.CreateContainer(ctx, p.sandboxID, cfg, p.sandboxCfg)
+		if err != nil {
+			t.Fatalf("%v\ncontainerd log:\n%s", err, tail(e.LogFile()))
+		}
+		p.containers[ctr.Name] = id
+		if err := c.StartContainer(ctx, id); err != nil {
+			t.Fatalf("%v\ncontainerd log:\n%s", err, tail(e.LogFile()))
+		}
+		if s := waitExited(ctx, t, c, id); s.ExitCode != 0 {
+			t.Fatalf("%s exited %+v", ctr.Name, s)
+		}
+		// The runtime copies the container's output to its log on its
+		// own schedule: the last line can land after the exit is seen.
+		var out strings.Builder
+		logPath := filepath.Join(logDir, cfg.LogPath)
+		deadline := time.Now().Add(waitTimeout)
+		for {
+			out.Reset()
+			err := logs.Read(ctx, logPath, logs.Options{Tail: -1}, &out)
+			if err == nil && strings.Contains(out.String(), "Seccomp=") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("log %s: %q (%v)", logPath, out.String(), err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("%s saw:\n%s", ctr.Name, out.String())
+		seen := map[string]string{}
+		for _, f := range strings.Fields(out.String()) {
 			if k, v, ok := strings.Cut(f, "="); ok {
 				seen[k] = v
 			}
 		}
-		if k, v, ok := strings.Cut(line, "groups="); ok && k != "" {
-			seen["groups"] = v
+		return seen
+	}
+	type want struct{ key, value, why string }
+	check := func(t *testing.T, seen map[string]string, wants []want) {
+		t.Helper()
+		for _, w := range wants {
+			if got := seen[w.key]; got != w.value {
+				t.Errorf("%s = %q, want %q (%s)", w.key, got, w.value, w.why)
+			}
 		}
 	}
-	for _, want := range []struct{ key, value, why string }{
-		{"uid", "1000", "runAsUser"},
-		{"gid", "3000", "runAsGroup"},
-		{"groups", "3000 4000 5000", "the primary group, then supplementalGroups"},
-		{"port_start", "80", "a safe net sysctl of the pod"},
-		{"shm_rmid_forced", "1", "a safe kernel sysctl written with slashes"},
-		{"CapEff", "0000000000000000", `drop: [all]`},
-		{"CapPrm", "0000000000000000", `drop: [all]`},
-		{"CapBnd", "0000000000000000", `drop: [all]`},
-		{"Seccomp", "2", "seccompProfile RuntimeDefault is a filter (mode 2)"},
-	} {
-		if got := seen[want.key]; got != want.value {
-			t.Errorf("%s = %q, want %q (%s)", want.key, got, want.value, want.why)
-		}
-	}
+
+	t.Run("the probe runs as its users and groups, with the pod's sysctls, no capabilities and RuntimeDefault seccomp", func(t *testing.T) {
+		check(t, run(t, &pod.Spec.Containers[0]), []want{
+			{"uid", "1000", "runAsUser"},
+			{"gid", "3000", "runAsGroup"},
+			{"groups", "3000,4000,5000", "the primary group, then supplementalGroups"},
+			{"port_start", "80", "a safe net sysctl of the pod"},
+			{"shm_rmid_forced", "1", "a safe kernel sysctl written with slashes"},
+			{"rootfs", "ro", "readOnlyRootFilesystem"},
+			{"CapEff", "0000000000000000", "drop: [all]"},
+			{"CapPrm", "0000000000000000", "drop: [all]"},
+			{"CapBnd", "0000000000000000", "drop: [all]"},
+			{"Seccomp", "2", "seccompProfile RuntimeDefault is a filter (mode 2)"},
+		})
+	})
+	t.Run("a Localhost seccomp profile beneath the profile root is applied", func(t *testing.T) {
+		check(t, run(t, &pod.Spec.Containers[1]), []want{
+			{"mkdir", "denied", "the profile fails mkdir"},
+			{"Seccomp", "2", "a filter"},
+		})
+	})
 
 	if err := c.StopPodSandbox(ctx, p.sandboxID); err != nil {
 		t.Fatal(err)
