@@ -74,3 +74,47 @@ func TestRunAsNonRootRefusesAnImageThatRunsAsRoot(t *testing.T) {
 	}
 	waitGone(t, m, "nonroot")
 }
+
+// fsGroupPod writes into an emptyDir as uid 1000 with fsGroup 2000.
+const fsGroupPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: fsgroup}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000, fsGroupChangePolicy: OnRootMismatch}
+  volumes: [{name: data, emptyDir: {}}]
+  containers:
+  - name: writer
+    image: BUSYBOX
+    command: [sh, -c, 'echo "groups=$(id -G | tr " " ,) root=$(stat -c %g:%A /data)"; mkdir /data/d; touch /data/d/f; echo "file=$(stat -c %g /data/d/f)"']
+    volumeMounts: [{name: data, mountPath: /data}]
+`
+
+func TestFSGroupOwnsTheVolumeAndIsASupplementalGroup(t *testing.T) {
+	r := newRig(t)
+	m, _ := r.manager(t)
+	ctx := context.Background()
+	if _, err := m.Apply(ctx, r.pods(t, fsGroupPod), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, m, "fsgroup", "succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	var out strings.Builder
+	if err := m.Logs(ctx, "default", "fsgroup", lifecycle.LogOptions{Container: "writer", Tail: -1}, &out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("writer saw: %s", out.String())
+	// The kubelet's order: the primary group, then fsGroup, then the
+	// supplemental groups. The root is group 2000, setgid (the 's' in the
+	// group's execute place), so what the container makes is 2000's too.
+	for _, want := range []string{"groups=3000,2000 ", "root=2000:drwxrwsrwx", "file=2000"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("writer's output %q lacks %q", out.String(), want)
+		}
+	}
+	if err := m.Delete(ctx, "default", "fsgroup"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, m, "fsgroup")
+}
