@@ -1,0 +1,292 @@
+package cri
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// EnvSources reads the ConfigMaps and Secrets a container's env refers to
+// (mounts.Manager reads them from the same SourceDir as the volumes).
+// found is false, with a nil error, for an object that does not exist.
+type EnvSources interface {
+	ConfigMap(namespace, name string) (data map[string][]byte, found bool, err error)
+	Secret(namespace, name string) (data map[string][]byte, found bool, err error)
+}
+
+// NodeInfo is what the downward API tells a container about its node.
+type NodeInfo struct {
+	// Name is spec.nodeName: the node running the pod (the kubelet sets a
+	// static pod's nodeName to its own, and nodeguard runs every pod it is
+	// given, so this wins over the pod's field).
+	Name string
+	// HostIPs are status.hostIP(s), the node's addresses, primary first.
+	HostIPs []string
+	// Allocatable stands in for an unset cpu, memory or ephemeral-storage
+	// limit in a resourceFieldRef, as the kubelet's
+	// defaultPodLimitsForDownwardAPI does.
+	Allocatable corev1.ResourceList
+}
+
+// Reasons the kubelet gives for env it cannot resolve or keys it skips.
+const (
+	// ReasonCreateContainerConfigError is the container's waiting reason
+	// when its config (its env) cannot be made.
+	ReasonCreateContainerConfigError = "CreateContainerConfigError"
+	// ReasonInvalidEnvironmentVariableNames is the warning for envFrom
+	// keys skipped as invalid variable names.
+	ReasonInvalidEnvironmentVariableNames = "InvalidEnvironmentVariableNames"
+)
+
+// ConfigError is a container whose config cannot be made: a ConfigMap,
+// Secret or key its env needs is missing, or a reference cannot be
+// resolved. Err's text is the kubelet's message for the same failure, the
+// container's waiting message under ReasonCreateContainerConfigError.
+type ConfigError struct {
+	Container string
+	Err       error
+}
+
+func (e *ConfigError) Error() string { return "container " + e.Container + " config: " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// envBuilder keeps variables in the order they are first defined; a later
+// definition of a name replaces the value in its place.
+type envBuilder struct {
+	out   []*runtimeapi.KeyValue
+	index map[string]int
+	vars  map[string]string
+}
+
+func (b *envBuilder) set(k, v string) {
+	b.vars[k] = v
+	if j, ok := b.index[k]; ok {
+		b.out[j].Value = []byte(v)
+		return
+	}
+	b.index[k] = len(b.out)
+	b.out = append(b.out, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
+}
+
+// containerEnv is the kubelet's makeEnvironmentVariables without service
+// links (nodeguard has no Services):
+//
+//   - envFrom first, in order: every key of the ConfigMap or Secret, with
+//     the prefix; keys that are not valid variable names are skipped and
+//     reported through warn; a missing object is an error unless optional;
+//     envFrom values are not expanded;
+//   - then env, in order: a value is expanded against the variables defined
+//     before it; valueFrom resolves a fieldRef, resourceFieldRef,
+//     configMapKeyRef or secretKeyRef, unexpanded; a missing object or key
+//     is an error unless optional, in which case the variable is not set.
+//
+// Errors carry the kubelet's messages.
+func containerEnv(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions) ([]*runtimeapi.KeyValue, error) {
+	b := &envBuilder{index: map[string]int{}, vars: map[string]string{}}
+	for _, ef := range c.EnvFrom {
+		kind, name, optional := "ConfigMap", "", false
+		get := sourceGetter(opts.EnvSources, false)
+		switch {
+		case ef.ConfigMapRef != nil:
+			name, optional = ef.ConfigMapRef.Name, isTrue(ef.ConfigMapRef.Optional)
+		case ef.SecretRef != nil:
+			kind, name, optional = "Secret", ef.SecretRef.Name, isTrue(ef.SecretRef.Optional)
+			get = sourceGetter(opts.EnvSources, true)
+		default:
+			return nil, fmt.Errorf("envFrom: %w: neither configMapRef nor secretRef", ErrUnsupportedField)
+		}
+		data, found, err := get(pod.Namespace, name)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			if optional {
+				continue
+			}
+			return nil, fmt.Errorf("%s %q not found", strings.ToLower(kind), name)
+		}
+		var invalid []string
+		for _, k := range slices.Sorted(maps.Keys(data)) {
+			key := ef.Prefix + k
+			if len(validation.IsRelaxedEnvVarName(key)) > 0 {
+				invalid = append(invalid, key)
+				continue
+			}
+			b.set(key, string(data[k]))
+		}
+		if len(invalid) > 0 && opts.Warn != nil {
+			opts.Warn(ReasonInvalidEnvironmentVariableNames, fmt.Sprintf(
+				"Keys [%s] from the EnvFrom %s %s/%s were skipped since they are considered invalid environment variable names.",
+				strings.Join(invalid, ", "), strings.ToLower(kind), pod.Namespace, name))
+		}
+	}
+	for _, e := range c.Env {
+		v := e.Value
+		switch vf := e.ValueFrom; {
+		case v != "":
+			v = expand(v, b.vars)
+		case vf == nil:
+		case vf.FieldRef != nil:
+			var err error
+			if v, err = fieldRefValue(pod, vf.FieldRef.FieldPath, opts); err != nil {
+				return nil, err
+			}
+		case vf.ResourceFieldRef != nil:
+			var err error
+			if v, err = resourceFieldValue(pod, c, vf.ResourceFieldRef, opts.Node.Allocatable); err != nil {
+				return nil, err
+			}
+		case vf.ConfigMapKeyRef != nil, vf.SecretKeyRef != nil:
+			kind, ref, optional, get := "ConfigMap", corev1.LocalObjectReference{}, false, sourceGetter(opts.EnvSources, false)
+			key := ""
+			if r := vf.ConfigMapKeyRef; r != nil {
+				ref, key, optional = r.LocalObjectReference, r.Key, isTrue(r.Optional)
+			} else {
+				r := vf.SecretKeyRef
+				kind, ref, key, optional, get = "Secret", r.LocalObjectReference, r.Key, isTrue(r.Optional), sourceGetter(opts.EnvSources, true)
+			}
+			data, found, err := get(pod.Namespace, ref.Name)
+			if err != nil {
+				return nil, err
+			}
+			if !found {
+				if optional {
+					continue
+				}
+				return nil, fmt.Errorf("%s %q not found", strings.ToLower(kind), ref.Name)
+			}
+			val, ok := data[key]
+			if !ok {
+				if optional {
+					continue
+				}
+				return nil, fmt.Errorf("couldn't find key %s in %s %s/%s", key, kind, pod.Namespace, ref.Name)
+			}
+			v = string(val)
+		default:
+			return nil, fmt.Errorf("env %s: %w: unknown valueFrom source", e.Name, ErrUnsupportedField)
+		}
+		b.set(e.Name, v)
+	}
+	return b.out, nil
+}
+
+type getFunc func(namespace, name string) (map[string][]byte, bool, error)
+
+// sourceGetter picks the ConfigMap or Secret reader of src; without one,
+// nothing exists (as with no SourceDir).
+func sourceGetter(src EnvSources, secret bool) getFunc {
+	switch {
+	case src == nil:
+		return func(string, string) (map[string][]byte, bool, error) { return nil, false, nil }
+	case secret:
+		return src.Secret
+	}
+	return src.ConfigMap
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+// fieldRefValue resolves a downward-API field path as the kubelet's
+// podFieldSelectorRuntimeValue and fieldpath.ExtractFieldPathAsString.
+func fieldRefValue(pod *corev1.Pod, path string, opts ContainerOptions) (string, error) {
+	podIPs := opts.PodIPs
+	if len(podIPs) == 0 && opts.PodIP != "" {
+		podIPs = []string{opts.PodIP}
+	}
+	if len(podIPs) == 0 && pod.Spec.HostNetwork {
+		// A host-network pod's status gives the node's addresses as its own.
+		podIPs = opts.Node.HostIPs
+	}
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		if opts.Node.Name != "" {
+			return opts.Node.Name, nil
+		}
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.hostIP":
+		return first(opts.Node.HostIPs), nil
+	case "status.hostIPs":
+		return strings.Join(opts.Node.HostIPs, ","), nil
+	case "status.podIP":
+		return first(podIPs), nil
+	case "status.podIPs":
+		return strings.Join(podIPs, ","), nil
+	}
+	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
+		if rest, ok := strings.CutPrefix(path, prefix+"['"); ok {
+			if key, ok := strings.CutSuffix(rest, "']"); ok {
+				return m[key], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("fieldRef %q: %w", path, ErrUnsupportedField)
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// resourceFieldValue is the kubelet's containerResourceRuntimeValue over a
+// pod defaulted by defaultPodLimitsForDownwardAPI: the named container
+// (c when no name is given), its limit or request divided by the divisor
+// (1 when unset) and rounded up; an unset limit is the node's allocatable.
+func resourceFieldValue(pod *corev1.Pod, c *corev1.Container, fs *corev1.ResourceFieldSelector, allocatable corev1.ResourceList) (string, error) {
+	target := c
+	if fs.ContainerName != "" {
+		target = nil
+		for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+			for i := range cs {
+				if cs[i].Name == fs.ContainerName {
+					target = &cs[i]
+				}
+			}
+		}
+		if target == nil {
+			return "", fmt.Errorf("container %s not found", fs.ContainerName)
+		}
+	}
+	divisor := fs.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	kind, name, ok := strings.Cut(fs.Resource, ".")
+	res := corev1.ResourceName(name)
+	if !ok || (kind != "limits" && kind != "requests") ||
+		(res != corev1.ResourceCPU && res != corev1.ResourceMemory && res != corev1.ResourceEphemeralStorage) {
+		return "", fmt.Errorf("unsupported container resource : %v", fs.Resource)
+	}
+	list := target.Resources.Requests
+	if kind == "limits" {
+		list = target.Resources.Limits
+	}
+	q, set := list[res]
+	if !set && kind == "limits" {
+		if q, set = allocatable[res]; !set {
+			return "", fmt.Errorf("%s: %w: the node's allocatable %s is unknown", fs.Resource, ErrUnsupportedField, res)
+		}
+	}
+	if res == corev1.ResourceCPU {
+		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
+	}
+	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+}
