@@ -80,8 +80,8 @@ func (b *envBuilder) set(k, v string) {
 // links (nodeguard has no Services):
 //
 //   - envFrom first, in order: every key of the ConfigMap or Secret, with
-//     the prefix; keys that are not valid variable names are skipped and
-//     reported through warn; a missing object is an error unless optional;
+//     the prefix; keys that are not valid variable names (IsEnvVarName) are
+//     skipped and reported through opts.Warn; a missing object is an error unless optional;
 //     envFrom values are not expanded;
 //   - then env, in order: a value is expanded against the variables defined
 //     before it; valueFrom resolves a fieldRef, resourceFieldRef,
@@ -116,7 +116,9 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions) (
 		var invalid []string
 		for _, k := range slices.Sorted(maps.Keys(data)) {
 			key := ef.Prefix + k
-			if len(validation.IsRelaxedEnvVarName(key)) > 0 {
+			// The kubelet's strict name rule (IsEnvVarName), not the
+			// relaxed one the API server applies to env names.
+			if len(validation.IsEnvVarName(key)) > 0 {
 				invalid = append(invalid, key)
 				continue
 			}
@@ -125,7 +127,7 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions) (
 		if len(invalid) > 0 && opts.Warn != nil {
 			opts.Warn(ReasonInvalidEnvironmentVariableNames, fmt.Sprintf(
 				"Keys [%s] from the EnvFrom %s %s/%s were skipped since they are considered invalid environment variable names.",
-				strings.Join(invalid, ", "), strings.ToLower(kind), pod.Namespace, name))
+				strings.Join(invalid, ", "), map[string]string{"ConfigMap": "configMap", "Secret": "secret"}[kind], pod.Namespace, name))
 		}
 	}
 	for _, e := range c.Env {
