@@ -41,8 +41,8 @@ func nodeInfo(rootDir string, memTotal int64) (cri.NodeInfo, error) {
 	}, nil
 }
 
-// hostIPs returns the node's addresses, IPv4 first as the kubelet orders
-// dual-stack node IPs; nil when it has none.
+// hostIPs returns the node's addresses, IPv4 first (status.hostIP is the
+// first); nil when it has none.
 func hostIPs(host string) []string {
 	var ips []net.IP
 	if addrs, err := net.LookupIP(host); err == nil {
