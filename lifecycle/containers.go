@@ -220,9 +220,6 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 		Image: image, Attempt: attempt, OOMScoreAdj: int64(adj), PodIP: st.ip,
 		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true, Mounts: ms,
 		Node: m.cfg.Node,
-		Warn: func(reason, msg string) {
-			m.log.Warn("container env", "pod", key(st.pod), "container", c.Name, "reason", reason, "message", msg)
-		},
 	}
 	if m.cfg.Volumes != nil {
 		opts.EnvSources = m.cfg.Volumes

@@ -51,10 +51,6 @@ type ContainerOptions struct {
 	// EnvSources reads the ConfigMaps and Secrets of envFrom,
 	// configMapKeyRef and secretKeyRef; nil means none exist.
 	EnvSources EnvSources
-	// Warn, if set, is told about env the kubelet would record a warning
-	// event for: envFrom keys skipped as invalid names
-	// (ReasonInvalidEnvironmentVariableNames).
-	Warn func(reason, message string)
 	// CgroupV2 asks, as the kubelet does on a unified host, that the
 	// kernel kill the container's whole cgroup on OOM (memory.oom.group).
 	CgroupV2 bool

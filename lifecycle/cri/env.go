@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -36,14 +35,11 @@ type NodeInfo struct {
 	Allocatable corev1.ResourceList
 }
 
-// Reasons the kubelet gives for env it cannot resolve or keys it skips.
+// The kubelet's reason for a container whose env cannot be resolved.
 const (
 	// ReasonCreateContainerConfigError is the container's waiting reason
 	// when its config (its env) cannot be made.
 	ReasonCreateContainerConfigError = "CreateContainerConfigError"
-	// ReasonInvalidEnvironmentVariableNames is the warning for envFrom
-	// keys skipped as invalid variable names.
-	ReasonInvalidEnvironmentVariableNames = "InvalidEnvironmentVariableNames"
 )
 
 // ConfigError is a container whose config cannot be made: a ConfigMap,
@@ -80,8 +76,7 @@ func (b *envBuilder) set(k, v string) {
 // links (nodeguard has no Services):
 //
 //   - envFrom first, in order: every key of the ConfigMap or Secret, with
-//     the prefix; keys that are not valid variable names (IsEnvVarName) are
-//     skipped and reported through opts.Warn; a missing object is an error unless optional;
+//     the prefix, in key order (the kubelet's order is a map's); a missing object is an error unless optional;
 //     envFrom values are not expanded;
 //   - then env, in order: a value is expanded against the variables defined
 //     before it; valueFrom resolves a fieldRef, resourceFieldRef,
@@ -113,21 +108,12 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions) (
 			}
 			return nil, fmt.Errorf("%s %q not found", strings.ToLower(kind), name)
 		}
-		var invalid []string
+		// Every key, as today's kubelet sets them: a ConfigMap key is a
+		// valid (relaxed) variable name, and the API server checked the
+		// prefix. (Kubelets before relaxed names skipped keys that were
+		// not C identifiers, with an InvalidEnvironmentVariableNames event.)
 		for _, k := range slices.Sorted(maps.Keys(data)) {
-			key := ef.Prefix + k
-			// The kubelet's strict name rule (IsEnvVarName), not the
-			// relaxed one the API server applies to env names.
-			if len(validation.IsEnvVarName(key)) > 0 {
-				invalid = append(invalid, key)
-				continue
-			}
-			b.set(key, string(data[k]))
-		}
-		if len(invalid) > 0 && opts.Warn != nil {
-			opts.Warn(ReasonInvalidEnvironmentVariableNames, fmt.Sprintf(
-				"Keys [%s] from the EnvFrom %s %s/%s were skipped since they are considered invalid environment variable names.",
-				strings.Join(invalid, ", "), map[string]string{"ConfigMap": "configMap", "Secret": "secret"}[kind], pod.Namespace, name))
+			b.set(ef.Prefix+k, string(data[k]))
 		}
 	}
 	for _, e := range c.Env {
