@@ -41,10 +41,8 @@ type ContainerOptions struct {
 	Mounts []*runtimeapi.Mount
 	// OOMScoreAdj is the container's oom_score_adj (qos.OOMScoreAdj).
 	OOMScoreAdj int64
-	// PodIP is the sandbox's IP, for the status.podIP(s) fieldRefs;
-	// PodIPs, when set, are all of them, primary first.
-	PodIP  string
-	PodIPs []string
+	// PodIP is the sandbox's IP, for the status.podIP(s) fieldRefs.
+	PodIP string
 	// Node is the node's part of the downward API (spec.nodeName,
 	// status.hostIP(s), allocatable for unset limits).
 	Node NodeInfo

@@ -186,12 +186,13 @@ func isTrue(b *bool) bool { return b != nil && *b }
 // fieldRefValue resolves a downward-API field path as the kubelet's
 // podFieldSelectorRuntimeValue and fieldpath.ExtractFieldPathAsString.
 func fieldRefValue(pod *corev1.Pod, path string, opts ContainerOptions) (string, error) {
-	podIPs := opts.PodIPs
-	if len(podIPs) == 0 && opts.PodIP != "" {
+	var podIPs []string
+	if opts.PodIP != "" {
 		podIPs = []string{opts.PodIP}
 	}
 	if len(podIPs) == 0 && pod.Spec.HostNetwork {
-		// A host-network pod's status gives the node's addresses as its own.
+		// The kubelet takes a host-network pod's IPs from its API status,
+		// which gives the node's addresses.
 		podIPs = opts.Node.HostIPs
 	}
 	switch path {

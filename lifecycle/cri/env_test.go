@@ -132,6 +132,13 @@ func TestContainerEnvSources(t *testing.T) {
 				{Name: "POD_IPS", ValueFrom: fieldRef("status.podIPs")},
 			},
 			want: []string{"NODE=node-a", "SA=builder", "HOST_IP=192.0.2.10", "HOST_IPS=192.0.2.10,2001:db8::10", "POD_IPS=10.88.0.7"}},
+		{name: "a host-network pod's IPs are the node's (the kubelet's status for it)",
+			mutate: func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+			env: []corev1.EnvVar{
+				{Name: "POD_IP", ValueFrom: fieldRef("status.podIP")},
+				{Name: "POD_IPS", ValueFrom: fieldRef("status.podIPs")},
+			},
+			want: []string{"POD_IP=192.0.2.10", "POD_IPS=192.0.2.10,2001:db8::10"}},
 		{name: "resourceFieldRefs divide and round up, requests and limits",
 			env: []corev1.EnvVar{
 				{Name: "CPU", ValueFrom: res("", "limits.cpu", "")},
@@ -168,7 +175,11 @@ func TestContainerEnvSources(t *testing.T) {
 			}
 			c := &pod.Spec.Containers[0]
 			c.EnvFrom, c.Env = tt.envFrom, tt.env
-			cfg, err := ContainerConfig(pod, c, ContainerOptions{PodIP: "10.88.0.7", Node: node, EnvSources: src})
+			podIP := "10.88.0.7"
+			if pod.Spec.HostNetwork {
+				podIP = "" // the runtime gives a host-network sandbox none
+			}
+			cfg, err := ContainerConfig(pod, c, ContainerOptions{PodIP: podIP, Node: node, EnvSources: src})
 			if tt.wantErr != "" {
 				var ce *ConfigError
 				if !errors.As(err, &ce) || ce.Container != c.Name || ce.Err.Error() != tt.wantErr {
