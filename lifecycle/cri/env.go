@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -76,37 +77,34 @@ func (b *envBuilder) set(k, v string) {
 // links (nodeguard has no Services):
 //
 //   - envFrom first, in order: every key of the ConfigMap or Secret, with
-//     the prefix, in key order (the kubelet's order is a map's); a missing object is an error unless optional;
-//     envFrom values are not expanded;
+//     the prefix, in key order (the kubelet's order is a map's); a missing
+//     object is an error unless optional; envFrom values are not expanded;
 //   - then env, in order: a value is expanded against the variables defined
 //     before it; valueFrom resolves a fieldRef, resourceFieldRef,
 //     configMapKeyRef or secretKeyRef, unexpanded; a missing object or key
 //     is an error unless optional, in which case the variable is not set.
 //
+// Each object is read once, so that all references to it see one version.
 // Errors carry the kubelet's messages.
 func containerEnv(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions) ([]*runtimeapi.KeyValue, error) {
 	b := &envBuilder{index: map[string]int{}, vars: map[string]string{}}
+	src := &sourceCache{src: opts.EnvSources, namespace: pod.Namespace, read: map[string]map[string][]byte{}}
 	for _, ef := range c.EnvFrom {
-		kind, name, optional := "ConfigMap", "", false
-		get := sourceGetter(opts.EnvSources, false)
+		var ref objectRef
 		switch {
 		case ef.ConfigMapRef != nil:
-			name, optional = ef.ConfigMapRef.Name, isTrue(ef.ConfigMapRef.Optional)
+			ref = objectRef{kind: "ConfigMap", name: ef.ConfigMapRef.Name, optional: isTrue(ef.ConfigMapRef.Optional)}
 		case ef.SecretRef != nil:
-			kind, name, optional = "Secret", ef.SecretRef.Name, isTrue(ef.SecretRef.Optional)
-			get = sourceGetter(opts.EnvSources, true)
+			ref = objectRef{kind: "Secret", name: ef.SecretRef.Name, optional: isTrue(ef.SecretRef.Optional)}
 		default:
 			return nil, fmt.Errorf("envFrom: %w: neither configMapRef nor secretRef", ErrUnsupportedField)
 		}
-		data, found, err := get(pod.Namespace, name)
+		data, err := src.get(ref)
+		if errors.Is(err, errOptionalMissing) {
+			continue
+		}
 		if err != nil {
 			return nil, err
-		}
-		if !found {
-			if optional {
-				continue
-			}
-			return nil, fmt.Errorf("%s %q not found", strings.ToLower(kind), name)
 		}
 		// Every key, as today's kubelet sets them: a ConfigMap key is a
 		// valid (relaxed) variable name, and the API server checked the
@@ -118,67 +116,102 @@ func containerEnv(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions) (
 	}
 	for _, e := range c.Env {
 		v := e.Value
+		var err error
 		switch vf := e.ValueFrom; {
 		case v != "":
 			v = expand(v, b.vars)
 		case vf == nil:
 		case vf.FieldRef != nil:
-			var err error
-			if v, err = fieldRefValue(pod, vf.FieldRef.FieldPath, opts); err != nil {
-				return nil, err
-			}
+			v, err = fieldRefValue(pod, vf.FieldRef.FieldPath, opts)
 		case vf.ResourceFieldRef != nil:
-			var err error
-			if v, err = resourceFieldValue(pod, c, vf.ResourceFieldRef, opts.Node.Allocatable); err != nil {
-				return nil, err
-			}
-		case vf.ConfigMapKeyRef != nil, vf.SecretKeyRef != nil:
-			kind, ref, optional, get := "ConfigMap", corev1.LocalObjectReference{}, false, sourceGetter(opts.EnvSources, false)
-			key := ""
-			if r := vf.ConfigMapKeyRef; r != nil {
-				ref, key, optional = r.LocalObjectReference, r.Key, isTrue(r.Optional)
-			} else {
-				r := vf.SecretKeyRef
-				kind, ref, key, optional, get = "Secret", r.LocalObjectReference, r.Key, isTrue(r.Optional), sourceGetter(opts.EnvSources, true)
-			}
-			data, found, err := get(pod.Namespace, ref.Name)
-			if err != nil {
-				return nil, err
-			}
-			if !found {
-				if optional {
-					continue
-				}
-				return nil, fmt.Errorf("%s %q not found", strings.ToLower(kind), ref.Name)
-			}
-			val, ok := data[key]
-			if !ok {
-				if optional {
-					continue
-				}
-				return nil, fmt.Errorf("couldn't find key %s in %s %s/%s", key, kind, pod.Namespace, ref.Name)
-			}
-			v = string(val)
+			v, err = resourceFieldValue(pod, c, vf.ResourceFieldRef, opts.Node.Allocatable)
+		case vf.ConfigMapKeyRef != nil:
+			r := vf.ConfigMapKeyRef
+			v, err = src.key(objectRef{kind: "ConfigMap", name: r.Name, optional: isTrue(r.Optional)}, r.Key)
+		case vf.SecretKeyRef != nil:
+			r := vf.SecretKeyRef
+			v, err = src.key(objectRef{kind: "Secret", name: r.Name, optional: isTrue(r.Optional)}, r.Key)
 		default:
-			return nil, fmt.Errorf("env %s: %w: unknown valueFrom source", e.Name, ErrUnsupportedField)
+			err = fmt.Errorf("env %s: %w: unknown valueFrom source", e.Name, ErrUnsupportedField)
+		}
+		if errors.Is(err, errOptionalMissing) {
+			continue
+		}
+		if err != nil {
+			return nil, err
 		}
 		b.set(e.Name, v)
 	}
 	return b.out, nil
 }
 
-type getFunc func(namespace, name string) (map[string][]byte, bool, error)
+// objectRef names a ConfigMap or Secret of the pod's namespace.
+type objectRef struct {
+	kind     string // "ConfigMap" or "Secret", as the kubelet's messages spell it
+	name     string
+	optional bool
+}
 
-// sourceGetter picks the ConfigMap or Secret reader of src; without one,
-// nothing exists (as with no SourceDir).
-func sourceGetter(src EnvSources, secret bool) getFunc {
-	switch {
-	case src == nil:
-		return func(string, string) (map[string][]byte, bool, error) { return nil, false, nil }
-	case secret:
-		return src.Secret
+// errOptionalMissing is an optional object or key that is missing: the
+// variable is not set.
+var errOptionalMissing = errors.New("optional source missing")
+
+// sourceCache reads each object of one container's env once.
+type sourceCache struct {
+	src       EnvSources
+	namespace string
+	read      map[string]map[string][]byte // kind/name -> data; nil data: missing
+}
+
+// get returns ref's data: errOptionalMissing for a missing optional
+// object, the kubelet's "configmap \"x\" not found" for another.
+func (s *sourceCache) get(ref objectRef) (map[string][]byte, error) {
+	id := ref.kind + "/" + ref.name
+	data, seen := s.read[id]
+	if !seen {
+		var found bool
+		var err error
+		switch {
+		case s.src == nil: // nothing exists, as with no SourceDir
+		case ref.kind == "Secret":
+			data, found, err = s.src.Secret(s.namespace, ref.name)
+		default:
+			data, found, err = s.src.ConfigMap(s.namespace, ref.name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			data = nil
+		} else if data == nil {
+			data = map[string][]byte{}
+		}
+		s.read[id] = data
 	}
-	return src.ConfigMap
+	switch {
+	case data != nil:
+		return data, nil
+	case ref.optional:
+		return nil, errOptionalMissing
+	}
+	return nil, fmt.Errorf("%s %q not found", strings.ToLower(ref.kind), ref.name)
+}
+
+// key returns one key of ref: errOptionalMissing when it or its object is
+// missing and optional, the kubelet's "couldn't find key" otherwise.
+func (s *sourceCache) key(ref objectRef, key string) (string, error) {
+	data, err := s.get(ref)
+	if err != nil {
+		return "", err
+	}
+	v, ok := data[key]
+	switch {
+	case ok:
+		return string(v), nil
+	case ref.optional:
+		return "", errOptionalMissing
+	}
+	return "", fmt.Errorf("couldn't find key %s in %s %s/%s", key, ref.kind, s.namespace, ref.name)
 }
 
 func isTrue(b *bool) bool { return b != nil && *b }

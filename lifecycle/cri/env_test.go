@@ -2,6 +2,7 @@ package cri
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -229,5 +230,45 @@ func TestCommandAndArgsExpandFromTheWholeEnv(t *testing.T) {
 	}
 	if got, want := cfg.Args[0], "admin"; got != want {
 		t.Errorf("args = %q, want %q", got, want)
+	}
+}
+
+// countingSources counts reads, to show each object is read once per
+// container config.
+type countingSources struct {
+	fakeSources
+	reads map[string]int
+}
+
+func (c countingSources) ConfigMap(ns, name string) (map[string][]byte, bool, error) {
+	c.reads["configmap/"+name]++
+	return c.fakeSources.ConfigMap(ns, name)
+}
+
+func (c countingSources) Secret(ns, name string) (map[string][]byte, bool, error) {
+	c.reads["secret/"+name]++
+	return c.fakeSources.Secret(ns, name)
+}
+
+func TestEachSourceIsReadOnce(t *testing.T) {
+	pod := testPod()
+	c := &pod.Spec.Containers[0]
+	c.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}}}}
+	c.Env = []corev1.EnvVar{
+		{Name: "A", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}, Key: "MODE"}}},
+		{Name: "B", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "gone"}, Key: "K", Optional: ptr(true)}}},
+		{Name: "C", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "gone"}, Key: "L", Optional: ptr(true)}}},
+		{Name: "D", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}, Key: "MODE", Optional: ptr(true)}}},
+	}
+	src := countingSources{
+		fakeSources: fakeSources{configMaps: map[string]map[string][]byte{"default/app": {"MODE": []byte("prod")}}},
+		reads:       map[string]int{},
+	}
+	if _, err := ContainerConfig(pod, c, ContainerOptions{EnvSources: src}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"configmap/app": 1, "configmap/gone": 1, "secret/app": 1}
+	if !maps.Equal(src.reads, want) {
+		t.Errorf("reads %v, want %v (a Secret and a ConfigMap of one name are two objects)", src.reads, want)
 	}
 }
