@@ -220,11 +220,16 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	if err != nil {
 		return err
 	}
-	cfg, err := cri.ContainerConfig(st.pod, c, cri.ContainerOptions{
+	opts := cri.ContainerOptions{
 		Image: image, Attempt: attempt, OOMScoreAdj: int64(adj), PodIP: st.ip,
 		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true, Mounts: ms,
 		SeccompProfileRoot: cri.SeccompProfileRoot(m.cfg.RootDir),
-	})
+		Node:               m.cfg.Node,
+	}
+	if m.cfg.Volumes != nil {
+		opts.EnvSources = m.cfg.Volumes
+	}
+	cfg, err := cri.ContainerConfig(st.pod, c, opts)
 	if err != nil {
 		return err
 	}

@@ -28,8 +28,9 @@ const (
 	ReasonCreateContainerConfigError = "CreateContainerConfigError"
 )
 
-// imageError is a container that cannot start for its image. Reason is
-// one of the Reason* constants above; it unwraps to the runtime's error.
+// imageError is a container that cannot start for its image (reason one
+// of the Reason* constants above) or its config
+// (cri.ReasonCreateContainerConfigError); it unwraps to the cause.
 type imageError struct {
 	container string
 	reason    string

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/mounts"
@@ -83,8 +84,12 @@ type Config struct {
 	// oom_score_adj cannot go below the runtime's own minimum.
 	HasCapSysResource bool
 	MinOOMScoreAdj    int
-	// Volumes mounts pod volumes; nil refuses every pod with volumes.
+	// Volumes mounts pod volumes; nil refuses every pod with volumes. Its
+	// SourceDir also gives the ConfigMaps and Secrets of containers' env.
 	Volumes *mounts.Manager
+	// Node is the downward API's node (spec.nodeName, status.hostIP(s),
+	// allocatable standing in for unset limits in resourceFieldRefs).
+	Node cri.NodeInfo
 	// Network verifies each sandbox's plumbing and collects what dead
 	// sandboxes left; nil trusts the runtime's word.
 	Network *Network

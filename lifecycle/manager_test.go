@@ -47,6 +47,8 @@ type rig struct {
 	// rotation.
 	containerLogs logs.Policy
 	logInterval   time.Duration
+	// node is the manager's Config.Node.
+	node cri.NodeInfo
 }
 
 func newRig(t *testing.T) *rig {
@@ -98,7 +100,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		BackoffInitial: bi, BackoffMax: bm, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
-		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval,
+		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval, Node: r.node,
 		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {

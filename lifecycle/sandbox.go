@@ -115,6 +115,12 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 			m.setImageError(st, ie)
 			return
 		}
+		if ce, ok := errors.AsType[*cri.ConfigError](err); ok {
+			// The kubelet's CreateContainerConfigError: retried at the
+			// next sync, the container waiting with the cause's message.
+			m.setImageError(st, &imageError{container: ce.Container, reason: cri.ReasonCreateContainerConfigError, err: ce.Err})
+			return
+		}
 		m.setError(st, "SyncFailed", err)
 	}
 }

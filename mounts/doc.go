@@ -44,6 +44,10 @@
 //     follows a symlink: it errs with ErrMountsRemain rather than lose data
 //     that is not the pod's.
 //
+// ConfigMap and Secret read the same SourceDir objects for a container's
+// env (envFrom, configMapKeyRef, secretKeyRef), with the same rules as a
+// volume's keys; a missing object is "not found", not an error.
+//
 // A Manager does not serialise work on one pod: its caller (the pod worker)
 // does.
 package mounts

@@ -326,10 +326,14 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	node, err := nodeInfo(cfg.RootDir, int64(mi.MemTotal))
+	if err != nil {
+		return err
+	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
 	mgr, err := lifecycle.New(lifecycle.Config{
-		Volumes: vols, Network: network, Admit: adm.admit,
+		Volumes: vols, Network: network, Admit: adm.admit, Node: node,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),

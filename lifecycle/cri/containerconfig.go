@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -44,6 +43,12 @@ type ContainerOptions struct {
 	OOMScoreAdj int64
 	// PodIP is the sandbox's IP, for the status.podIP(s) fieldRefs.
 	PodIP string
+	// Node is the node's part of the downward API (spec.nodeName,
+	// status.hostIP(s), allocatable for unset limits).
+	Node NodeInfo
+	// EnvSources reads the ConfigMaps and Secrets of envFrom,
+	// configMapKeyRef and secretKeyRef; nil means none exist.
+	EnvSources EnvSources
 	// CgroupV2 asks, as the kubelet does on a unified host, that the
 	// kernel kill the container's whole cgroup on OOM (memory.oom.group).
 	CgroupV2 bool
@@ -70,10 +75,11 @@ func ContainerLogPath(container string, attempt uint32) string {
 //     image's entrypoint when empty) and Args its args, both with $(VAR)
 //     references expanded from the container's environment ("$$" escapes,
 //     unknown names stay as written);
-//   - env: values (expanded from the variables before them) and fieldRefs
-//     metadata.name, metadata.namespace, metadata.uid, metadata.labels['k'],
-//     metadata.annotations['k'], status.podIP and status.podIPs; a later
-//     variable of the same name replaces an earlier one in its place;
+//   - env as the kubelet's makeEnvironmentVariables (see containerEnv):
+//     envFrom ConfigMaps and Secrets, then env values (expanded from the
+//     variables before them), fieldRefs, resourceFieldRefs and
+//     configMapKeyRef/secretKeyRef; a later variable of the same name
+//     replaces an earlier one in its place;
 //   - working dir, mounts, log path, stdin/tty off;
 //   - labels io.kubernetes.pod.{name,namespace,uid}, io.kubernetes.container.name
 //     and ManagedLabel; the kubelet's annotations (hash, restartCount,
@@ -92,12 +98,14 @@ func ContainerLogPath(container string, attempt uint32) string {
 //     runtime's default). runAsNonRoot is not the runtime's business: see
 //     VerifyRunAsNonRoot.
 //
-// It returns an error wrapping ErrUnsupportedField for an env source it
-// cannot resolve. Neither pod nor c is modified.
+// Env that cannot be resolved (a missing ConfigMap, Secret or key that is
+// not optional) is a *ConfigError, the kubelet's CreateContainerConfigError;
+// it wraps ErrUnsupportedField for a source nodeguard cannot resolve.
+// Neither pod nor c is modified.
 func ContainerConfig(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions) (*runtimeapi.ContainerConfig, error) {
-	env, err := containerEnv(pod, c, opts.PodIP)
+	env, err := containerEnv(pod, c, opts)
 	if err != nil {
-		return nil, fmt.Errorf("container config %s/%s %s: %w", pod.Namespace, pod.Name, c.Name, err)
+		return nil, &ConfigError{Container: c.Name, Err: err}
 	}
 	lookup := make(map[string]string, len(env))
 	for _, kv := range env {
@@ -242,61 +250,6 @@ func capabilityNames(caps []corev1.Capability) []string {
 		out = append(out, strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_"))
 	}
 	return out
-}
-
-// containerEnv is makeEnvironmentVariables without service links (nodeguard
-// has no Services): each value is expanded against the variables defined
-// before it; a repeated name replaces the earlier value in its place.
-func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string) ([]*runtimeapi.KeyValue, error) {
-	var out []*runtimeapi.KeyValue
-	index := map[string]int{}
-	defined := map[string]string{}
-	for i, e := range c.Env {
-		var v string
-		switch {
-		case e.ValueFrom == nil:
-			v = expand(e.Value, defined)
-		case e.ValueFrom.FieldRef != nil:
-			var err error
-			v, err = fieldRefValue(pod, e.ValueFrom.FieldRef.FieldPath, podIP)
-			if err != nil {
-				return nil, fmt.Errorf("env[%d] %s: %w", i, e.Name, err)
-			}
-		default:
-			return nil, fmt.Errorf("env[%d] %s: %w: only value and fieldRef are supported", i, e.Name, ErrUnsupportedField)
-		}
-		defined[e.Name] = v
-		if j, ok := index[e.Name]; ok {
-			out[j].Value = []byte(v)
-			continue
-		}
-		index[e.Name] = len(out)
-		out = append(out, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(v)})
-	}
-	return out, nil
-}
-
-// fieldRefValue resolves a downward-API field path (podFieldSelectorRuntimeValue
-// and fieldpath.ExtractFieldPathAsString).
-func fieldRefValue(pod *corev1.Pod, path, podIP string) (string, error) {
-	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "status.podIP", "status.podIPs":
-		return podIP, nil
-	}
-	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
-		if rest, ok := strings.CutPrefix(path, prefix+"['"); ok {
-			if key, ok := strings.CutSuffix(rest, "']"); ok {
-				return m[key], nil
-			}
-		}
-	}
-	return "", fmt.Errorf("fieldRef %q: %w", path, ErrUnsupportedField)
 }
 
 func expandAll(in []string, vars map[string]string) []string {

@@ -175,6 +175,13 @@ func TestExpand(t *testing.T) {
 		{"an empty reference stays", "$()", "$()"},
 		{"a trailing dollar is literal", "a$", "a$"},
 		{"no dollar is untouched", "plain", "plain"},
+		// Cases of the kubelet's expansion tests.
+		{"an escape before a reference leaves a dollar and the value", "$$$(A)", "$x"},
+		{"two escapes before a reference stay a reference", "$$$$(A)", "$$(A)"},
+		{"an unclosed reference runs to the next closer", "$(A$(B)", "$(A$(B)"},
+		{"text after a closed reference is kept", "$(A)(B)", "x(B)"},
+		{"an unclosed opener at the end is literal", "foo$(", "foo$("},
+		{"a dollar before a closer is literal", "$)", "$)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,11 +227,7 @@ func TestContainerEnv(t *testing.T) {
 			env:  []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}, {Name: "A", Value: "$(A)3"}},
 			want: []string{"A=13", "B=2"}},
 		{name: "an unsupported fieldRef is an error",
-			env:     []corev1.EnvVar{{Name: "N", ValueFrom: field("spec.nodeName")}},
-			wantErr: ErrUnsupportedField},
-		{name: "a secret reference is an error",
-			env: []corev1.EnvVar{{Name: "S", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}}},
+			env:     []corev1.EnvVar{{Name: "N", ValueFrom: field("status.phase")}},
 			wantErr: ErrUnsupportedField},
 	}
 	for _, tt := range tests {

@@ -21,9 +21,13 @@
 // SandboxConfig and ContainerConfig build the CRI configs exactly as the
 // kubelet's generatePodSandboxConfig and generateContainerConfig do for the
 // pod fields nodeguard accepts (lifecycle/podspec): the kubelet's labels and
-// annotations, namespace modes, port mappings, DNS, command and environment
-// expansion, Linux resources (generateLinuxContainerResources) and the
-// effective security context. ContainerState is toKubeContainerState plus
+// annotations, namespace modes, port mappings, DNS, the environment as
+// makeEnvironmentVariables resolves it (envFrom, fieldRef, resourceFieldRef,
+// configMapKeyRef, secretKeyRef, from EnvSources and NodeInfo) with $(VAR)
+// expansion in env, command and args, Linux resources
+// (generateLinuxContainerResources) and the effective security context. Env
+// that cannot be resolved is a *ConfigError, the kubelet's
+// CreateContainerConfigError. ContainerState is toKubeContainerState plus
 // the exit details. Container logs are read and rotated by lifecycle/logs.
 //
 // # Invariants

@@ -41,8 +41,13 @@
 //     image (required), command, args, workingDir, ports (1-65535,
 //     TCP/UDP/SCTP, unique names, unique hostIP/protocol/hostPort, hostPort
 //     equal to containerPort under hostNetwork), env (value, or valueFrom
-//     fieldRef of metadata.name, metadata.namespace, metadata.uid or
-//     status.podIP), resources (cpu, memory and ephemeral-storage; requests
+//     with exactly one of fieldRef (metadata.name, metadata.namespace,
+//     metadata.uid, a label or annotation by key, spec.nodeName,
+//     spec.serviceAccountName, status.hostIP(s), status.podIP(s)),
+//     resourceFieldRef (limits/requests of cpu, memory, ephemeral-storage
+//     with the API server's divisors), configMapKeyRef or secretKeyRef
+//     (a DNS subdomain name and a ConfigMap key)), envFrom (a valid
+//     prefix, exactly one of configMapRef and secretRef), resources (cpu, memory and ephemeral-storage; requests
 //     <= limits; an ephemeral-storage limit is enforced by eviction, see
 //     lifecycle's localstorage.go), volumeMounts (existing volume, absolute unique mountPath,
 //     relative subPath without ".."), imagePullPolicy (Always refused
@@ -84,8 +89,8 @@
 // resourceClaims, pod-level resources, activeDeadlineSeconds, hostAliases,
 // imagePullSecrets, serviceAccountName, os.name windows, hostUsers false,
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
-// windowsOptions, and per container: probes, lifecycle hooks, envFrom,
-// env from configMapKeyRef/secretKeyRef/resourceFieldRef, resizePolicy,
+// windowsOptions, and per container: probes, lifecycle hooks,
+// resourceFieldRef of hugepages, resizePolicy,
 // restartPolicy (sidecar init containers), volumeDevices, stdin/tty,
 // seLinuxOptions, windowsOptions, extended resources and
 // hugepages; and every volume type other than the six above.

@@ -78,7 +78,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 	},
 	reflect.TypeFor[corev1.Container](): {
 		"name": honoured, "image": honoured, "command": honoured, "args": honoured,
-		"workingDir": honoured, "ports": honoured, "env": honoured, "resources": honoured,
+		"workingDir": honoured, "ports": honoured, "env": honoured, "envFrom": honoured, "resources": honoured,
 		"volumeMounts": honoured, "securityContext": honoured, "imagePullPolicy": honoured,
 		// Only their defaults pass Validate.
 		"terminationMessagePath": honoured, "terminationMessagePolicy": honoured,
@@ -86,9 +86,17 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.ContainerPort](): {
 		"name": honoured, "containerPort": honoured, "hostPort": honoured, "protocol": honoured, "hostIP": honoured,
 	},
-	reflect.TypeFor[corev1.EnvVar]():               {"name": honoured, "value": honoured, "valueFrom": honoured},
-	reflect.TypeFor[corev1.EnvVarSource]():         {"fieldRef": honoured},
-	reflect.TypeFor[corev1.ResourceRequirements](): {"limits": honoured, "requests": honoured},
+	reflect.TypeFor[corev1.EnvVar](): {"name": honoured, "value": honoured, "valueFrom": honoured},
+	reflect.TypeFor[corev1.EnvVarSource](): {
+		"fieldRef": honoured, "resourceFieldRef": honoured, "configMapKeyRef": honoured, "secretKeyRef": honoured,
+	},
+	reflect.TypeFor[corev1.EnvFromSource]():         {"prefix": honoured, "configMapRef": honoured, "secretRef": honoured},
+	reflect.TypeFor[corev1.ConfigMapEnvSource]():    {"name": honoured, "optional": honoured},
+	reflect.TypeFor[corev1.SecretEnvSource]():       {"name": honoured, "optional": honoured},
+	reflect.TypeFor[corev1.ConfigMapKeySelector]():  {"name": honoured, "key": honoured, "optional": honoured},
+	reflect.TypeFor[corev1.SecretKeySelector]():     {"name": honoured, "key": honoured, "optional": honoured},
+	reflect.TypeFor[corev1.ResourceFieldSelector](): {"containerName": honoured, "resource": honoured, "divisor": honoured},
+	reflect.TypeFor[corev1.ResourceRequirements]():  {"limits": honoured, "requests": honoured},
 	reflect.TypeFor[corev1.SecurityContext](): {
 		"runAsUser": honoured, "runAsGroup": honoured, "privileged": honoured,
 		"readOnlyRootFilesystem": honoured, "capabilities": honoured,

@@ -63,7 +63,14 @@ var (
 	supportedMedia           = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
 	// The downward API fields nodeguard can fill in for env; a label or an
 	// annotation by key too (metadata.labels['<key>']).
-	supportedEnvFieldPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "status.podIP", "status.podIPs"}
+	supportedEnvFieldPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+		"spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs"}
+	// The resources a resourceFieldRef may name (validContainerResourceFieldPathExpressions
+	// without hugepages, which nodeguard does not manage).
+	supportedEnvResources = []string{"limits.cpu", "limits.ephemeral-storage", "limits.memory",
+		"requests.cpu", "requests.ephemeral-storage", "requests.memory"}
+	cpuDivisors    = []string{"1m", "1"}
+	memoryDivisors = []string{"1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"}
 	// The downward API fields of volumes (validVolumeDownwardAPIFieldPathExpressions),
 	// and a label or an annotation by key.
 	supportedVolumeFieldPaths = []string{"metadata.annotations", "metadata.labels", "metadata.name", "metadata.namespace", "metadata.uid"}
@@ -257,6 +264,7 @@ func validateContainer(c *corev1.Container, names map[string]bool, volumes map[s
 		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePolicy"), NotSupported+": only File"))
 	}
 	errs = append(errs, validatePorts(c.Ports, cp.Child("ports"))...)
+	errs = append(errs, validateEnvFrom(c.EnvFrom, cp.Child("envFrom"))...)
 	errs = append(errs, validateEnv(c.Env, cp.Child("env"))...)
 	errs = append(errs, validateResources(&c.Resources, cp.Child("resources"))...)
 	privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
@@ -348,20 +356,128 @@ func validateEnv(env []corev1.EnvVar, ep *field.Path) field.ErrorList {
 			continue
 		}
 		vp := ip.Child("valueFrom")
-		if vf.FieldRef == nil {
-			// Every other source is refused by checkSupport; an empty
-			// valueFrom still needs a source.
-			if *vf == (corev1.EnvVarSource{}) {
-				errs = append(errs, field.Invalid(vp, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"))
-			}
-			continue
+		n := 0
+		if vf.FieldRef != nil {
+			n++
+			errs = append(errs, validateFieldRef(vf.FieldRef, supportedEnvFieldPaths, vp.Child("fieldRef"))...)
 		}
-		if ev.Value != "" {
+		if vf.ResourceFieldRef != nil {
+			n++
+			errs = append(errs, validateResourceFieldRef(vf.ResourceFieldRef, vp.Child("resourceFieldRef"))...)
+		}
+		if r := vf.ConfigMapKeyRef; r != nil {
+			n++
+			errs = append(errs, validateKeySelector(r.Name, r.Key, vp.Child("configMapKeyRef"))...)
+		}
+		if r := vf.SecretKeyRef; r != nil {
+			n++
+			errs = append(errs, validateKeySelector(r.Name, r.Key, vp.Child("secretKeyRef"))...)
+		}
+		switch {
+		case n == 0:
+			errs = append(errs, field.Invalid(vp, "", "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`"))
+		case n > 1:
+			errs = append(errs, field.Invalid(vp, "", "may not have more than one field specified at a time"))
+		case ev.Value != "":
 			errs = append(errs, field.Invalid(vp, "", "may not be specified when `value` is not empty"))
 		}
-		errs = append(errs, validateFieldRef(vf.FieldRef, supportedEnvFieldPaths, vp.Child("fieldRef"))...)
 	}
 	return errs
+}
+
+// validateEnvFrom is validateEnvFrom of pkg/apis/core/validation: a prefix
+// that is a valid variable name (relaxed), and exactly one of configMapRef
+// and secretRef, naming an object by a DNS subdomain name.
+func validateEnvFrom(envFrom []corev1.EnvFromSource, ep *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, ef := range envFrom {
+		ip := ep.Index(i)
+		if ef.Prefix != "" {
+			for _, msg := range validation.IsRelaxedEnvVarName(ef.Prefix) {
+				errs = append(errs, field.Invalid(ip.Child("prefix"), ef.Prefix, msg))
+			}
+		}
+		n := 0
+		if ef.ConfigMapRef != nil {
+			n++
+			errs = append(errs, validateObjectName(ef.ConfigMapRef.Name, ip.Child("configMapRef", "name"))...)
+		}
+		if ef.SecretRef != nil {
+			n++
+			errs = append(errs, validateObjectName(ef.SecretRef.Name, ip.Child("secretRef", "name"))...)
+		}
+		switch {
+		case n == 0:
+			errs = append(errs, field.Invalid(ip, "", "must specify one of: `configMapRef` or `secretRef`"))
+		case n > 1:
+			errs = append(errs, field.Invalid(ip, "", "may not have more than one field specified at a time"))
+		}
+	}
+	return errs
+}
+
+// validateObjectName is ValidateConfigMapName and ValidateSecretName: a
+// DNS subdomain, required.
+func validateObjectName(name string, np *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(np, "")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		errs = append(errs, field.Invalid(np, name, msg))
+	}
+	return errs
+}
+
+// validateKeySelector is validateConfigMapKeySelector and
+// validateSecretKeySelector: a name and a key that is a valid ConfigMap key.
+func validateKeySelector(name, key string, sp *field.Path) field.ErrorList {
+	errs := validateObjectName(name, sp.Child("name"))
+	if key == "" {
+		return append(errs, field.Required(sp.Child("key"), ""))
+	}
+	for _, msg := range validation.IsConfigMapKey(key) {
+		errs = append(errs, field.Invalid(sp.Child("key"), key, msg))
+	}
+	return errs
+}
+
+// validateResourceFieldRef is validateContainerResourceFieldSelector for
+// env (containerName optional: the container itself) with
+// validateContainerResourceDivisor.
+func validateResourceFieldRef(fs *corev1.ResourceFieldSelector, fp *field.Path) field.ErrorList {
+	if fs.Resource == "" {
+		return field.ErrorList{field.Required(fp.Child("resource"), "")}
+	}
+	if !slices.Contains(supportedEnvResources, fs.Resource) {
+		return field.ErrorList{field.NotSupported(fp.Child("resource"), fs.Resource, supportedEnvResources)}
+	}
+	if fs.Divisor.IsZero() {
+		return nil
+	}
+	d := fs.Divisor.String()
+	if strings.HasSuffix(fs.Resource, ".cpu") {
+		if !slices.ContainsFunc(cpuDivisors, divisorIs(fs.Divisor)) {
+			return field.ErrorList{field.Invalid(fp.Child("divisor"), d, "only divisor's values 1m and 1 are supported with the cpu resource")}
+		}
+		return nil
+	}
+	if !slices.ContainsFunc(memoryDivisors, divisorIs(fs.Divisor)) {
+		what := "memory"
+		if strings.HasSuffix(fs.Resource, ".ephemeral-storage") {
+			what = "local ephemeral storage"
+		}
+		return field.ErrorList{field.Invalid(fp.Child("divisor"), d,
+			"only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the "+what+" resource")}
+	}
+	return nil
+}
+
+func divisorIs(d resource.Quantity) func(string) bool {
+	return func(v string) bool {
+		q := resource.MustParse(v)
+		return q.Cmp(d) == 0
+	}
 }
 
 // validateFieldRef is validateObjectFieldSelector: apiVersion v1 and one of
