@@ -120,7 +120,7 @@ func TestValidate(t *testing.T) {
 			wantErrs: []string{`spec.serviceAccountName: Invalid value: "Builder": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
 		},
 		{
-			name:   "activeDeadlineSeconds, hostAliases and shareProcessNamespace are accepted",
+			name: "activeDeadlineSeconds, hostAliases and shareProcessNamespace are accepted",
 			mutate: func(p *corev1.Pod) {
 				p.Spec.ActiveDeadlineSeconds = ptr(int64(2))
 				p.Spec.HostAliases = []corev1.HostAlias{{IP: "10.1.2.3", Hostnames: []string{"db", "db.example.com"}}, {IP: "fd00::1", Hostnames: []string{"v6"}}}
