@@ -201,3 +201,42 @@ spec:
 	m.Delete(context.Background(), "default", "picky")
 	waitGone(t, m, "picky")
 }
+
+// TestAnAdoptedPodKeepsItsStartTime restarts nodeguard under a running pod:
+// the adopted pod's startTime is its sandbox's creation, so its active
+// deadline is not restarted by the restart.
+func TestAnAdoptedPodKeepsItsStartTime(t *testing.T) {
+	r := newRig(t)
+	m, stop := r.manager(t)
+	ctx := context.Background()
+	pods := r.pods(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: kept}
+spec:
+  activeDeadlineSeconds: 3
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: BUSYBOX, command: [sh, -c, "exec sleep 3600"]}
+`)
+	if _, err := m.Apply(ctx, pods, lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	before := waitPod(t, m, "kept", "ran", running)
+	stop()
+	restarted := time.Now()
+	m2, _ := r.manager(t)
+	t.Cleanup(func() {
+		m2.Delete(ctx, "default", "kept")
+		waitGone(t, m2, "kept")
+	})
+	after := waitPod(t, m2, "kept", "was adopted", running)
+	if !after.Status.StartTime.Time.Before(restarted) {
+		t.Errorf("startTime %v after adoption, want the sandbox's creation, before the restart at %v (first startTime %v)",
+			after.Status.StartTime, restarted, before.Status.StartTime)
+	}
+	failed := waitPod(t, m2, "kept", "failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if failed.Status.Reason != lifecycle.ReasonDeadlineExceeded {
+		t.Errorf("reason %q, want %q", failed.Status.Reason, lifecycle.ReasonDeadlineExceeded)
+	}
+}
