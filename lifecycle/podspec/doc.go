@@ -78,9 +78,9 @@
 // Refused, "Forbidden: not supported by nodeguard" (or "Unsupported value"
 // for an enumerated value): EVERY other field. The support table is an
 // allowlist, so a field added to k8s.io/api later is refused until someone
-// decides what nodeguard does with it. A refused pod-level field says why
-// after the colon (refusedWhy: the control plane, plugin or feature it
-// needs). Today that includes, among others: ephemeralContainers,
+// decides what nodeguard does with it. A refused pod-level field, volume
+// type or projected source says why after the colon (refusedWhy: the
+// control plane, volume plugin or feature it needs). Today that includes, among others: ephemeralContainers,
 // readinessGates, runtimeClassName, overhead, resourceClaims, pod-level
 // resources, hostnameOverride, schedulingGroup, evictionResponders,
 // os.name windows, hostUsers false,

@@ -134,6 +134,33 @@ var refusedWhy = map[reflect.Type]map[string]string{
 		"schedulingGroup":     "scheduling groups need a control plane's scheduler",
 		"evictionResponders":  "eviction requests are a control plane's API",
 	},
+	reflect.TypeFor[corev1.VolumeSource](): volumeSourcesRefused(),
+	reflect.TypeFor[corev1.VolumeProjection](): {
+		"serviceAccountToken": "service account tokens are issued by a control plane, and there is none",
+		"clusterTrustBundle":  "ClusterTrustBundles are a control plane's objects",
+		"podCertificate":      "pod certificates are issued through a control plane",
+	},
+}
+
+// volumeSourcesRefused says why each volume type nodeguard does not mount
+// is refused: the ones a control plane provides, and the in-tree plugins
+// nodeguard has not.
+func volumeSourcesRefused() map[string]string {
+	why := map[string]string{
+		"persistentVolumeClaim": "a PersistentVolumeClaim is a control plane's object, bound to a volume by its controllers",
+		"ephemeral":             "a generic ephemeral volume is a PersistentVolumeClaim that a control plane makes",
+		"csi":                   "CSI drivers register with a kubelet's CSI volume plugin, which nodeguard has not",
+		"image":                 "image volumes (the ImageVolume feature) are not implemented",
+		"gitRepo":               "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
+	}
+	for _, plugin := range []string{
+		"gcePersistentDisk", "awsElasticBlockStore", "nfs", "iscsi", "glusterfs", "rbd", "flexVolume",
+		"cinder", "cephfs", "flocker", "fc", "azureFile", "vsphereVolume", "quobyte", "azureDisk",
+		"photonPersistentDisk", "portworxVolume", "scaleIO", "storageos",
+	} {
+		why[plugin] = "the " + plugin + " volume plugin, which nodeguard has not: mount it on the node and use a hostPath"
+	}
+	return why
 }
 
 // checkSupport walks the pod and returns a warning for every scheduling or
