@@ -134,6 +134,15 @@ var refusedWhy = map[reflect.Type]map[string]string{
 		"schedulingGroup":     "scheduling groups need a control plane's scheduler",
 		"evictionResponders":  "eviction requests are a control plane's API",
 	},
+	// Container fields other helpers' items decide on (probes, lifecycle
+	// hooks, envFrom, the security context) are not listed here.
+	reflect.TypeFor[corev1.Container](): {
+		"stdin":         "nodeguard's API has no attach, so nothing could write to the container's stdin",
+		"stdinOnce":     "nodeguard's API has no attach, so nothing could write to the container's stdin",
+		"tty":           "nodeguard's API has no attach, so nothing could read a terminal",
+		"volumeDevices": "raw block volumes come from PersistentVolumeClaims, a control plane's objects",
+		"resizePolicy":  "in-place resize goes through a control plane's pods/resize subresource",
+	},
 	reflect.TypeFor[corev1.VolumeSource](): volumeSourcesRefused(),
 	reflect.TypeFor[corev1.VolumeProjection](): {
 		"serviceAccountToken": "service account tokens are issued by a control plane, and there is none",
