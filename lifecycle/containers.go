@@ -220,6 +220,11 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	if err != nil {
 		return err
 	}
+	if hm, err := m.hostsMount(st, c); err != nil {
+		return err
+	} else if hm != nil {
+		ms = append(ms, hm)
+	}
 	opts := cri.ContainerOptions{
 		Image: image, Attempt: attempt, OOMScoreAdj: int64(adj), PodIP: st.ip,
 		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true, Mounts: ms,

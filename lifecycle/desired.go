@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"slices"
 	"time"
@@ -63,6 +64,11 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		if len(errs) > 0 {
 			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
 		}
+		if !m.desired(p.UID) {
+			if err := matchNodeSelector(p, m.cfg.NodeLabels); err != nil {
+				return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
+			}
+		}
 		if m.cfg.Admit != nil && !m.desired(p.UID) {
 			if err := m.cfg.Admit(p); err != nil {
 				return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
@@ -88,6 +94,7 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			}
 		}
 	}
+	var added []*corev1.Pod
 	m.mu.Lock()
 	for _, p := range out {
 		for uid, st := range m.pods {
@@ -106,11 +113,15 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			status: corev1.PodStatus{Phase: corev1.PodPending}}
 		if ev := m.loadEviction(p.UID); ev != nil {
 			st.evicted = ev
-			st.status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonEvicted, Message: ev.Message}
+			st.status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: ev.reason(), Message: ev.Message}
 		}
 		m.pods[p.UID] = st
+		added = append(added, p)
 	}
 	m.mu.Unlock()
+	for _, p := range added {
+		logNoServiceAccountToken(m.log, p)
+	}
 	m.poke()
 	return out, nil
 }
@@ -247,4 +258,23 @@ func (m *Manager) Wait(ctx context.Context, namespace, name string, pred func(*c
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// logNoServiceAccountToken says, once per pod, that a pod which names a
+// service account or asks for its token runs without it: both fields are
+// accepted, as by a standalone kubelet, but nothing standalone can issue a
+// token. Pods that say neither are not told (every pod would be).
+func logNoServiceAccountToken(log *slog.Logger, p *corev1.Pod) {
+	sa := p.Spec.ServiceAccountName
+	if sa == "" {
+		sa = p.Spec.DeprecatedServiceAccount
+	}
+	automount := p.Spec.AutomountServiceAccountToken
+	if (automount != nil && !*automount) || (sa == "" && automount == nil) {
+		return
+	}
+	if sa == "" {
+		sa = "default"
+	}
+	log.Info("no service account token mounted: there is no control plane to issue one", "pod", key(p), "service_account", sa)
 }

@@ -15,6 +15,14 @@
 //     their grace period first) and removed, with its cgroups;
 //   - after a restart of nodeguard, running sandboxes of desired pods are
 //     adopted, never duplicated; extra sandboxes of one pod are removed;
+//   - a pod is admitted only if its nodeSelector matches Config.NodeLabels
+//     (the standalone kubelet's hostname, os and arch labels), else
+//     rejected as NodeAffinity; one past its activeDeadlineSeconds is
+//     ended as the kubelet's: Failed, DeadlineExceeded, containers stopped
+//     with its grace period, never started again;
+//   - every container gets the kubelet's managed /etc/hosts (the pod's IP
+//     under its hostname, hostAliases; a host-network pod the node's file
+//     plus hostAliases);
 //   - images are resolved by imagePullPolicy as the kubelet's image manager
 //     (failed pulls back off: ErrImagePull, ImagePullBackOff);
 //   - container logs are rotated as the kubelet's container log manager
@@ -56,6 +64,8 @@
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
 // victim's oom_score_adj, local-storage limits); images.go (pull policy),
 // containerlogs.go (logs and rotation), exec.go; network.go, volumes.go,
-// storage.go, dns.go; apiservice.go (the Manager as the local API's
+// storage.go, dns.go, hosts.go (the pods' /etc/hosts); nodelabels.go
+// (nodeSelector admission) and deadline.go (activeDeadlineSeconds);
+// apiservice.go (the Manager as the local API's
 // PodService); heartbeat.go and runtime.go.
 package lifecycle

@@ -28,10 +28,36 @@ const ReasonEvicted = "Evicted"
 // evicted pods for their controllers to see; nodeguard keeps them for
 // `pod ls`). It is persisted, so a restarted nodeguard does not run an
 // evicted pod again.
+//
+// A pod past its activeDeadlineSeconds ends the same way, with its own
+// Reason (deadline.go).
 type eviction struct {
+	// Reason is the pod status reason; ReasonEvicted when empty (records
+	// written before there were others).
+	Reason  string        `json:"reason,omitempty"`
 	Message string        `json:"message"`
 	Grace   time.Duration `json:"grace"`
 	At      time.Time     `json:"at"`
+}
+
+// reason is the pod status reason of the ended pod.
+func (e *eviction) reason() string {
+	if e.Reason == "" {
+		return ReasonEvicted
+	}
+	return e.Reason
+}
+
+// recordEviction persists ev for the pod uid.
+func (m *Manager) recordEviction(uid types.UID, ev *eviction) error {
+	if err := os.MkdirAll(filepath.Dir(m.evictedPath(uid)), 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(m.evictedPath(uid), b, 0o600)
 }
 
 func (m *Manager) evictedPath(uid types.UID) string {
@@ -181,11 +207,7 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 	}
 	killed := time.Now()
 	st.poke()
-	if err := os.MkdirAll(filepath.Dir(m.evictedPath(pod.UID)), 0o700); err == nil {
-		if b, err := json.Marshal(ev); err == nil {
-			errs = append(errs, os.WriteFile(m.evictedPath(pod.UID), b, 0o600))
-		}
-	}
+	errs = append(errs, m.recordEviction(pod.UID, ev))
 	// The stages of the eviction manager's kill_latency that are spent
 	// here: waiting for the pod manager's lock, the kill itself and
 	// recording the eviction.

@@ -68,6 +68,15 @@ type Config struct {
 	DNS *runtimeapi.DNSConfig
 	// PodOptions validate manifests (priority classes, privileged).
 	PodOptions podspec.Options
+	// ClusterDomain, when set, gives a pod with a subdomain its FQDN in
+	// its /etc/hosts (the kubelet's clusterDomain); none standalone.
+	ClusterDomain string
+	// NodeHostsFile is the node's hosts file, the base of host-network
+	// pods' (NodeHostsFile when empty).
+	NodeHostsFile string
+	// NodeLabels are the node's labels, which a pod's nodeSelector must
+	// match to be admitted; StandaloneNodeLabels of this machine when nil.
+	NodeLabels map[string]string
 	// CgroupV2 tells container configs to ask for memory.oom.group.
 	CgroupV2                   bool
 	BackoffInitial, BackoffMax time.Duration
@@ -209,6 +218,16 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.NodeHostsFile == "" {
+		cfg.NodeHostsFile = NodeHostsFile
+	}
+	if cfg.NodeLabels == nil {
+		labels, err := defaultNodeLabels()
+		if err != nil {
+			return nil, fmt.Errorf("new pod manager: %w", err)
+		}
+		cfg.NodeLabels = labels
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -97,6 +98,11 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 		parent := current.GetAnnotations()[AnnotationCgroupParent]
 		m.mu.Lock()
 		st.sandboxID, st.parent = current.Id, parent
+		// The pod started with its sandbox, before this nodeguard: its
+		// startTime, and so its activeDeadlineSeconds, count from then.
+		if c := time.Unix(0, current.CreatedAt); current.CreatedAt > 0 && c.Before(st.created) {
+			st.created = c
+		}
 		m.mu.Unlock()
 		st.sandboxCfg = m.sandboxConfig(st)
 		m.log.Info("pod adopted", "pod", key(pod), "sandbox", current.Id)

@@ -83,6 +83,9 @@ func (m *Manager) nextSync(st *podState) time.Duration {
 		d = SteadyResyncFactor * m.cfg.Resync
 	}
 	now := m.now()
+	if left, ok := untilDeadline(st, now); ok && left < d {
+		d = left
+	}
 	for _, b := range st.backoff {
 		if !b.until.IsZero() {
 			if left := b.until.Sub(now); left > 0 && left < d {
@@ -102,7 +105,7 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 	evicted := st.evicted != nil
 	m.mu.Unlock()
 	switch {
-	case !deleting && evicted:
+	case !deleting && (evicted || m.endPastDeadline(st)):
 		m.syncEvicted(ctx, uid, st, sbs)
 		return false
 	case !deleting:
@@ -131,6 +134,7 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 		return false
 	}
 	_ = os.RemoveAll(m.logDir(st.pod))
+	_ = os.Remove(m.hostsPath(uid))
 	_ = os.Remove(m.evictedPath(uid))
 	m.mu.Lock()
 	delete(m.pods, uid)

@@ -23,11 +23,23 @@
 //     default "default"), uid (generated when empty; letters, digits and
 //     '-'), labels and annotations (validated as Kubernetes does);
 //   - spec: containers and initContainers, restartPolicy,
-//     terminationGracePeriodSeconds (>= 0), priorityClassName and priority
-//     (resolved from Options.PriorityClasses plus the built-in
-//     system-node-critical and system-cluster-critical; an unknown class is
-//     an error), volumes, hostNetwork, hostPID, hostIPC, dnsPolicy,
-//     dnsConfig, hostname, subdomain, os.name linux, and the pod
+//     terminationGracePeriodSeconds (>= 0), activeDeadlineSeconds (1 to
+//     2^31-1; the pod fails with DeadlineExceeded past it),
+//     priorityClassName and priority (resolved from Options.PriorityClasses
+//     plus the built-in system-node-critical and system-cluster-critical; an
+//     unknown class is an error), volumes, hostNetwork, hostPID and hostIPC
+//     (only with Options.AllowPrivileged: the node's namespaces are the
+//     node's), shareProcessNamespace (not with hostPID), dnsPolicy (every
+//     policy), dnsConfig, hostname, subdomain, hostAliases (IP addresses,
+//     DNS subdomain hostnames; written to the pod's /etc/hosts),
+//     nodeSelector (label syntax here; lifecycle admits a pod only if the
+//     node's labels match) and tolerations (validated as Kubernetes does;
+//     no effect, a standalone node has no taints), serviceAccountName and
+//     serviceAccount (DNS subdomain) and automountServiceAccountToken (any
+//     value: without a control plane no token is mounted),
+//     imagePullSecrets (a warning on a node that does not pull, where they
+//     are harmless; refused on one that pulls, which has no credentials to
+//     pull with), os.name linux, and the pod
 //     securityContext: runAsUser, runAsGroup, runAsNonRoot (checked
 //     against the image's user at start, as the kubelet), fsGroup and
 //     fsGroupChangePolicy (volume ownership, see package mounts),
@@ -66,17 +78,16 @@
 //     the volume code checks the rest.
 //
 // Accepted only with their harmless or default values (anything else is an
-// error): hostUsers true, shareProcessNamespace false,
-// automountServiceAccountToken false, setHostnameAsFQDN false,
+// error): hostUsers true, setHostnameAsFQDN false,
 // terminationMessagePath /dev/termination-log, terminationMessagePolicy File,
 // procMount Default (Unmasked needs hostUsers false), mountPropagation
 // None, recursiveReadOnly Disabled.
 // enableServiceLinks is accepted silently (there are no Services).
 //
 // Ignored with a warning (Validate returns them separately): the scheduling
-// fields nodeName, nodeSelector, affinity, tolerations, schedulerName,
-// topologySpreadConstraints, schedulingGates and preemptionPolicy, which
-// mean nothing to an agent that runs every pod it is given; and what an API
+// fields nodeName, affinity, schedulerName, topologySpreadConstraints,
+// schedulingGates and preemptionPolicy, which mean nothing to an agent that
+// runs every pod it is given; and what an API
 // server fills in (status, metadata.creationTimestamp, resourceVersion,
 // generation, selfLink, managedFields), so that "get -o yaml" output can be
 // fed back.
@@ -84,10 +95,12 @@
 // Refused, "Forbidden: not supported by nodeguard" (or "Unsupported value"
 // for an enumerated value): EVERY other field. The support table is an
 // allowlist, so a field added to k8s.io/api later is refused until someone
-// decides what nodeguard does with it. Today that includes, among others:
-// ephemeralContainers, readinessGates, runtimeClassName, overhead,
-// resourceClaims, pod-level resources, activeDeadlineSeconds, hostAliases,
-// imagePullSecrets, serviceAccountName, os.name windows, hostUsers false,
+// decides what nodeguard does with it. A refused pod-level field, volume
+// type or projected source says why after the colon (refusedWhy: the
+// control plane, volume plugin or feature it needs). Today that includes,
+// among others: ephemeralContainers, readinessGates, runtimeClassName,
+// overhead, resourceClaims, pod-level resources, hostnameOverride,
+// schedulingGroup, evictionResponders, os.name windows, hostUsers false,
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
 // windowsOptions, and per container: probes, lifecycle hooks,
 // resourceFieldRef of hugepages, resizePolicy,

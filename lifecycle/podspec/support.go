@@ -49,6 +49,9 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.PodSpec](): {
 		"volumes": honoured, "initContainers": honoured, "containers": honoured,
 		"restartPolicy": honoured, "terminationGracePeriodSeconds": honoured,
+		"activeDeadlineSeconds": honoured, "hostAliases": honoured,
+		"serviceAccountName": honoured, "serviceAccount": honoured,
+		"imagePullSecrets": honoured, "nodeSelector": honoured, "tolerations": honoured,
 		"dnsPolicy": honoured, "dnsConfig": honoured, "hostname": honoured, "subdomain": honoured,
 		"hostNetwork": honoured, "hostPID": honoured, "hostIPC": honoured,
 		"securityContext": honoured, "priorityClassName": honoured, "priority": honoured,
@@ -56,9 +59,9 @@ var fieldUse = map[reflect.Type]map[string]use{
 		// Only their harmless values pass Validate.
 		"hostUsers": honoured, "shareProcessNamespace": honoured,
 		"automountServiceAccountToken": honoured, "setHostnameAsFQDN": honoured,
+		// There are no Services standalone: no links to inject.
 		"enableServiceLinks": noEffect,
-		"nodeName":           scheduling, "nodeSelector": scheduling, "affinity": scheduling,
-		"tolerations": scheduling, "schedulerName": scheduling,
+		"nodeName":           scheduling, "affinity": scheduling, "schedulerName": scheduling,
 		"topologySpreadConstraints": scheduling, "schedulingGates": scheduling,
 		"preemptionPolicy": scheduling,
 	},
@@ -132,6 +135,59 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.KeyToPath]():               {"key": honoured, "path": honoured, "mode": honoured},
 }
 
+// refusedWhy says why nodeguard refuses a field it does not list in
+// fieldUse: the error names what is missing (a plugin, a control plane, a
+// feature). A field without an entry is refused with NotSupported alone.
+var refusedWhy = map[reflect.Type]map[string]string{
+	reflect.TypeFor[corev1.PodSpec](): {
+		"ephemeralContainers": "ephemeral containers are added through a control plane's pods/ephemeralcontainers subresource, which nodeguard's API has not",
+		"readinessGates":      "readiness gates wait for conditions that controllers set through a control plane",
+		"runtimeClassName":    "a RuntimeClass is a control plane's object, and nodeguard configures no runtime handlers",
+		"overhead":            "set by a control plane's RuntimeClass admission plugin, which nodeguard has not",
+		"resourceClaims":      "dynamic resource allocation needs a control plane's ResourceClaims and a DRA driver",
+		"resources":           "pod-level resources (the PodLevelResources feature) are not implemented: set resources per container",
+		"hostnameOverride":    "the HostnameOverride feature is not implemented: use hostname",
+		"schedulingGroup":     "scheduling groups need a control plane's scheduler",
+		"evictionResponders":  "eviction requests are a control plane's API",
+	},
+	// Container fields other helpers' items decide on (probes, lifecycle
+	// hooks, envFrom, the security context) are not listed here.
+	reflect.TypeFor[corev1.Container](): {
+		"stdin":         "nodeguard's API has no attach, so nothing could write to the container's stdin",
+		"stdinOnce":     "nodeguard's API has no attach, so nothing could write to the container's stdin",
+		"tty":           "nodeguard's API has no attach, so nothing could read a terminal",
+		"volumeDevices": "raw block volumes come from PersistentVolumeClaims, a control plane's objects",
+		"resizePolicy":  "in-place resize goes through a control plane's pods/resize subresource",
+	},
+	reflect.TypeFor[corev1.VolumeSource](): volumeSourcesRefused(),
+	reflect.TypeFor[corev1.VolumeProjection](): {
+		"serviceAccountToken": "service account tokens are issued by a control plane, and there is none",
+		"clusterTrustBundle":  "ClusterTrustBundles are a control plane's objects",
+		"podCertificate":      "pod certificates are issued through a control plane",
+	},
+}
+
+// volumeSourcesRefused says why each volume type nodeguard does not mount
+// is refused: the ones a control plane provides, and the in-tree plugins
+// nodeguard has not.
+func volumeSourcesRefused() map[string]string {
+	why := map[string]string{
+		"persistentVolumeClaim": "a PersistentVolumeClaim is a control plane's object, bound to a volume by its controllers",
+		"ephemeral":             "a generic ephemeral volume is a PersistentVolumeClaim that a control plane makes",
+		"csi":                   "CSI drivers register with a kubelet's CSI volume plugin, which nodeguard has not",
+		"image":                 "image volumes (the ImageVolume feature) are not implemented",
+		"gitRepo":               "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
+	}
+	for _, plugin := range []string{
+		"gcePersistentDisk", "awsElasticBlockStore", "nfs", "iscsi", "glusterfs", "rbd", "flexVolume",
+		"cinder", "cephfs", "flocker", "fc", "azureFile", "vsphereVolume", "quobyte", "azureDisk",
+		"photonPersistentDisk", "portworxVolume", "scaleIO", "storageos",
+	} {
+		why[plugin] = "the " + plugin + " volume plugin, which nodeguard has not: mount it on the node and use a hostPath"
+	}
+	return why
+}
+
 // checkSupport walks the pod and returns a warning for every scheduling or
 // server-set field that is set and a Forbidden error for every set field
 // nodeguard does not know what to do with.
@@ -182,7 +238,11 @@ func walkFields(v reflect.Value, uses map[string]use, p *field.Path, warnings *[
 		u, ok := uses[name]
 		switch {
 		case !ok:
-			*errs = append(*errs, field.Forbidden(fp, NotSupported))
+			msg := NotSupported
+			if why, ok := refusedWhy[t][name]; ok {
+				msg += ": " + why
+			}
+			*errs = append(*errs, field.Forbidden(fp, msg))
 		case u == scheduling:
 			*warnings = append(*warnings, fp.String()+": ignored: nodeguard does no scheduling, it runs every pod it is given")
 		case u == serverSet:

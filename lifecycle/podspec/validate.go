@@ -2,6 +2,7 @@ package podspec
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"path"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -103,6 +105,10 @@ func Validate(pod *corev1.Pod, opts Options) (warnings []string, errs field.Erro
 	}
 	warnings, unsupported := checkSupport(pod)
 	errs = append(errs, unsupported...)
+	if len(pod.Spec.ImagePullSecrets) > 0 && !opts.ImagePull {
+		// Harmless: nothing is pulled, so no credentials are needed.
+		warnings = append(warnings, "spec.imagePullSecrets: ignored: this node does not pull images (imagePull: false in nodeguard's config)")
+	}
 	errs = append(errs, validateMetadata(pod)...)
 	errs = append(errs, validateSpec(&pod.Spec, opts, field.NewPath("spec"))...)
 	if _, err := ResolvePriority(pod, opts); err != nil {
@@ -186,8 +192,6 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 			errs = append(errs, field.Forbidden(sp.Child(name), NotSupported+": "+why))
 		}
 	}
-	forbidTrue(s.ShareProcessNamespace, "shareProcessNamespace", "each container has its own PID namespace")
-	forbidTrue(s.AutomountServiceAccountToken, "automountServiceAccountToken", "there is no API server to issue tokens")
 	forbidTrue(s.SetHostnameAsFQDN, "setHostnameAsFQDN", "the hostname is the pod's hostname")
 	if s.HostUsers != nil && !*s.HostUsers {
 		errs = append(errs, field.Forbidden(sp.Child("hostUsers"), NotSupported+": user namespaces"))
@@ -195,6 +199,97 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 	if s.PriorityClassName != "" {
 		for _, msg := range apivalidation.NameIsDNSSubdomain(s.PriorityClassName, false) {
 			errs = append(errs, field.Invalid(sp.Child("priorityClassName"), s.PriorityClassName, msg))
+		}
+	}
+	errs = append(errs, validateWorkloadFields(s, opts, sp)...)
+	return errs
+}
+
+// validateWorkloadFields checks the pod-level fields a standalone kubelet
+// accepts beyond containers and volumes, as ValidatePodSpec and
+// ValidatePodSecurityContext do, and the host namespaces against the node's
+// policy.
+func validateWorkloadFields(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if d := s.ActiveDeadlineSeconds; d != nil && (*d < 1 || *d > math.MaxInt32) {
+		errs = append(errs, field.Invalid(sp.Child("activeDeadlineSeconds"), *d, validation.InclusiveRangeError(1, math.MaxInt32)))
+	}
+	for _, sa := range []struct{ name, field string }{{s.ServiceAccountName, "serviceAccountName"}, {s.DeprecatedServiceAccount, "serviceAccount"}} {
+		if sa.name == "" {
+			continue
+		}
+		for _, msg := range apivalidation.NameIsDNSSubdomain(sa.name, false) {
+			errs = append(errs, field.Invalid(sp.Child(sa.field), sa.name, msg))
+		}
+	}
+	for i, a := range s.HostAliases {
+		ap := sp.Child("hostAliases").Index(i)
+		errs = append(errs, validation.IsValidIP(ap.Child("ip"), a.IP)...)
+		for j, h := range a.Hostnames {
+			for _, msg := range validation.IsDNS1123Subdomain(h) {
+				errs = append(errs, field.Invalid(ap.Child("hostnames").Index(j), h, msg))
+			}
+		}
+	}
+	if s.ShareProcessNamespace != nil && *s.ShareProcessNamespace && s.HostPID {
+		errs = append(errs, field.Invalid(sp.Child("shareProcessNamespace"), true, "ShareProcessNamespace and HostPID cannot both be enabled"))
+	}
+	// The node's namespaces are the node's: as a privileged container, a
+	// pod gets them only where the node allows it (allowPrivileged).
+	for _, host := range []struct {
+		set  bool
+		name string
+	}{{s.HostNetwork, "hostNetwork"}, {s.HostPID, "hostPID"}, {s.HostIPC, "hostIPC"}} {
+		if host.set && !opts.AllowPrivileged {
+			errs = append(errs, field.Forbidden(sp.Child(host.name), "disallowed by node policy: the node's namespaces need allowPrivileged: true"))
+		}
+	}
+	if len(s.ImagePullSecrets) > 0 && opts.ImagePull {
+		errs = append(errs, field.Forbidden(sp.Child("imagePullSecrets"), NotSupported+
+			": nodeguard pulls without credentials and reads no kubernetes.io/dockerconfigjson Secrets: make the images pullable anonymously or put them on the node"))
+	}
+	for i, r := range s.ImagePullSecrets {
+		if r.Name == "" {
+			errs = append(errs, field.Required(sp.Child("imagePullSecrets").Index(i).Child("name"), ""))
+		}
+	}
+	errs = append(errs, metavalidation.ValidateLabels(s.NodeSelector, sp.Child("nodeSelector"))...)
+	errs = append(errs, validateTolerations(s.Tolerations, sp.Child("tolerations"))...)
+	return errs
+}
+
+// validateTolerations is ValidateTolerations of pkg/apis/core/validation.
+// Tolerations are accepted and have no effect: a standalone node has no
+// taints to tolerate.
+func validateTolerations(tolerations []corev1.Toleration, tp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, t := range tolerations {
+		ip := tp.Index(i)
+		if t.Key != "" {
+			errs = append(errs, metavalidation.ValidateLabelName(t.Key, ip.Child("key"))...)
+		}
+		if t.Key == "" && t.Operator != corev1.TolerationOpExists {
+			errs = append(errs, field.Invalid(ip.Child("operator"), t.Operator, "operator must be Exists when `key` is empty, which means \"match all values and all keys\""))
+		}
+		if t.TolerationSeconds != nil && t.Effect != corev1.TaintEffectNoExecute {
+			errs = append(errs, field.Invalid(ip.Child("effect"), t.Effect, "effect must be 'NoExecute' when `tolerationSeconds` is set"))
+		}
+		switch t.Operator {
+		case corev1.TolerationOpEqual, "":
+			for _, msg := range validation.IsValidLabelValue(t.Value) {
+				errs = append(errs, field.Invalid(ip.Child("operator"), t.Value, msg))
+			}
+		case corev1.TolerationOpExists:
+			if t.Value != "" {
+				errs = append(errs, field.Invalid(ip.Child("operator"), t, "value must be empty when `operator` is 'Exists'"))
+			}
+		default:
+			errs = append(errs, field.NotSupported(ip.Child("operator"), t.Operator, []corev1.TolerationOperator{corev1.TolerationOpEqual, corev1.TolerationOpExists}))
+		}
+		switch t.Effect {
+		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			errs = append(errs, field.NotSupported(ip.Child("effect"), t.Effect, []corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute}))
 		}
 	}
 	return errs

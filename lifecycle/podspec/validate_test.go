@@ -72,16 +72,111 @@ func TestValidate(t *testing.T) {
 			name: "scheduling fields are accepted with warnings",
 			mutate: func(p *corev1.Pod) {
 				p.Spec.NodeName = "n1"
-				p.Spec.NodeSelector = map[string]string{"a": "b"}
-				p.Spec.Tolerations = []corev1.Toleration{{Key: "k"}}
 				p.Spec.SchedulerName = "default-scheduler"
 			},
 			wantWarnings: []string{
 				"spec.nodeName: ignored: nodeguard does no scheduling, it runs every pod it is given",
-				"spec.nodeSelector: ignored: nodeguard does no scheduling, it runs every pod it is given",
 				"spec.schedulerName: ignored: nodeguard does no scheduling, it runs every pod it is given",
-				"spec.tolerations: ignored: nodeguard does no scheduling, it runs every pod it is given",
 			},
+		},
+		{
+			name: "a nodeSelector and tolerations are accepted silently (admission matches the selector)",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.NodeSelector = map[string]string{"kubernetes.io/os": "linux"}
+				p.Spec.Tolerations = []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}, {Operator: corev1.TolerationOpExists}}
+			},
+		},
+		{
+			name: "a nodeSelector and tolerations are validated as Kubernetes does",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.NodeSelector = map[string]string{"bad key": "v"}
+				p.Spec.Tolerations = []corev1.Toleration{
+					{Operator: corev1.TolerationOpEqual},
+					{Key: "k", Operator: corev1.TolerationOpExists, Value: "v"},
+					{Key: "k", Operator: "In"},
+					{Key: "k", Effect: "Never"},
+					{Key: "k", Effect: corev1.TaintEffectNoSchedule, TolerationSeconds: ptr(int64(5))},
+				}
+			},
+			wantErrs: []string{
+				`spec.nodeSelector: Invalid value: "bad key": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')`,
+				"spec.tolerations[0].operator: Invalid value: \"Equal\": operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
+				`spec.tolerations[1].operator: Invalid value: {"key":"k","operator":"Exists","value":"v"}: value must be empty when ` + "`operator` is 'Exists'",
+				`spec.tolerations[2].operator: Unsupported value: "In": supported values: "Equal", "Exists"`,
+				`spec.tolerations[3].effect: Unsupported value: "Never": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"`,
+				"spec.tolerations[4].effect: Invalid value: \"NoSchedule\": effect must be 'NoExecute' when `tolerationSeconds` is set",
+			},
+		},
+		{
+			name: "serviceAccountName and automountServiceAccountToken are accepted",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.ServiceAccountName, p.Spec.DeprecatedServiceAccount = "builder", "builder"
+				p.Spec.AutomountServiceAccountToken = &tr
+			},
+		},
+		{
+			name:     "a serviceAccountName must be a DNS subdomain",
+			mutate:   func(p *corev1.Pod) { p.Spec.ServiceAccountName = "Builder" },
+			wantErrs: []string{`spec.serviceAccountName: Invalid value: "Builder": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
+		},
+		{
+			name: "activeDeadlineSeconds, hostAliases and shareProcessNamespace are accepted",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.ActiveDeadlineSeconds = ptr(int64(2))
+				p.Spec.HostAliases = []corev1.HostAlias{{IP: "10.1.2.3", Hostnames: []string{"db", "db.example.com"}}, {IP: "fd00::1", Hostnames: []string{"v6"}}}
+				p.Spec.ShareProcessNamespace = &tr
+				p.Spec.EnableServiceLinks = &tr
+			},
+		},
+		{
+			name: "activeDeadlineSeconds must be positive and hostAliases well formed",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.ActiveDeadlineSeconds = ptr(int64(0))
+				p.Spec.HostAliases = []corev1.HostAlias{{IP: "10.1.2", Hostnames: []string{"db_1"}}}
+			},
+			wantErrs: []string{
+				"spec.activeDeadlineSeconds: Invalid value: 0: must be between 1 and 2147483647, inclusive",
+				`spec.hostAliases[0].ip: Invalid value: "10.1.2": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)`,
+				`spec.hostAliases[0].hostnames[0]: Invalid value: "db_1": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+			},
+		},
+		{
+			name:   "the node's namespaces are refused unless the node allows privileged pods",
+			mutate: func(p *corev1.Pod) { p.Spec.HostNetwork, p.Spec.HostPID, p.Spec.HostIPC = true, true, true },
+			wantErrs: []string{
+				"spec.hostNetwork: Forbidden: disallowed by node policy: the node's namespaces need allowPrivileged: true",
+				"spec.hostPID: Forbidden: disallowed by node policy: the node's namespaces need allowPrivileged: true",
+				"spec.hostIPC: Forbidden: disallowed by node policy: the node's namespaces need allowPrivileged: true",
+			},
+		},
+		{
+			name:   "the node's namespaces are accepted where the node allows privileged pods",
+			opts:   Options{AllowPrivileged: true},
+			mutate: func(p *corev1.Pod) { p.Spec.HostNetwork, p.Spec.HostPID, p.Spec.HostIPC = true, true, true },
+		},
+		{
+			name:     "shareProcessNamespace and hostPID are exclusive",
+			opts:     Options{AllowPrivileged: true},
+			mutate:   func(p *corev1.Pod) { p.Spec.HostPID, p.Spec.ShareProcessNamespace = true, &tr },
+			wantErrs: []string{"spec.shareProcessNamespace: Invalid value: true: ShareProcessNamespace and HostPID cannot both be enabled"},
+		},
+		{
+			name:         "imagePullSecrets are harmless on a node that does not pull",
+			mutate:       func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}} },
+			wantWarnings: []string{"spec.imagePullSecrets: ignored: this node does not pull images (imagePull: false in nodeguard's config)"},
+		},
+		{
+			name:   "imagePullSecrets are refused on a node that pulls, naming what is missing",
+			opts:   Options{ImagePull: true},
+			mutate: func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}} },
+			wantErrs: []string{
+				"spec.imagePullSecrets: Forbidden: not supported by nodeguard: nodeguard pulls without credentials and reads no kubernetes.io/dockerconfigjson Secrets: make the images pullable anonymously or put them on the node",
+			},
+		},
+		{
+			name:     "a field that needs a control plane is refused with the reason",
+			mutate:   func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr("kata") },
+			wantErrs: []string{"spec.runtimeClassName: Forbidden: not supported by nodeguard: a RuntimeClass is a control plane's object, and nodeguard configures no runtime handlers"},
 		},
 		{
 			name:         "status is accepted with a warning",
@@ -123,7 +218,7 @@ func TestValidate(t *testing.T) {
 		{
 			name:     "a pod-level resources stanza is refused",
 			mutate:   func(p *corev1.Pod) { p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{}} },
-			wantErrs: []string{"spec.resources: Forbidden: not supported by nodeguard"},
+			wantErrs: []string{"spec.resources: Forbidden: not supported by nodeguard: pod-level resources (the PodLevelResources feature) are not implemented: set resources per container"},
 		},
 	}
 	for _, tt := range tests {
@@ -220,6 +315,11 @@ func TestEveryUnlistedPodSpecFieldIsRefused(t *testing.T) {
 				setNonZero(fv)
 				_, errs := Validate(p, Options{})
 				want := target.path + name + ": Forbidden: " + NotSupported
+				if why, ok := refusedWhy[target.typ][name]; ok {
+					want += ": " + why
+				} else if target.typ != reflect.TypeFor[corev1.Container]() {
+					t.Errorf("refusedWhy has no reason for %s: say what is missing", name)
+				}
 				for _, e := range errs {
 					if e.Error() == want {
 						return
@@ -259,3 +359,5 @@ func setNonZero(v reflect.Value) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
