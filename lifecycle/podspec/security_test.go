@@ -106,6 +106,7 @@ func TestValidateSecurityContext(t *testing.T) {
 				sysctls("net.ipv4.tcp_syncookies", "1")(p)
 				p.Spec.HostNetwork = true
 			},
+			opts:     Options{AllowPrivileged: true}, // hostNetwork needs it
 			wantErrs: []string{`spec.securityContext.sysctls[0]: Forbidden: sysctl "net.ipv4.tcp_syncookies" not allowed with host net enabled`},
 		},
 		{
