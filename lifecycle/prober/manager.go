@@ -168,6 +168,19 @@ func (m *Manager) RemovePod(uid types.UID) {
 	}
 }
 
+// Stop stops every pod's workers and waits for them.
+func (m *Manager) Stop() {
+	m.mu.Lock()
+	uids := make([]types.UID, 0, len(m.pods))
+	for uid := range m.pods {
+		uids = append(uids, uid)
+	}
+	m.mu.Unlock()
+	for _, uid := range uids {
+		m.RemovePod(uid)
+	}
+}
+
 // SetContainer records what the runtime says of a pod's container.
 func (m *Manager) SetContainer(uid types.UID, name string, c Container) {
 	m.mu.Lock()
