@@ -73,7 +73,7 @@
 // resourceClaims, pod-level resources, activeDeadlineSeconds, hostAliases,
 // imagePullSecrets, serviceAccountName, os.name windows, hostUsers false,
 // most of the pod securityContext (fsGroup, supplementalGroups, sysctls,
-// seccompProfile, ...), and per container: probes, lifecycle hooks, envFrom,
+// seccompProfile, ...), and per container: gRPC probes, lifecycle hooks, envFrom,
 // env from configMapKeyRef/secretKeyRef/resourceFieldRef, resizePolicy,
 // restartPolicy (sidecar init containers), volumeDevices, stdin/tty,
 // runAsNonRoot, seccomp/AppArmor/SELinux options, extended resources and

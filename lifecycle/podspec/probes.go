@@ -105,9 +105,12 @@ func validateProbe(p *corev1.Probe, c *corev1.Container, readiness bool, pp *fie
 // for it to be ready.
 func noInitProbes(c *corev1.Container, cp *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for name, p := range map[string]*corev1.Probe{"livenessProbe": c.LivenessProbe, "readinessProbe": c.ReadinessProbe, "startupProbe": c.StartupProbe} {
-		if p != nil {
-			errs = append(errs, field.Forbidden(cp.Child(name), "may not be set for init containers"))
+	for _, p := range []struct {
+		name string
+		set  bool
+	}{{"livenessProbe", c.LivenessProbe != nil}, {"readinessProbe", c.ReadinessProbe != nil}, {"startupProbe", c.StartupProbe != nil}} {
+		if p.set {
+			errs = append(errs, field.Forbidden(cp.Child(p.name), "may not be set for init containers"))
 		}
 	}
 	return errs
