@@ -92,8 +92,10 @@ func TestValidateProbes(t *testing.T) {
 			wantErrs: []string{"spec.containers[0].readinessProbe.grpc: Forbidden: not supported by nodeguard: gRPC probes are not implemented; use exec (grpc_health_probe) or tcpSocket"},
 		},
 		{
-			name:     "an exec probe needs a command",
-			mutate:   func(c *corev1.Container) { c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{}}} },
+			name: "an exec probe needs a command",
+			mutate: func(c *corev1.Container) {
+				c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{}}}
+			},
 			wantErrs: []string{"spec.containers[0].livenessProbe.exec.command: Required value"},
 		},
 	}

@@ -122,7 +122,7 @@ func BenchmarkNetNSProbes(b *testing.B) {
 					b.Fatalf("probe: %v %q %v", r, msg, err)
 				}
 			}
-			b.ReportMetric(float64((cpuTime(b) - before).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64((cpuTime(b)-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 	// The same TCP probe from a goroutine that stays in the namespace: what
@@ -143,7 +143,7 @@ func BenchmarkNetNSProbes(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64((cpuTime(b) - before).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64((cpuTime(b)-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	})
 }
 
