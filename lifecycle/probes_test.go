@@ -2,11 +2,15 @@ package lifecycle_test
 
 import (
 	"context"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/prober"
 )
 
 const probedPods = `
@@ -67,6 +71,14 @@ spec:
       terminationGracePeriodSeconds: 1
 `
 
+func selfCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func condition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
 	for _, c := range p.Status.Conditions {
 		if c.Type == t {
@@ -125,6 +137,24 @@ func TestProbesInRealContainers(t *testing.T) {
 		if rc := p.Status.ContainerStatuses[0].RestartCount; rc != 0 {
 			t.Fatalf("a readiness failure restarted the container (restartCount %d)", rc)
 		}
+	})
+
+	t.Run("an exec probe costs this process one ExecSync call", func(t *testing.T) {
+		// Measured, not asserted: the test process holds the whole
+		// Manager, so the figure is an upper bound of nodeguard's share
+		// (runc's exec in containerd's shim costs far more, outside it).
+		p, _ := m.Get("default", "gated")
+		id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		h := prober.Handlers{Exec: r.client}
+		probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/tmp/started"}}}}
+		const n = 20
+		before := selfCPU(t)
+		for range n {
+			if res, msg, err := h.Probe(ctx, probe, prober.Target{ContainerID: id}); res != prober.Success {
+				t.Fatalf("exec probe: %v %q %v", res, msg, err)
+			}
+		}
+		t.Logf("exec probe: %v of this process's CPU each (%d probes)", (selfCPU(t)-before)/n, n)
 	})
 
 	t.Run("httpGet and tcpSocket probes reach the pod from the node's network namespace", func(t *testing.T) {
