@@ -155,6 +155,11 @@ func TestProbesInRealContainers(t *testing.T) {
 			}
 		}
 		t.Logf("exec probe: %v of this process's CPU each (%d probes)", (selfCPU(t)-before)/n, n)
+		slow := &corev1.Probe{TimeoutSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "5"}}}}
+		res, msg, err := h.Probe(ctx, slow, prober.Target{ContainerID: id})
+		if res != prober.Failure || err != nil {
+			t.Errorf("an exec probe past its timeoutSeconds: %v %q %v, want Failure", res, msg, err)
+		}
 	})
 
 	t.Run("httpGet and tcpSocket probes reach the pod from the node's network namespace", func(t *testing.T) {

@@ -238,7 +238,6 @@ func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, t
 			DialContext:       h.Dial,
 			DisableKeepAlives: true,
 			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober
-			Proxy:             nil,
 		},
 		CheckRedirect: func(r *http.Request, via []*http.Request) error {
 			if len(via) >= 10 {
@@ -255,7 +254,10 @@ func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, t
 		return Failure, fmt.Sprintf("get %s: %v", u, err), nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return Failure, fmt.Sprintf("get %s: read the body: %v", u, err), nil
+	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 400 {
 		return Success, string(body), nil
 	}
