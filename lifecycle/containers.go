@@ -51,6 +51,10 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 		}
 		states[name] = cri.ContainerState(s)
 	}
+	m.observeContainers(ctx, st, byName, states)
+	if m.killUnhealthy(ctx, st, byName, states) {
+		st.poke() // restarted by the next sync, with the back-off
+	}
 	failed := false
 	initDone := true
 	for i := range pod.Spec.InitContainers {

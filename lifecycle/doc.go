@@ -11,6 +11,12 @@
 //     containers, each with the kubelet's oom_score_adj;
 //   - an exited container is restarted per restartPolicy with the
 //     kubelet's exponential back-off (10 s doubling to 5 min);
+//   - liveness, readiness and startup probes run as the kubelet's
+//     (lifecycle/prober): readiness makes a container ready and the pod
+//     Ready and ContainersReady, a failed liveness or startup probe kills
+//     the container with the probe's grace (or the pod's) and the back-off
+//     restarts it; TCP and HTTP probes are dialled from the node's network
+//     namespace (Network.NodeNetNS);
 //   - a sandbox whose pod is no longer desired is stopped (containers with
 //     their grace period first) and removed, with its cgroups;
 //   - after a restart of nodeguard, running sandboxes of desired pods are
@@ -63,7 +69,7 @@
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
 // victim's oom_score_adj, local-storage limits); images.go (pull policy),
-// containerlogs.go (logs and rotation), exec.go; network.go, volumes.go,
+// containerlogs.go (logs and rotation), exec.go, probes.go (the prober, lifecycle/prober); network.go, volumes.go,
 // storage.go, dns.go, hosts.go (the pods' /etc/hosts); nodelabels.go
 // (nodeSelector admission) and deadline.go (activeDeadlineSeconds);
 // apiservice.go (the Manager as the local API's

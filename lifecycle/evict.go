@@ -222,6 +222,7 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 // only freed once its tmpfs is unmounted). The pod is kept, Failed, until
 // it is deleted; its logs stay for `pod logs`.
 func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, sbs []*runtimeapi.PodSandbox) {
+	m.probes.RemovePod(uid)
 	for _, sb := range sbs {
 		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace, true)
 	}

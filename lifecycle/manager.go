@@ -17,6 +17,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/lifecycle/prober"
 	"github.com/nodeguard/nodeguard/mounts"
 )
 
@@ -162,6 +163,10 @@ type Manager struct {
 	ls *localStorage
 	// rotator rotates the containers' logs (containerlogs.go).
 	rotator *logs.Rotator
+	// probes runs the containers' probes (probes.go); closeProbes lets
+	// go of what their dials hold (the node's network namespace).
+	probes      *prober.Manager
+	closeProbes func() error
 }
 
 type podState struct {
@@ -239,7 +244,16 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
 		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator}
+	dial, closeDial, err := probeDialer(cfg.Network)
+	if err != nil {
+		return nil, fmt.Errorf("new pod manager: %w", err)
+	}
+	m.probes = prober.NewManager(prober.Config{
+		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, Logger: log, Now: cfg.Now,
+	})
+	m.closeProbes = closeDial
 	if err := m.loadPersisted(); err != nil {
+		closeDial()
 		return nil, err
 	}
 	return m, nil

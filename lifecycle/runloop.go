@@ -24,7 +24,15 @@ func (m *Manager) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.Resync)
 	defer t.Stop()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		wg.Wait()
+		// The probe workers end with ctx; after the pod workers, so that
+		// none starts another.
+		m.probes.Stop()
+		if err := m.closeProbes(); err != nil {
+			m.log.Warn("close the probes' network namespace", "err", err)
+		}
+	}()
 	wg.Go(func() { m.rotator.Run(ctx) })
 	for {
 		m.beat.Store(m.now().UnixNano())

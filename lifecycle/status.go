@@ -41,7 +41,8 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 		switch s.Phase {
 		case cri.PhaseRunning:
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: s.StartedAt}}
-			cs.Ready, cs.Started = true, ptr(true)
+			started, ready := m.probeStatus(pod, c, ctr.Id)
+			cs.Ready, cs.Started = ready, ptr(started)
 		case cri.PhaseExited:
 			reason := s.Reason
 			switch {

@@ -112,6 +112,7 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 		m.syncPod(ctx, st, sbs)
 		return false
 	}
+	m.probes.RemovePod(uid) // nothing is probed while it is torn down
 	for _, sb := range sbs {
 		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod), true)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/filesource"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/netplumb"
 	"github.com/nodeguard/nodeguard/oom"
@@ -397,6 +398,14 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		s.exporter.LogDropped(ctl.logs.Dropped)
 	}
 	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
+	s.exporter.ProbeResults(func() []metrics.ProbeSeries {
+		counts := mgr.ProbeCounts()
+		out := make([]metrics.ProbeSeries, len(counts))
+		for i, c := range counts {
+			out[i] = metrics.ProbeSeries{ProbeType: c.ProbeType, Result: c.Result, Container: c.Container, Pod: c.Pod, Namespace: c.Namespace, Value: c.Value}
+		}
+		return out
+	})
 	disk.metrics.Store(s.exporter.GC())
 	g.Go("image garbage collection", func(ctx context.Context) error { disk.images.Run(ctx); return nil })
 	g.Go("sensing", s.Serve)

@@ -145,6 +145,7 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 	}
 	for i := range s.InitContainers {
 		errs = append(errs, validateContainer(&s.InitContainers[i], names, volumes, opts, sp.Child("initContainers").Index(i))...)
+		errs = append(errs, noInitProbes(&s.InitContainers[i], sp.Child("initContainers").Index(i))...)
 	}
 	errs = append(errs, uniqueHostPorts(s.Containers, sp.Child("containers"))...)
 	if s.HostNetwork {
@@ -365,6 +366,7 @@ func validateContainer(c *corev1.Container, names map[string]bool, volumes map[s
 	privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
 	errs = append(errs, validateMounts(c.VolumeMounts, volumes, privileged, cp.Child("volumeMounts"))...)
 	errs = append(errs, validateSecurityContext(c.SecurityContext, opts, cp.Child("securityContext"))...)
+	errs = append(errs, validateProbes(c, cp)...)
 	return errs
 }
 

@@ -1,0 +1,288 @@
+package prober
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Container is what the Manager knows of a pod's container, told by its
+// owner after each look at the runtime.
+type Container struct {
+	ID        string
+	Running   bool
+	StartedAt time.Time
+	PodIP     string
+}
+
+// Update is a probe result that changed.
+type Update struct {
+	PodUID      types.UID
+	Container   string
+	ContainerID string
+	Kind        Kind
+	Result      Result
+	Message     string
+}
+
+// Config wires a Manager.
+type Config struct {
+	// Prober makes the probes (Handlers).
+	Prober Prober
+	// OnUpdate is called, from a worker, with every result that changes;
+	// it must not block.
+	OnUpdate func(Update)
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+type resultKey struct {
+	uid       types.UID
+	container string
+	kind      Kind
+}
+
+type ctrKey struct {
+	uid       types.UID
+	container string
+}
+
+type result struct {
+	containerID string
+	result      Result
+}
+
+// CountKey labels prober_probe_total, as the kubelet's.
+type CountKey struct {
+	ProbeType, Result, Container, Pod, Namespace string
+}
+
+type podWorkers struct {
+	cancel          context.CancelFunc
+	done            sync.WaitGroup
+	namespace, name string
+}
+
+// Manager runs the probe workers of every pod it is given.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	now   func() time.Time
+	start time.Time
+
+	mu         sync.Mutex
+	pods       map[types.UID]*podWorkers
+	containers map[ctrKey]Container
+	results    map[resultKey]result
+	probed     map[resultKey]bool // the workers there are
+	counts     map[CountKey]uint64
+}
+
+// NewManager returns a Manager.
+func NewManager(cfg Config) *Manager {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), pods: map[types.UID]*podWorkers{},
+		containers: map[ctrKey]Container{}, results: map[resultKey]result{}, probed: map[resultKey]bool{}, counts: map[CountKey]uint64{}}
+}
+
+// AddPod starts the workers of pod's probed containers, once per pod (a
+// pod's spec does not change while it runs). They stop with ctx or
+// RemovePod. Init containers are not probed.
+func (m *Manager) AddPod(ctx context.Context, pod *corev1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pods[pod.UID]; ok {
+		return
+	}
+	var ws []*worker
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		for _, k := range []Kind{Startup, Liveness, Readiness} {
+			if k.spec(c) != nil {
+				ws = append(ws, newWorker(m, pod, c, k))
+				m.probed[resultKey{pod.UID, c.Name, k}] = true
+			}
+		}
+	}
+	if len(ws) == 0 {
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	pw := &podWorkers{cancel: cancel, namespace: pod.Namespace, name: pod.Name}
+	for _, w := range ws {
+		pw.done.Add(1)
+		go func() {
+			defer pw.done.Done()
+			w.run(wctx)
+		}()
+	}
+	m.pods[pod.UID] = pw
+}
+
+// RemovePod stops the pod's workers, waits for them, and forgets its
+// results.
+func (m *Manager) RemovePod(uid types.UID) {
+	m.mu.Lock()
+	pw := m.pods[uid]
+	delete(m.pods, uid)
+	m.mu.Unlock()
+	if pw != nil {
+		pw.cancel()
+		pw.done.Wait()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.containers {
+		if k.uid == uid {
+			delete(m.containers, k)
+		}
+	}
+	for k := range m.results {
+		if k.uid == uid {
+			delete(m.results, k)
+		}
+	}
+	for k := range m.probed {
+		if k.uid == uid {
+			delete(m.probed, k)
+		}
+	}
+	if pw != nil {
+		// As the kubelet's workers on stop: the pod's series go.
+		for k := range m.counts {
+			if k.Pod == pw.name && k.Namespace == pw.namespace {
+				delete(m.counts, k)
+			}
+		}
+	}
+}
+
+// Stop stops every pod's workers and waits for them.
+func (m *Manager) Stop() {
+	m.mu.Lock()
+	uids := make([]types.UID, 0, len(m.pods))
+	for uid := range m.pods {
+		uids = append(uids, uid)
+	}
+	m.mu.Unlock()
+	for _, uid := range uids {
+		m.RemovePod(uid)
+	}
+}
+
+// SetContainer records what the runtime says of a pod's container.
+func (m *Manager) SetContainer(uid types.UID, name string, c Container) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.containers[ctrKey{uid, name}] = c
+}
+
+func (m *Manager) container(uid types.UID, name string) (Container, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.containers[ctrKey{uid, name}]
+	return c, ok
+}
+
+// Result returns the result of container id's probe of kind k: the
+// initial one until a threshold is reached, and ok false when the
+// container has no such probe (or the worker has not seen id yet).
+func (m *Manager) Result(uid types.UID, name, id string, k Kind) (Result, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.results[resultKey{uid, name, k}]
+	if !ok || r.containerID != id {
+		return Unknown, false
+	}
+	return r.result, true
+}
+
+// Started tells whether container id has started as far as probes go: it
+// has no startup probe, or that probe has succeeded for id.
+func (m *Manager) Started(uid types.UID, name, id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := resultKey{uid, name, Startup}
+	if !m.probed[k] {
+		return true
+	}
+	r, ok := m.results[k]
+	return ok && r.containerID == id && r.result == Success
+}
+
+// Ready tells whether container id passes its readiness probe: it has
+// started, and has none or that probe's last counted result is Success.
+func (m *Manager) Ready(uid types.UID, name, id string, hasReadinessProbe bool) bool {
+	if !m.Started(uid, name, id) {
+		return false
+	}
+	if !hasReadinessProbe {
+		return true
+	}
+	r, ok := m.Result(uid, name, id, Readiness)
+	return ok && r == Success
+}
+
+// set records a result and reports it if it changed.
+func (m *Manager) set(k resultKey, id string, r Result, msg string) {
+	m.mu.Lock()
+	old, had := m.results[k]
+	m.results[k] = result{containerID: id, result: r}
+	m.mu.Unlock()
+	if had && old.containerID == id && old.result == r {
+		return
+	}
+	if m.cfg.OnUpdate != nil {
+		m.cfg.OnUpdate(Update{PodUID: k.uid, Container: k.container, ContainerID: id, Kind: k.kind, Result: r, Message: msg})
+	}
+}
+
+func (m *Manager) count(pod *corev1.Pod, k resultKey, r Result) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.counts[CountKey{ProbeType: k.kind.String(), Result: r.metricLabel(), Container: k.container, Pod: pod.Name, Namespace: pod.Namespace}]++
+}
+
+// Count is one series of prober_probe_total.
+type Count struct {
+	CountKey
+	Value uint64
+}
+
+// Counts returns prober_probe_total's series, sorted by their labels.
+func (m *Manager) Counts() []Count {
+	m.mu.Lock()
+	out := make([]Count, 0, len(m.counts))
+	for k, v := range m.counts {
+		out = append(out, Count{k, v})
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].CountKey, out[j].CountKey
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Pod != b.Pod {
+			return a.Pod < b.Pod
+		}
+		if a.Container != b.Container {
+			return a.Container < b.Container
+		}
+		if a.ProbeType != b.ProbeType {
+			return a.ProbeType < b.ProbeType
+		}
+		return a.Result < b.Result
+	})
+	return out
+}

@@ -1,0 +1,287 @@
+package prober
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+)
+
+// Result is a probe's outcome.
+type Result int
+
+// Results, as the kubelet's prober/results.
+const (
+	Unknown Result = iota
+	Success
+	Failure
+)
+
+func (r Result) String() string {
+	switch r {
+	case Success:
+		return "Success"
+	case Failure:
+		return "Failure"
+	}
+	return "Unknown"
+}
+
+// metricLabel is the kubelet's prober_probe_total result label.
+func (r Result) metricLabel() string {
+	switch r {
+	case Success:
+		return "successful"
+	case Failure:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// Kind is a probe type.
+type Kind int
+
+// Kinds of probe.
+const (
+	Liveness Kind = iota
+	Readiness
+	Startup
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Liveness:
+		return "Liveness"
+	case Readiness:
+		return "Readiness"
+	}
+	return "Startup"
+}
+
+// spec returns c's probe of kind k, or nil.
+func (k Kind) spec(c *corev1.Container) *corev1.Probe {
+	switch k {
+	case Liveness:
+		return c.LivenessProbe
+	case Readiness:
+		return c.ReadinessProbe
+	}
+	return c.StartupProbe
+}
+
+// Target is what one probe is sent to.
+type Target struct {
+	ContainerID string
+	PodIP       string
+	Container   *corev1.Container
+}
+
+// Prober makes one probe. An error means the probe could not be made:
+// its result is thrown away.
+type Prober interface {
+	Probe(ctx context.Context, p *corev1.Probe, t Target) (Result, string, error)
+}
+
+// Execer runs a command in a container (the CRI's ExecSync).
+type Execer interface {
+	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
+}
+
+// DialFunc opens a connection to a pod; see Handlers.Dial.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// ErrUnsupported is returned for a probe handler nodeguard cannot run.
+var ErrUnsupported = errors.New("probe handler not supported")
+
+// userAgent is what the kubelet's HTTP prober sends (kube-probe/<major.minor>).
+const userAgent = "kube-probe/nodeguard"
+
+// maxBody is how much of an HTTP probe's response is read, as the kubelet
+// (10 KiB): the message, not the body, is what matters.
+const maxBody = 10 << 10
+
+// Handlers runs exec, tcpSocket and httpGet probes.
+type Handlers struct {
+	Exec Execer
+	// Dial connects TCP and HTTP probes. It must dial from the node's
+	// network namespace (where the pod IPs are routed); nil refuses them
+	// with ErrUnsupported.
+	Dial DialFunc
+}
+
+// timeout is the probe's timeoutSeconds (1 s when unset, as defaulted).
+func timeout(p *corev1.Probe) time.Duration {
+	if p.TimeoutSeconds <= 0 {
+		return time.Second
+	}
+	return time.Duration(p.TimeoutSeconds) * time.Second
+}
+
+// Probe runs p's handler against t.
+func (h Handlers) Probe(ctx context.Context, p *corev1.Probe, t Target) (Result, string, error) {
+	to := timeout(p)
+	switch {
+	case p.Exec != nil:
+		return h.exec(ctx, p.Exec, t, to)
+	case p.TCPSocket != nil:
+		return h.tcp(ctx, p.TCPSocket, t, to)
+	case p.HTTPGet != nil:
+		return h.http(ctx, p.HTTPGet, t, to)
+	case p.GRPC != nil:
+		return Unknown, "", fmt.Errorf("grpc: %w", ErrUnsupported)
+	}
+	return Unknown, "", errors.New("probe has no handler")
+}
+
+func (h Handlers) exec(ctx context.Context, a *corev1.ExecAction, t Target, to time.Duration) (Result, string, error) {
+	if h.Exec == nil {
+		return Unknown, "", fmt.Errorf("exec: %w", ErrUnsupported)
+	}
+	// The runtime kills the command at the timeout; the context gives it
+	// a little longer to say so.
+	cctx, cancel := context.WithTimeout(ctx, to+2*time.Second)
+	defer cancel()
+	res, err := h.Exec.ExecSync(cctx, t.ContainerID, a.Command, to)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return Failure, fmt.Sprintf("command %q timed out", a.Command), nil
+		}
+		return Unknown, "", err
+	}
+	out := string(res.Stdout) + string(res.Stderr)
+	if res.ExitCode != 0 {
+		return Failure, fmt.Sprintf("command %q exited with %d: %s", a.Command, res.ExitCode, out), nil
+	}
+	return Success, out, nil
+}
+
+func (h Handlers) tcp(ctx context.Context, a *corev1.TCPSocketAction, t Target, to time.Duration) (Result, string, error) {
+	if h.Dial == nil {
+		return Unknown, "", fmt.Errorf("tcpSocket: %w", ErrUnsupported)
+	}
+	port, err := resolvePort(a.Port, t.Container)
+	if err != nil {
+		return Unknown, "", err
+	}
+	host := a.Host
+	if host == "" {
+		host = t.PodIP
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	cctx, cancel := context.WithTimeout(ctx, to)
+	defer cancel()
+	conn, err := h.Dial(cctx, "tcp", addr)
+	if err != nil {
+		return Failure, fmt.Sprintf("dial tcp %s: %v", addr, err), nil
+	}
+	conn.Close()
+	return Success, "", nil
+}
+
+func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, to time.Duration) (Result, string, error) {
+	if h.Dial == nil {
+		return Unknown, "", fmt.Errorf("httpGet: %w", ErrUnsupported)
+	}
+	port, err := resolvePort(a.Port, t.Container)
+	if err != nil {
+		return Unknown, "", err
+	}
+	host := a.Host
+	if host == "" {
+		host = t.PodIP
+	}
+	scheme := strings.ToLower(string(a.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	path := a.Path
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	u, err := url.Parse(scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + path)
+	if err != nil {
+		return Unknown, "", fmt.Errorf("httpGet: build url: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, to)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return Unknown, "", fmt.Errorf("httpGet: %w", err)
+	}
+	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("Accept", "*/*")
+	for _, hd := range a.HTTPHeaders {
+		if strings.EqualFold(hd.Name, "Host") {
+			req.Host = hd.Value
+			continue
+		}
+		req.Header.Add(hd.Name, hd.Value)
+	}
+	// As the kubelet: no keep-alive (every probe is a fresh connection,
+	// none is left open between periods), no certificate check (the pod's
+	// certificate names a service, not its IP), and redirects followed
+	// only to the same host.
+	client := &http.Client{
+		Transport: &http.Transport{
+			DialContext:       h.Dial,
+			DisableKeepAlives: true,
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober
+		},
+		CheckRedirect: func(r *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return errors.New("stopped after 10 redirects")
+			}
+			if r.URL.Hostname() != u.Hostname() {
+				return http.ErrUseLastResponse
+			}
+			return nil
+		},
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Failure, fmt.Sprintf("get %s: %v", u, err), nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return Failure, fmt.Sprintf("get %s: read the body: %v", u, err), nil
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 400 {
+		return Success, string(body), nil
+	}
+	return Failure, fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode), nil
+}
+
+// resolvePort turns a probe's port (a number or a container port's name)
+// into a number.
+func resolvePort(p intstr.IntOrString, c *corev1.Container) (int, error) {
+	if p.Type == intstr.Int {
+		if p.IntVal <= 0 || p.IntVal > 65535 {
+			return 0, fmt.Errorf("probe port %d: out of range", p.IntVal)
+		}
+		return int(p.IntVal), nil
+	}
+	if c != nil {
+		for _, cp := range c.Ports {
+			if cp.Name == p.StrVal {
+				return int(cp.ContainerPort), nil
+			}
+		}
+	}
+	if n, err := strconv.Atoi(p.StrVal); err == nil && n > 0 && n <= 65535 {
+		return n, nil
+	}
+	return 0, fmt.Errorf("probe port %q: no such container port", p.StrVal)
+}

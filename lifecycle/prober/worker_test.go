@@ -1,0 +1,195 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// fakeProber returns the results it is given, one a probe, and counts.
+type fakeProber struct {
+	results []Result
+	err     error
+	calls   int
+}
+
+func (f *fakeProber) Probe(context.Context, *corev1.Probe, Target) (Result, string, error) {
+	f.calls++
+	if f.err != nil {
+		return Unknown, "", f.err
+	}
+	r := f.results[0]
+	if len(f.results) > 1 {
+		f.results = f.results[1:]
+	}
+	return r, "", nil
+}
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func testPod(c corev1.Container) *corev1.Pod {
+	return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
+}
+
+func probe(initialDelay, failure, success int32) *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}},
+		InitialDelaySeconds: initialDelay, FailureThreshold: failure, SuccessThreshold: success, PeriodSeconds: 1}
+}
+
+// setup makes a Manager (with no running workers) and the workers of pod's
+// first container, by kind.
+func setup(t *testing.T, pod *corev1.Pod, p Prober) (*Manager, *fakeClock, map[Kind]*worker, *[]Update) {
+	t.Helper()
+	pod.UID, pod.Name, pod.Namespace = types.UID("uid-1"), "p", "ns"
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	var updates []Update
+	m := NewManager(Config{Prober: p, Now: clk.now, OnUpdate: func(u Update) { updates = append(updates, u) }})
+	ws := map[Kind]*worker{}
+	c := &pod.Spec.Containers[0]
+	for _, k := range []Kind{Startup, Liveness, Readiness} {
+		if k.spec(c) != nil {
+			ws[k] = newWorker(m, pod, c, k)
+			m.probed[resultKey{pod.UID, c.Name, k}] = true
+		}
+	}
+	m.SetContainer(pod.UID, c.Name, Container{ID: "c1", Running: true, StartedAt: clk.t, PodIP: "10.0.0.2"})
+	return m, clk, ws, &updates
+}
+
+func TestWorker(t *testing.T) {
+	ctx := context.Background()
+	t.Run("readiness is false until the first success", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Success}}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(5, 3, 1)})
+		m, clk, ws, _ := setup(t, pod, fp)
+		w := ws[Readiness]
+		w.doProbe(ctx)
+		if fp.calls != 0 {
+			t.Fatalf("probed %d times before initialDelaySeconds", fp.calls)
+		}
+		if m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatal("ready before any probe")
+		}
+		clk.t = clk.t.Add(5 * time.Second)
+		w.doProbe(ctx)
+		if fp.calls != 1 || !m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatalf("after one success at the initial delay: calls %d, ready %v", fp.calls, m.Ready(pod.UID, "a", "c1", true))
+		}
+	})
+	t.Run("failures count only at failureThreshold", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Success, Failure, Failure, Success, Failure, Failure, Failure}}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 3, 1)})
+		m, _, ws, _ := setup(t, pod, fp)
+		want := []bool{true, true, true, true, true, true, false}
+		for i, w := range want {
+			ws[Readiness].doProbe(ctx)
+			if got := m.Ready(pod.UID, "a", "c1", true); got != w {
+				t.Fatalf("probe %d: ready %v, want %v", i+1, got, w)
+			}
+		}
+	})
+	t.Run("successes count only at successThreshold", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Success, Failure, Success, Success}}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 1, 2)})
+		m, _, ws, _ := setup(t, pod, fp)
+		want := []bool{false, false, false, true}
+		for i, w := range want {
+			ws[Readiness].doProbe(ctx)
+			if got := m.Ready(pod.UID, "a", "c1", true); got != w {
+				t.Fatalf("probe %d: ready %v, want %v", i+1, got, w)
+			}
+		}
+	})
+	t.Run("startup gates liveness and readiness", func(t *testing.T) {
+		sp := &fakeProber{results: []Result{Failure, Success}}
+		pod := testPod(corev1.Container{Name: "a", StartupProbe: probe(0, 5, 1), LivenessProbe: probe(0, 1, 1), ReadinessProbe: probe(0, 1, 1)})
+		m, _, ws, _ := setup(t, pod, sp)
+		lp := &fakeProber{results: []Result{Success}}
+		// The startup probe runs through sp, the others through lp.
+		ws[Startup].doProbe(ctx) // Failure (threshold 5: not counted)
+		m.cfg.Prober = lp
+		ws[Liveness].doProbe(ctx)
+		ws[Readiness].doProbe(ctx)
+		if lp.calls != 0 {
+			t.Fatalf("liveness or readiness probed %d times before startup succeeded", lp.calls)
+		}
+		if m.Started(pod.UID, "a", "c1") || m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatal("started or ready before the startup probe succeeded")
+		}
+		m.cfg.Prober = sp
+		ws[Startup].doProbe(ctx) // Success
+		if !m.Started(pod.UID, "a", "c1") {
+			t.Fatal("not started after the startup probe succeeded")
+		}
+		ws[Startup].doProbe(ctx)
+		if sp.calls != 2 {
+			t.Fatalf("startup probed %d times, want 2: it stops once started", sp.calls)
+		}
+		m.cfg.Prober = lp
+		ws[Liveness].doProbe(ctx)
+		ws[Readiness].doProbe(ctx)
+		if lp.calls != 2 || !m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatalf("after start: %d probes, ready %v", lp.calls, m.Ready(pod.UID, "a", "c1", true))
+		}
+	})
+	t.Run("a liveness failure is reported once and held until the container is replaced", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Failure}}
+		pod := testPod(corev1.Container{Name: "a", LivenessProbe: probe(0, 2, 1)})
+		m, clk, ws, updates := setup(t, pod, fp)
+		for range 4 {
+			ws[Liveness].doProbe(ctx)
+		}
+		if fp.calls != 2 {
+			t.Fatalf("probed %d times, want 2 (then on hold)", fp.calls)
+		}
+		r, ok := m.Result(pod.UID, "a", "c1", Liveness)
+		if !ok || r != Failure {
+			t.Fatalf("liveness result %v %v, want Failure", r, ok)
+		}
+		var fails int
+		for _, u := range *updates {
+			if u.Kind == Liveness && u.Result == Failure {
+				fails++
+			}
+		}
+		if fails != 1 {
+			t.Fatalf("%d liveness failure updates, want 1: %+v", fails, *updates)
+		}
+		m.SetContainer(pod.UID, "a", Container{ID: "c2", Running: true, StartedAt: clk.t})
+		fp.results = []Result{Success}
+		ws[Liveness].doProbe(ctx)
+		if r, _ := m.Result(pod.UID, "a", "c2", Liveness); r != Success || fp.calls != 3 {
+			t.Fatalf("the replacement: result %v after %d calls, want Success after 3", r, fp.calls)
+		}
+	})
+	t.Run("a probe that errors is thrown away and counted unknown", func(t *testing.T) {
+		fp := &fakeProber{err: errors.New("runtime down")}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 1, 1)})
+		m, _, ws, _ := setup(t, pod, fp)
+		ws[Readiness].doProbe(ctx)
+		if r, _ := m.Result(pod.UID, "a", "c1", Readiness); r != Failure {
+			t.Fatalf("result %v, want the initial Failure", r)
+		}
+		cs := m.Counts()
+		if len(cs) != 1 || cs[0].Result != "unknown" || cs[0].ProbeType != "Readiness" || cs[0].Value != 1 {
+			t.Fatalf("counts %+v", cs)
+		}
+	})
+	t.Run("a stopped container is not ready and not probed", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Success}}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 1, 1)})
+		m, _, ws, _ := setup(t, pod, fp)
+		ws[Readiness].doProbe(ctx)
+		m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: false})
+		ws[Readiness].doProbe(ctx)
+		if fp.calls != 1 || m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatalf("calls %d, ready %v", fp.calls, m.Ready(pod.UID, "a", "c1", true))
+		}
+	})
+}

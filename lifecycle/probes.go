@@ -1,0 +1,126 @@
+// Liveness, readiness and startup probes (lifecycle/prober): the results
+// feed the containers' ready and started and the pod's Ready condition; a
+// failed liveness or startup probe kills the container, and the restart
+// back-off (containers.go) brings it back.
+
+package lifecycle
+
+import (
+	"context"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/prober"
+)
+
+// probeDialer returns how TCP and HTTP probes reach pod IPs: from the
+// namespace the pod network's bridge is in (Network.NodeNetNS, or
+// nodeguard's own when that is ""), never from anywhere else. Without a
+// Network nodeguard does not know where pod IPs are routed, and those
+// probes fail to run (their results are thrown away, and logged).
+func probeDialer(n *Network) (prober.DialFunc, func() error, error) {
+	switch {
+	case n == nil:
+		return nil, func() error { return nil }, nil
+	case n.NodeNetNS == "":
+		var d net.Dialer
+		return d.DialContext, func() error { return nil }, nil
+	}
+	return prober.NetNSDialer(n.NodeNetNS)
+}
+
+// onProbe is the prober's OnUpdate: a changed result wakes the pod's
+// worker, which reports readiness or kills an unhealthy container.
+func (m *Manager) onProbe(u prober.Update) {
+	m.mu.Lock()
+	st := m.pods[u.PodUID]
+	m.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if u.Result == prober.Failure && u.Kind != prober.Readiness {
+		m.log.Info("probe failed", "pod", key(st.pod), "container", u.Container, "probe", u.Kind.String(), "output", u.Message)
+	} else {
+		m.log.Debug("probe result", "pod", key(st.pod), "container", u.Container, "probe", u.Kind.String(), "result", u.Result.String())
+	}
+	st.poke()
+}
+
+// observeContainers starts the pod's probe workers (once) and tells them
+// what the runtime just said of its containers.
+func (m *Manager) observeContainers(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State) {
+	m.probes.AddPod(ctx, st.pod)
+	for _, c := range st.pod.Spec.Containers {
+		ctr, ok := byName[c.Name]
+		if !ok {
+			continue
+		}
+		s := states[c.Name]
+		m.probes.SetContainer(st.pod.UID, c.Name, prober.Container{
+			ID: ctr.Id, Running: s.Phase == cri.PhaseRunning, StartedAt: s.StartedAt, PodIP: st.ip,
+		})
+	}
+}
+
+// killUnhealthy stops every running container whose liveness or startup
+// probe failed, with the probe's terminationGracePeriodSeconds or the
+// pod's, as the kubelet does; the stops wait out their grace on stop
+// slots (slots.go). It reports whether it stopped any: their restart is
+// the next sync's.
+func (m *Manager) killUnhealthy(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State) bool {
+	var stops []func()
+	for i := range st.pod.Spec.Containers {
+		c := &st.pod.Spec.Containers[i]
+		ctr, ok := byName[c.Name]
+		if !ok || states[c.Name].Phase != cri.PhaseRunning {
+			continue
+		}
+		for _, k := range []prober.Kind{prober.Startup, prober.Liveness} {
+			if r, ok := m.probes.Result(st.pod.UID, c.Name, ctr.Id, k); !ok || r != prober.Failure {
+				continue
+			}
+			g := probeGrace(st.pod, probeOf(c, k))
+			m.log.Info("container failed its probe; killing it", "pod", key(st.pod), "container", c.Name,
+				"probe", k.String(), "grace", g)
+			id := ctr.Id
+			stops = append(stops, func() {
+				sctx, cancel := context.WithTimeout(ctx, g+callTimeout)
+				defer cancel()
+				if err := m.cfg.Runtime.StopContainer(sctx, id, g); err != nil {
+					m.log.Warn("stop unhealthy container", "pod", key(st.pod), "container", c.Name, "err", err)
+				}
+			})
+			break
+		}
+	}
+	m.slots.waitOut(stops)
+	return len(stops) > 0
+}
+
+func probeOf(c *corev1.Container, k prober.Kind) *corev1.Probe {
+	if k == prober.Startup {
+		return c.StartupProbe
+	}
+	return c.LivenessProbe
+}
+
+// probeGrace is a probe's own terminationGracePeriodSeconds when set, else
+// the pod's (the kubelet's ProbeTerminationGracePeriod).
+func probeGrace(pod *corev1.Pod, p *corev1.Probe) time.Duration {
+	if p != nil && p.TerminationGracePeriodSeconds != nil {
+		return time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+	}
+	return grace(pod)
+}
+
+// probeStatus is a running container's started and ready, by its probes.
+func (m *Manager) probeStatus(pod *corev1.Pod, c *corev1.Container, id string) (started, ready bool) {
+	return m.probes.Started(pod.UID, c.Name, id), m.probes.Ready(pod.UID, c.Name, id, c.ReadinessProbe != nil)
+}
+
+// ProbeCounts returns prober_probe_total's series (metrics).
+func (m *Manager) ProbeCounts() []prober.Count { return m.probes.Counts() }
