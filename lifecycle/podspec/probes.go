@@ -95,7 +95,7 @@ func validateProbe(p *corev1.Probe, c *corev1.Container, readiness bool, pp *fie
 		}
 	}
 	if p.GRPC != nil {
-		errs = append(errs, field.Forbidden(pp.Child("grpc"), NotSupported+": gRPC probes are not implemented; use exec (grpc_health_probe) or tcpSocket"))
+		errs = append(errs, field.Forbidden(pp.Child("grpc"), NotSupported+": nodeguard has no gRPC health client to probe with; use exec (grpc_health_probe) or tcpSocket"))
 	}
 	return errs
 }

@@ -89,7 +89,7 @@ func TestValidateProbes(t *testing.T) {
 			mutate: func(c *corev1.Container) {
 				c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9090}}}
 			},
-			wantErrs: []string{"spec.containers[0].readinessProbe.grpc: Forbidden: not supported by nodeguard: gRPC probes are not implemented; use exec (grpc_health_probe) or tcpSocket"},
+			wantErrs: []string{"spec.containers[0].readinessProbe.grpc: Forbidden: not supported by nodeguard: nodeguard has no gRPC health client to probe with; use exec (grpc_health_probe) or tcpSocket"},
 		},
 		{
 			name: "an exec probe needs a command",

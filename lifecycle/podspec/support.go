@@ -157,8 +157,8 @@ var refusedWhy = map[reflect.Type]map[string]string{
 		"runtimeClassName":    "a RuntimeClass is a control plane's object, and nodeguard configures no runtime handlers",
 		"overhead":            "set by a control plane's RuntimeClass admission plugin, which nodeguard has not",
 		"resourceClaims":      "dynamic resource allocation needs a control plane's ResourceClaims and a DRA driver",
-		"resources":           "pod-level resources (the PodLevelResources feature) are not implemented: set resources per container",
-		"hostnameOverride":    "the HostnameOverride feature is not implemented: use hostname",
+		"resources":           "nodeguard sizes pod cgroups from the containers' resources only (no PodLevelResources feature): set resources per container",
+		"hostnameOverride":    "nodeguard has no HostnameOverride feature: use hostname",
 		"schedulingGroup":     "scheduling groups need a control plane's scheduler",
 		"evictionResponders":  "eviction requests are a control plane's API",
 	},
@@ -187,7 +187,7 @@ func volumeSourcesRefused() map[string]string {
 		"persistentVolumeClaim": "a PersistentVolumeClaim is a control plane's object, bound to a volume by its controllers",
 		"ephemeral":             "a generic ephemeral volume is a PersistentVolumeClaim that a control plane makes",
 		"csi":                   "CSI drivers register with a kubelet's CSI volume plugin, which nodeguard has not",
-		"image":                 "image volumes (the ImageVolume feature) are not implemented",
+		"image":                 "nodeguard cannot mount an image as a volume (no ImageVolume feature)",
 		"gitRepo":               "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
 	}
 	for _, plugin := range []string{

@@ -218,7 +218,7 @@ func TestValidate(t *testing.T) {
 		{
 			name:     "a pod-level resources stanza is refused",
 			mutate:   func(p *corev1.Pod) { p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{}} },
-			wantErrs: []string{"spec.resources: Forbidden: not supported by nodeguard: pod-level resources (the PodLevelResources feature) are not implemented: set resources per container"},
+			wantErrs: []string{"spec.resources: Forbidden: not supported by nodeguard: nodeguard sizes pod cgroups from the containers' resources only (no PodLevelResources feature): set resources per container"},
 		},
 	}
 	for _, tt := range tests {

@@ -23,7 +23,7 @@
 // timeout is a failure). TCP and HTTP probes are dialled by the Dialer the
 // Manager is given; nodeguard's dials from inside the node's network
 // namespace (where the pod network's bridge is), never from anywhere else.
-// gRPC probes are not implemented (podspec refuses them).
+// gRPC probes are refused by podspec: there is no gRPC health client here.
 //
 // Invariants: a worker never outlives its pod (RemovePod stops and waits
 // for them); each probe runs under its own timeout; results are read
