@@ -84,6 +84,7 @@ type Manager struct {
 	nodeMemory int64
 	log        *slog.Logger
 	now        func() time.Time
+	local      *localMounter
 
 	// owned holds the volume directories whose fsGroup ownership was set
 	// since this Manager started (ownVolume), until their pod's Teardown.
@@ -149,6 +150,7 @@ func New(cfg Config) (*Manager, error) {
 		nodeMemory: mem,
 		log:        log,
 		now:        now,
+		local:      newLocalMounter(log),
 	}, nil
 }
 
