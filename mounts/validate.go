@@ -14,7 +14,7 @@ import (
 var (
 	supportedMedia        = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
 	supportedPropagations = []string{string(corev1.MountPropagationNone), string(corev1.MountPropagationHostToContainer), string(corev1.MountPropagationBidirectional)}
-	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "projected", "secret"}
+	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "persistentVolumeClaim", "projected", "secret"}
 )
 
 // Validate checks what only the node can check about pod's volumes, before
@@ -91,6 +91,13 @@ func (m *Manager) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *fi
 	if h := s.HostPath; h != nil {
 		n++
 		errs = append(errs, m.validateHostPath(h, ip.Child("hostPath"))...)
+	}
+	if c := s.PersistentVolumeClaim; c != nil {
+		n++
+		// Only the name: the claim itself may appear in SourceDir later,
+		// and until it does the pod waits (setupClaim), as a kubelet's
+		// pod waits for its claim to be bound.
+		errs = append(errs, objectName(c.ClaimName, ip.Child("persistentVolumeClaim", "claimName"))...)
 	}
 	if c := s.ConfigMap; c != nil {
 		n++
