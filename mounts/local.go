@@ -127,7 +127,8 @@ func mountedDevice(p string) (*mountinfo.Info, error) {
 //     which is handed to the runtime as the device (Devices), as the
 //     kubelet's block volume mapper hands its mapped path.
 //
-// The pod volume is read-only when persistentVolumeClaim.readOnly says so.
+// The pod volume is read-only when persistentVolumeClaim.readOnly says so;
+// a writable local volume is given to the pod's fsGroup as an emptyDir is.
 func (m *Manager) setupClaim(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	c := v.PersistentVolumeClaim
 	pv, _, err := m.Claim(pod.Namespace, c.ClaimName)
@@ -164,6 +165,13 @@ func (m *Manager) setupClaim(ctx context.Context, podsFd int, pod *corev1.Pod, v
 	unix.Close(fd)
 	if err := mounter.MountPV(ctx, PVMount{PV: pv, Dir: dir, ReadOnly: c.ReadOnly}); err != nil {
 		return nil, volumeErr("set up", v.Name, dir, err)
+	}
+	// The kubelet's local volume plugin gives a writable volume to the
+	// pod's fsGroup (SetVolumeOwnership), as an emptyDir.
+	if s.Local != nil && !c.ReadOnly {
+		if err := m.ownVolume(pod, dir, false); err != nil {
+			return nil, volumeErr("set up", v.Name, dir, err)
+		}
 	}
 	return &volume{name: v.Name, plugin: mounter.Plugin(), path: dir, readOnly: c.ReadOnly, createSubPaths: true}, nil
 }

@@ -165,6 +165,7 @@ func TestLocalBlockDeviceIsFormattedOnceAndMounted(t *testing.T) {
 
 	pod := newPod("blk1", []corev1.Volume{claimVol("data", "data", false)},
 		mountAll(corev1.Container{Name: "app"}, corev1.VolumeMount{Name: "data", MountPath: "/data"}))
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr(int64(2345))}
 	pv, err := env.m.Setup(ctx, pod)
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +187,13 @@ func TestLocalBlockDeviceIsFormattedOnceAndMounted(t *testing.T) {
 	}
 	if len(ms) != 1 || ms[0].HostPath != dir || ms[0].Readonly {
 		t.Fatalf("Mounts = %v, want %s read-write", ms, dir)
+	}
+	var root unix.Stat_t
+	if err := unix.Stat(dir, &root); err != nil {
+		t.Fatal(err)
+	}
+	if root.Gid != 2345 || root.Mode&unix.S_ISGID == 0 {
+		t.Errorf("the volume's root has gid %d mode %o, want the fsGroup 2345 and setgid", root.Gid, root.Mode)
 	}
 	mustWrite(t, filepath.Join(dir, "kept"), "written by pod 1")
 	// A second Setup (every sync) leaves the mount as it is.

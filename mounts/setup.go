@@ -77,6 +77,8 @@ func volumePlugin(s *corev1.VolumeSource) string {
 //     nodev) sized by memoryVolumeSize is mounted on it once;
 //   - hostPath: nothing is made beneath the pod; the path is checked
 //     against the allowlist and its type, and the OrCreate types are made;
+//   - persistentVolumeClaim: the claim's bound volume, mounted (or mapped,
+//     for volumeMode Block) by setupClaim;
 //   - configMap and downwardAPI: a directory on disk; secret and projected
 //     (which may carry secrets) a tmpfs, so that secrets never reach the
 //     disk; each is filled by the atomic writer, which rewrites it only when

@@ -30,6 +30,8 @@ var (
 //   - items[].path and downwardAPI paths: ValidatePayloadPath, no two files
 //     at one path or at a path that is another's directory;
 //   - downwardAPI fields: the ones Setup can fill in;
+//   - persistentVolumeClaim: the claim's name only; the claim and its
+//     volume are read at Setup, and until they exist the pod waits;
 //   - volumeMounts of init and app containers: an existing volume, a
 //     subPath that passes ValidateSubPath, a known mountPropagation, and
 //     Bidirectional only in privileged containers.
