@@ -139,6 +139,7 @@ func (r *rig) claimPod(t *testing.T, name, cmd string) []*corev1.Pod {
 }
 
 func TestLocalBlockVolumeAgainstARealContainerd(t *testing.T) {
+	looptest.NeedTools(t, "mkfs.ext4", "blkid")
 	dev := looptest.Attach(t, 64<<20)
 	r := newRig(t)
 	m, _ := r.manager(t)
@@ -242,6 +243,7 @@ func TestRawBlockVolumeAgainstARealContainerd(t *testing.T) {
 // gone, before its teardown) leaves the pod's sandbox and its mounted
 // volume; the next one tears down the sandbox and unmounts the volume.
 func TestStaleBlockVolumeMountsAreRemovedAfterAKill(t *testing.T) {
+	looptest.NeedTools(t, "mkfs.ext4", "blkid")
 	dev := looptest.Attach(t, 64<<20)
 	r := newRig(t)
 	r.writeStorage(t, "data", "disk1", dev, corev1.PersistentVolumeFilesystem)

@@ -157,6 +157,7 @@ func statfsType(t *testing.T, p string) int64 {
 }
 
 func TestLocalBlockDeviceIsFormattedOnceAndMounted(t *testing.T) {
+	looptest.NeedTools(t, "mkfs.ext4", "blkid")
 	dev := looptest.Attach(t, 64<<20)
 	env := newTestEnv(t)
 	ctx := testCtx(t)
@@ -370,6 +371,7 @@ func TestBlockVolumeErrorsNameTheProblem(t *testing.T) {
 // mounts; the next one's GC unmounts those of pods nobody wants, and only
 // beneath its root.
 func TestGCUnmountsWhatAKilledManagerLeft(t *testing.T) {
+	looptest.NeedTools(t, "mkfs.ext4", "blkid")
 	dev := looptest.Attach(t, 64<<20)
 	env := newTestEnv(t)
 	ctx := testCtx(t)

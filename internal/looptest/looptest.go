@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -92,4 +93,16 @@ func detach(t testing.TB, dev *os.File, path string) {
 		t.Errorf("detach %s: %v", path, err)
 	}
 	dev.Close()
+}
+
+// NeedTools skips t (fails it with NODEGUARD_REQUIRE_PRIVILEGED=1) unless
+// every named program is in $PATH: what formatting a device runs
+// (mkfs.ext4 and blkid from e2fsprogs and util-linux, which
+// scripts/deps.sh installs).
+func NeedTools(t testing.TB, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		_, err := exec.LookPath(n)
+		cgtest.Need(t, err == nil, fmt.Sprintf("no %s in $PATH (%v): scripts/deps.sh installs it", n, err))
+	}
 }
