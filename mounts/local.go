@@ -64,9 +64,9 @@ func (l *localMounter) MountPV(ctx context.Context, req PVMount) error {
 	if err := unix.Stat(src, &st); err != nil {
 		return fmt.Errorf("persistentvolume %q: spec.local.path %s: %w: %w", req.PV.Name, src, ErrLocalPath, err)
 	}
-	mounted, err := mountedDevice(req.Dir)
+	mounted, err := mountinfo.Mounted(req.Dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("persistentvolume %q: check mount %s: %w", req.PV.Name, req.Dir, err)
 	}
 	opts := slices.Clone(req.PV.Spec.MountOptions)
 	if req.ReadOnly {
@@ -74,10 +74,16 @@ func (l *localMounter) MountPV(ctx context.Context, req PVMount) error {
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFBLK:
-		if mounted != nil {
-			if mounted.Major != int(unix.Major(st.Rdev)) || mounted.Minor != int(unix.Minor(st.Rdev)) {
+		if mounted {
+			// The root of a block device's file system has the
+			// device's number as its st_dev.
+			var got unix.Stat_t
+			if err := unix.Stat(req.Dir, &got); err != nil {
+				return fmt.Errorf("persistentvolume %q: %w", req.PV.Name, err)
+			}
+			if got.Dev != st.Rdev {
 				return fmt.Errorf("persistentvolume %q: %s has device %d:%d mounted, not %s (%d:%d)", req.PV.Name, req.Dir,
-					mounted.Major, mounted.Minor, src, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+					unix.Major(got.Dev), unix.Minor(got.Dev), src, unix.Major(st.Rdev), unix.Minor(st.Rdev))
 			}
 			return nil
 		}
@@ -90,7 +96,7 @@ func (l *localMounter) MountPV(ctx context.Context, req PVMount) error {
 		}
 		l.log.Info("mounted local block device", "pv", req.PV.Name, "device", src, "fs_type", *fsType, "path", req.Dir, "read_only", req.ReadOnly)
 	case unix.S_IFDIR:
-		if mounted != nil {
+		if mounted {
 			return nil
 		}
 		if err := l.mounter.Mount(src, req.Dir, "", append([]string{"bind"}, opts...)); err != nil {
@@ -101,18 +107,6 @@ func (l *localMounter) MountPV(ctx context.Context, req PVMount) error {
 		return fmt.Errorf("persistentvolume %q: spec.local.path %s: %w: not a block device nor a directory", req.PV.Name, src, ErrLocalPath)
 	}
 	return nil
-}
-
-// mountedDevice returns the mount at exactly p, or nil.
-func mountedDevice(p string) (*mountinfo.Info, error) {
-	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(p))
-	if err != nil {
-		return nil, fmt.Errorf("read mountinfo for %s: %w", p, err)
-	}
-	if len(infos) == 0 {
-		return nil, nil
-	}
-	return infos[len(infos)-1], nil // the last mount on p is the one seen
 }
 
 // setupClaim resolves the pod volume v's claim (Claim) and makes its
@@ -130,6 +124,51 @@ func mountedDevice(p string) (*mountinfo.Info, error) {
 // The pod volume is read-only when persistentVolumeClaim.readOnly says so;
 // a writable local volume is given to the pod's fsGroup as an emptyDir is.
 func (m *Manager) setupClaim(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
+	key := claimKey{m.PodDir(pod.UID), v.Name}
+	if vol, ok := m.claimedVolume(key); ok {
+		return vol, nil
+	}
+	vol, err := m.setupClaimOnce(ctx, podsFd, pod, v)
+	if err != nil {
+		return nil, err
+	}
+	m.claimedMu.Lock()
+	defer m.claimedMu.Unlock()
+	if m.claimed == nil {
+		m.claimed = map[claimKey]*volume{}
+	}
+	m.claimed[key] = vol
+	return vol, nil
+}
+
+// claimedVolume returns the volume set up for key earlier, if it is still
+// in place: mounted, or a hostPath, which has no mount.
+func (m *Manager) claimedVolume(key claimKey) (*volume, bool) {
+	m.claimedMu.Lock()
+	vol, ok := m.claimed[key]
+	m.claimedMu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	if vol.hostPath {
+		return vol, true
+	}
+	mounted, err := mountinfo.Mounted(vol.path)
+	return vol, err == nil && mounted
+}
+
+// forgetClaims drops the claim volumes of the pod directory podDir.
+func (m *Manager) forgetClaims(podDir string) {
+	m.claimedMu.Lock()
+	defer m.claimedMu.Unlock()
+	for k := range m.claimed {
+		if k.podDir == podDir {
+			delete(m.claimed, k)
+		}
+	}
+}
+
+func (m *Manager) setupClaimOnce(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	c := v.PersistentVolumeClaim
 	pv, _, err := m.Claim(pod.Namespace, c.ClaimName)
 	if err != nil {
@@ -200,11 +239,11 @@ func (m *Manager) mapBlock(podsFd int, pod *corev1.Pod, v *corev1.Volume, pv *co
 	target := filepath.Join(m.podsDir, parentRel, pv.Name)
 	vol := &volume{name: v.Name, plugin: PluginLocalVolume, path: target, readOnly: v.PersistentVolumeClaim.ReadOnly, block: true}
 
-	mounted, err := mountedDevice(target)
+	mounted, err := mountinfo.Mounted(target)
 	if err != nil {
 		return nil, volumeErr("map", v.Name, target, err)
 	}
-	if mounted != nil {
+	if mounted {
 		var got unix.Stat_t
 		if err := unix.Stat(target, &got); err != nil {
 			return nil, volumeErr("map", v.Name, target, err)

@@ -90,7 +90,18 @@ type Manager struct {
 	// since this Manager started (ownVolume), until their pod's Teardown.
 	ownedMu sync.Mutex
 	owned   map[string]bool
+
+	// claimed holds the claim volumes set up since this Manager started,
+	// by pod directory and volume name, until their pod's Teardown: a
+	// volume in use keeps its binding, whatever becomes of the claim's
+	// and the PV's files meanwhile (the control plane's PVC protection
+	// keeps an in-use claim from going away), and a sync reads no
+	// manifests for it.
+	claimedMu sync.Mutex
+	claimed   map[claimKey]*volume
 }
+
+type claimKey struct{ podDir, volume string }
 
 // New checks cfg, makes RootDir/pods if it is missing and returns a
 // Manager.

@@ -2,17 +2,31 @@ package mounts
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/internal/looptest"
 )
+
+// mountedDevice returns the mount at exactly p, or nil.
+func mountedDevice(p string) (*mountinfo.Info, error) {
+	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(p))
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo for %s: %w", p, err)
+	}
+	if len(infos) == 0 {
+		return nil, nil
+	}
+	return infos[len(infos)-1], nil // the last mount on p is the one seen
+}
 
 const testClaim = `apiVersion: v1
 kind: PersistentVolumeClaim
@@ -197,10 +211,17 @@ func TestLocalBlockDeviceIsFormattedOnceAndMounted(t *testing.T) {
 		t.Errorf("the volume's root has gid %d mode %o, want the fsGroup 2345 and setgid", root.Gid, root.Mode)
 	}
 	mustWrite(t, filepath.Join(dir, "kept"), "written by pod 1")
-	// A second Setup (every sync) leaves the mount as it is.
-	if _, err := env.m.Setup(ctx, pod); err != nil {
+	// A second Setup (every sync) leaves the mount as it is, and a volume
+	// in use keeps its binding when the claim's file goes.
+	claimFile := filepath.Join(env.source, sourceClaims, "default", "data"+manifestExt)
+	claimYAML := mustRead(t, claimFile)
+	if err := os.Remove(claimFile); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := env.m.Setup(ctx, pod); err != nil {
+		t.Fatalf("Setup of a mounted claim whose file is gone: %v", err)
+	}
+	mustWrite(t, claimFile, claimYAML)
 	if n := len(mountsUnder(t, dir)); n != 1 {
 		t.Errorf("%d mounts at %s after a second Setup, want 1", n, dir)
 	}
