@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -64,7 +65,7 @@ func (l *localMounter) MountPV(ctx context.Context, req PVMount) error {
 	if err := unix.Stat(src, &st); err != nil {
 		return fmt.Errorf("persistentvolume %q: spec.local.path %s: %w: %w", req.PV.Name, src, ErrLocalPath, err)
 	}
-	mounted, err := mountinfo.Mounted(req.Dir)
+	mounted, err := isMounted(req.Dir)
 	if err != nil {
 		return fmt.Errorf("persistentvolume %q: check mount %s: %w", req.PV.Name, req.Dir, err)
 	}
@@ -153,8 +154,18 @@ func (m *Manager) claimedVolume(key claimKey) (*volume, bool) {
 	if vol.hostPath {
 		return vol, true
 	}
-	mounted, err := mountinfo.Mounted(vol.path)
+	mounted, err := isMounted(vol.path)
 	return vol, err == nil && mounted
+}
+
+// isMounted reports whether something is mounted at p; a missing p is
+// not.
+func isMounted(p string) (bool, error) {
+	mounted, err := mountinfo.Mounted(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return mounted, err
 }
 
 // forgetClaims drops the claim volumes of the pod directory podDir.
@@ -239,7 +250,7 @@ func (m *Manager) mapBlock(podsFd int, pod *corev1.Pod, v *corev1.Volume, pv *co
 	target := filepath.Join(m.podsDir, parentRel, pv.Name)
 	vol := &volume{name: v.Name, plugin: PluginLocalVolume, path: target, readOnly: v.PersistentVolumeClaim.ReadOnly, block: true}
 
-	mounted, err := mountinfo.Mounted(target)
+	mounted, err := isMounted(target)
 	if err != nil {
 		return nil, volumeErr("map", v.Name, target, err)
 	}
