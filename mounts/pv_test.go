@@ -428,3 +428,24 @@ func TestGCUnmountsWhatAKilledManagerLeft(t *testing.T) {
 		t.Errorf("the mount outside the root reads %q, want the pod's file", got)
 	}
 }
+
+func TestPVSourcesWithoutAMounterAreRefusedByName(t *testing.T) {
+	env := newEnv(t)
+	ctx := testCtx(t)
+	env.writeClaim(t, "data", testClaim)
+	env.writePV(t, "disk1", strings.Replace(testPV, "local: {path: PATH}", "iscsi: {targetPortal: 10.0.0.1, iqn: iqn.x, lun: 0}", 1))
+	_, err := env.m.Setup(ctx, newPod("iscsi", []corev1.Volume{claimVol("data", "data", false)}))
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "its source (iscsi) has no mounter in nodeguard") {
+		t.Errorf("Setup of an iscsi PV: %v", err)
+	}
+
+	block := func(s string) string {
+		return strings.Replace(s, "storageClassName: local", "storageClassName: local\n  volumeMode: Block", 1)
+	}
+	env.writeClaim(t, "data", block(testClaim))
+	env.writePV(t, "disk1", block(strings.Replace(testPV, "local: {path: PATH}", "hostPath: {path: /dev/null}", 1)))
+	_, err = env.m.Setup(ctx, newPod("hpblock", []corev1.Volume{claimVol("data", "data", false)}))
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "volumeMode Block needs a local volume") {
+		t.Errorf("Setup of a hostPath PV in Block mode: %v", err)
+	}
+}
