@@ -98,6 +98,22 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
+metadata: {name: stuckhook}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{name: state, hostPath: {path: HOSTDIR/stuck, type: DirectoryOrCreate}}]
+  containers:
+  - name: app
+    image: BUSYBOX
+    # sleep as PID 1 ignores TERM, and the hook never ends by itself.
+    command: [sleep, "3600"]
+    volumeMounts: [{name: state, mountPath: /state}]
+    lifecycle:
+      preStop:
+        exec: {command: [sh, -c, "touch /state/hook-started; exec sleep 3600"]}
+---
+apiVersion: v1
+kind: Pod
 metadata: {name: webhooks}
 spec:
   # httpd as PID 1 ignores TERM: it waits out the grace.
@@ -224,6 +240,17 @@ func TestLifecycleHooksInRealContainers(t *testing.T) {
 			t.Errorf("sleep's TERM came %d s after the deletion, want the preStop sleep of 3 s first", termAt-deleted)
 		}
 		t.Logf("preStop sleep 3 s: TERM %d s after the deletion (grace 20 s)", termAt-deleted)
+	})
+
+	t.Run("a preStop hook that outlives the grace period is cut off and the container killed", func(t *testing.T) {
+		waitPod(t, m, "stuckhook", "running", running)
+		del(t, "stuckhook") // within waitGone's 30 s, not the hook's hour
+		if _, err := os.Stat(filepath.Join(r.hostDir, "stuck", "hook-started")); err != nil {
+			t.Errorf("the preStop hook never ran: %v", err)
+		}
+		if _, ok := ev.find("stuckhook", lifecycle.EventFailedPreStopHook); !ok {
+			t.Errorf("no FailedPreStopHook event for the hook cut off at the grace")
+		}
 	})
 
 	t.Run("httpGet hooks reach a server in the pod from the node's network namespace", func(t *testing.T) {
