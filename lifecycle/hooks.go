@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/prober"
 )
 
@@ -52,9 +53,11 @@ type hookFailure struct {
 // started it is still running, so the prober does not see it running
 // until the hook returned. A failed hook is an event, the container is
 // killed as the kubelet kills it (its preStop hook, the pod's grace
-// period) and the error, a PostStartHookError with the hook's message, is
-// the container's waiting reason; the restart back-off brings it back.
-// The caller holds a work slot.
+// period) and, if its restart policy starts it again, the error, a
+// PostStartHookError with the hook's message, is the container's waiting
+// reason; the restart back-off brings it back. One that is not restarted
+// stays terminated, its state saying why (status.go). The caller holds a
+// work slot.
 func (m *Manager) postStart(ctx context.Context, st *podState, c *corev1.Container, id string) error {
 	hctx, cancel := context.WithTimeout(ctx, postStartTimeout)
 	err := m.runHook(hctx, st.pod, st.ip, c, id, c.Lifecycle.PostStart)
@@ -77,7 +80,34 @@ func (m *Manager) postStart(ctx context.Context, st *podState, c *corev1.Contain
 			m.log.Warn("stop a container whose postStart hook failed", "pod", key(st.pod), "container", c.Name, "err", err)
 		}
 	}})
+	if !m.restartsAfterKill(ctx, st.pod, c, id) {
+		// As the kubelet shows a container it will not start again:
+		// terminated (status.go says why), not waiting.
+		return nil
+	}
 	return &imageError{container: c.Name, reason: ReasonPostStartHookError, err: err}
+}
+
+// restartsAfterKill tells whether the restart policy starts container c
+// again after it was killed as id: the kubelet's
+// ShouldContainerBeRestarted (a sidecar always; else Always, OnFailure
+// unless it exited 0, never Never).
+func (m *Manager) restartsAfterKill(ctx context.Context, pod *corev1.Pod, c *corev1.Container, id string) bool {
+	if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		return true
+	}
+	switch pod.Spec.RestartPolicy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		cctx, cancel := call(ctx)
+		raw, err := m.cfg.Runtime.ContainerStatus(cctx, id)
+		cancel()
+		s := cri.ContainerState(raw)
+		// Unknown counts as a failure: the next sync looks again.
+		return err != nil || s.Phase != cri.PhaseExited || s.ExitCode != 0
+	}
+	return true
 }
 
 // stopContainer stops the running container id as the kubelet's

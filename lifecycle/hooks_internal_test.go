@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/prober"
@@ -27,9 +29,16 @@ type hookRuntime struct {
 	Runtime // nil: any other call panics
 	exec    func(ctx context.Context, cmd []string, timeout time.Duration) (cri.ExecResult, error)
 
+	// exitCode is the stopped container's, for ContainerStatus.
+	exitCode int32
+
 	mu        sync.Mutex
 	execs     int
 	stopGrace []time.Duration
+}
+
+func (h *hookRuntime) ContainerStatus(context.Context, string) (*runtimeapi.ContainerStatus, error) {
+	return &runtimeapi.ContainerStatus{State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: h.exitCode}, nil
 }
 
 func (h *hookRuntime) ExecSync(ctx context.Context, _ string, cmd []string, timeout time.Duration) (cri.ExecResult, error) {
@@ -254,4 +263,67 @@ func TestHTTPGetHooks(t *testing.T) {
 			t.Errorf("err %v, want no IP to send to", err)
 		}
 	})
+}
+
+func TestFailedPostStart(t *testing.T) {
+	fail := func(context.Context, []string, time.Duration) (cri.ExecResult, error) {
+		return cri.ExecResult{ExitCode: 2, Stdout: []byte("not ready")}, nil
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	tests := []struct {
+		name     string
+		policy   corev1.RestartPolicy
+		sidecar  bool
+		exitCode int32
+		// wantWaiting: the container waits as PostStartHookError (it
+		// will be restarted), else it stays terminated.
+		wantWaiting bool
+	}{
+		{name: "restartPolicy Always restarts it: it waits as PostStartHookError", policy: corev1.RestartPolicyAlways, exitCode: 137, wantWaiting: true},
+		{name: "OnFailure restarts one killed with a non-zero exit", policy: corev1.RestartPolicyOnFailure, exitCode: 137, wantWaiting: true},
+		{name: "OnFailure does not restart one that exited 0 on TERM", policy: corev1.RestartPolicyOnFailure, exitCode: 0},
+		{name: "Never does not restart it: it stays terminated", policy: corev1.RestartPolicyNever, exitCode: 137},
+		{name: "a sidecar is restarted whatever the pod's policy", policy: corev1.RestartPolicyNever, sidecar: true, exitCode: 0, wantWaiting: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := &hookRuntime{exec: fail, exitCode: tt.exitCode}
+			ev := &eventList{}
+			m := hookManager(rt, ev)
+			m.slots = newSlots(1, 1)
+			pod, c := hookPod(&corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"drain"}}})
+			pod.Spec.RestartPolicy = tt.policy
+			c.Lifecycle.PostStart = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"warm", "up"}}}
+			if tt.sidecar {
+				c.RestartPolicy = &always
+			}
+			st := &podState{pod: pod, ip: "10.0.0.1"}
+			m.slots.acquire() // as the pod's worker holds one
+			err := m.postStart(t.Context(), st, c, "ctr")
+			m.slots.release()
+			ie, waiting := containerError(err)
+			if waiting != tt.wantWaiting || (waiting && (ie.reason != ReasonPostStartHookError || ie.container != "app")) {
+				t.Fatalf("err %v, want waiting %v as %s", err, tt.wantWaiting, ReasonPostStartHookError)
+			}
+			if !tt.wantWaiting && err != nil {
+				t.Fatalf("err %v, want none for a container that is not restarted", err)
+			}
+			want := `Exec lifecycle hook ([warm up]) for Container "app" in Pod "default/p" failed - error: command 'warm up' exited with 2: , message: "not ready"`
+			if hf := st.hookFailed["app"]; hf.id != "ctr" || hf.message != want {
+				t.Errorf("recorded failure %+v, want ctr's with %q", hf, want)
+			}
+			// The kill: the preStop hook (an exec too), then the stop.
+			if rt.execs != 2 || len(rt.stopGrace) != 1 {
+				t.Errorf("%d execs and %d stops, want the postStart and preStop hooks and one stop", rt.execs, len(rt.stopGrace))
+			}
+			var reasons []string
+			for _, e := range ev.list {
+				reasons = append(reasons, e.Reason)
+			}
+			// The preStop exec fails as well: both are events.
+			if !slices.Equal(reasons, []string{EventFailedPostStartHook, EventFailedPreStopHook}) || ev.list[0].Message != want {
+				t.Errorf("events %+v, want FailedPostStartHook with %q, then FailedPreStopHook", ev.list, want)
+			}
+		})
+	}
 }
