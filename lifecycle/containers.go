@@ -5,6 +5,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -55,6 +56,11 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	if m.killUnhealthy(ctx, st, byName, states) {
 		st.poke() // restarted by the next sync, with the back-off
 	}
+	// Each container's failure to start is its own, as the kubelet's
+	// SyncPod starts every container it can and reports each result: a
+	// container refused (runAsNonRoot, a missing image, a failed
+	// postStart) waits with its reason while the others run.
+	var errs []error
 	failed := false
 	initDone := true
 	for i := range pod.Spec.InitContainers {
@@ -63,7 +69,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 		if !have {
 			initDone = false
 			if err := m.startContainer(ctx, st, c, 0); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 			break
 		}
@@ -71,7 +77,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 		if s.Phase == cri.PhaseCreated {
 			initDone = false
 			if err := m.startCreated(ctx, st, cur); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 			break
 		}
@@ -88,7 +94,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 			break
 		}
 		if err := m.restart(ctx, st, c, cur, s); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 		break
 	}
@@ -98,14 +104,14 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 			cur, have := byName[c.Name]
 			if !have {
 				if err := m.startContainer(ctx, st, c, 0); err != nil {
-					return err
+					errs = append(errs, err)
 				}
 				continue
 			}
 			s := states[c.Name]
 			if s.Phase == cri.PhaseCreated {
 				if err := m.startCreated(ctx, st, cur); err != nil {
-					return err
+					errs = append(errs, err)
 				}
 				continue
 			}
@@ -121,7 +127,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 				}
 			}
 			if err := m.restart(ctx, st, c, cur, s); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -130,11 +136,92 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	ctrs, err = m.cfg.Runtime.ListContainers(cctx, st.sandboxID, nil)
 	cancel()
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	m.updateStatus(ctx, st, latest(ctrs), initDone, failed)
+	m.recordContainerErrors(st, errs)
 	m.gc(ctx, st.parent, ctrs)
 	return nil
+}
+
+// Waiting reasons of a container that could not be created or started,
+// the kubelet's (pkg/kubelet/container/sync_result.go).
+const (
+	ReasonCreateContainerError = "CreateContainerError"
+	ReasonRunContainerError    = "RunContainerError"
+)
+
+// containerError is the error of one container that could not start:
+// its waiting reason (a Reason* constant) and the container.
+func containerError(err error) (*imageError, bool) {
+	if ie, ok := errors.AsType[*imageError](err); ok {
+		return ie, true
+	}
+	if ce, ok := errors.AsType[*cri.ConfigError](err); ok {
+		// The kubelet's CreateContainerConfigError: retried at the
+		// next sync, the container waiting with the cause's message.
+		return &imageError{container: ce.Container, reason: cri.ReasonCreateContainerConfigError, err: ce.Err}, true
+	}
+	return nil, false
+}
+
+// recordContainerErrors puts this sync's container errors into the status
+// updateStatus just made: each container waits with its reason and
+// message (after its last termination, if any); the pod's reason and
+// message are the first error's, as before a container's failure stopped
+// the sync. Each is logged when it changes, not at every sync.
+func (m *Manager) recordContainerErrors(st *podState, errs []error) {
+	seen := make(map[string]string, len(errs))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, err := range errs {
+		reason, name, msg := "SyncFailed", "", err.Error()
+		if ie, ok := containerError(err); ok {
+			reason, name, msg = ie.reason, ie.container, ie.err.Error()
+		}
+		if st.ctrErrs[name] != reason+": "+msg {
+			m.log.Warn("container cannot start", "pod", key(st.pod), "container", name, "reason", reason, "err", msg)
+		}
+		seen[name] = reason + ": " + msg
+		if st.evicted != nil {
+			continue
+		}
+		if i == 0 {
+			st.lastErr = err.Error()
+			st.status.Reason, st.status.Message = reason, err.Error()
+			if st.status.Phase == "" {
+				st.status.Phase = corev1.PodPending
+			}
+		}
+		if name != "" {
+			setWaiting(st, name, reason, msg)
+		}
+	}
+	st.ctrErrs = seen
+}
+
+// setWaiting makes container name of st's status wait with reason and
+// message; the state it had, if it had terminated, becomes its last.
+// The caller holds m.mu.
+func setWaiting(st *podState, name, reason, msg string) {
+	statuses := &st.status.ContainerStatuses
+	for _, c := range st.pod.Spec.InitContainers {
+		if c.Name == name {
+			statuses = &st.status.InitContainerStatuses
+		}
+	}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+	for i := range *statuses {
+		cs := &(*statuses)[i]
+		if cs.Name == name {
+			if cs.State.Terminated != nil {
+				cs.LastTerminationState = cs.State
+			}
+			cs.State = waiting
+			return
+		}
+	}
+	*statuses = append(*statuses, corev1.ContainerStatus{Name: name, Image: imageOf(st.pod, name), State: waiting})
 }
 
 // startCreated starts a container that was created but never started: a
@@ -248,12 +335,16 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	}
 	id, err := m.cfg.Runtime.CreateContainer(cctx, st.sandboxID, cfg, st.sandboxCfg)
 	if err != nil {
-		return err
+		return &imageError{container: c.Name, reason: ReasonCreateContainerError, err: err}
 	}
 	if err := m.cfg.Runtime.StartContainer(cctx, id); err != nil {
-		return err
+		return &imageError{container: c.Name, reason: ReasonRunContainerError, err: err}
 	}
 	m.log.Info("container started", "pod", key(st.pod), "container", c.Name, "attempt", attempt, "oom_score_adj", adj)
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		// Outside cctx: the hook has its own bound (hooks.go).
+		return m.postStart(ctx, st, c, id)
+	}
 	return nil
 }
 

@@ -9,8 +9,24 @@
 //   - a desired pod without a sandbox gets its cgroups (cgroups/kubepods), a
 //     sandbox, its init containers one by one to completion, then its
 //     containers, each with the kubelet's oom_score_adj;
+//   - each container's failure to start is its own, as in the kubelet's
+//     SyncPod: a container refused (CreateContainerConfigError, an image
+//     that cannot be had, a failed postStart) waits with its reason while
+//     the pod's other containers start;
 //   - an exited container is restarted per restartPolicy with the
 //     kubelet's exponential back-off (10 s doubling to 5 min);
+//   - lifecycle hooks run as the kubelet's (hooks.go): postStart (exec
+//     through ExecSync, httpGet dialled as the httpGet probe is, sleep)
+//     right after StartContainer, before the container counts as running
+//     for the status and the prober; a failed one is a FailedPostStartHook
+//     event, the container is killed and waits as PostStartHookError, its
+//     terminated state saying why, and the back-off restarts it. Every
+//     stop of a known pod's running container (deletion, eviction,
+//     liveness, a failed postStart) runs its preStop hook first, inside
+//     the grace period, and gives TERM what is left of it (at least 2 s,
+//     the kubelet's minimum); a hook that outlives the grace is left
+//     behind and dies with the container; a failed one is a
+//     FailedPreStopHook event (Config.Events, events.go);
 //   - liveness, readiness and startup probes run as the kubelet's
 //     (lifecycle/prober): readiness makes a container ready and the pod
 //     Ready and ContainersReady, a failed liveness or startup probe kills
@@ -69,7 +85,8 @@
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
 // victim's oom_score_adj, local-storage limits); images.go (pull policy),
-// containerlogs.go (logs and rotation), exec.go, probes.go (the prober, lifecycle/prober); network.go, volumes.go,
+// containerlogs.go (logs and rotation), exec.go, probes.go (the prober, lifecycle/prober), hooks.go
+// (lifecycle hooks) and events.go (pod events); network.go, volumes.go,
 // storage.go, dns.go, hosts.go (the pods' /etc/hosts); nodelabels.go
 // (nodeSelector admission) and deadline.go (activeDeadlineSeconds);
 // apiservice.go (the Manager as the local API's

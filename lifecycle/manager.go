@@ -119,6 +119,9 @@ type Config struct {
 	// (logs.DefaultInterval when zero).
 	ContainerLogs               logs.Policy
 	ContainerLogMonitorInterval time.Duration
+	// Events records pod events (failed lifecycle hooks, events.go); nil
+	// records none, they are logged all the same.
+	Events EventRecorder
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -167,6 +170,9 @@ type Manager struct {
 	// go of what their dials hold (the node's network namespace).
 	probes      *prober.Manager
 	closeProbes func() error
+	// hookHTTP sends httpGet lifecycle hooks, dialled as the httpGet
+	// probes are (hooks.go).
+	hookHTTP prober.Handlers
 }
 
 type podState struct {
@@ -180,6 +186,13 @@ type podState struct {
 	created    time.Time
 	backoff    map[string]*backoff
 	pulls      map[string]*pullBackoff // image pull back-off (images.go)
+	// ctrErrs: each container's error at the last sync, "reason: message"
+	// (the pod's worker only), so that a container that keeps failing
+	// to start is logged once.
+	ctrErrs map[string]string
+	// hookFailed: per container, the attempt killed for its failed
+	// postStart hook (hooks.go; the pod's worker only).
+	hookFailed map[string]hookFailure
 	status     corev1.PodStatus
 	lastErr    string
 	kick       chan struct{} // wakes the pod's worker
@@ -252,6 +265,7 @@ func New(cfg Config) (*Manager, error) {
 		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, Logger: log, Now: cfg.Now,
 	})
 	m.closeProbes = closeDial
+	m.hookHTTP = prober.Handlers{Dial: dial}
 	if err := m.loadPersisted(); err != nil {
 		closeDial()
 		return nil, err

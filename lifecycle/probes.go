@@ -88,9 +88,8 @@ func (m *Manager) killUnhealthy(ctx context.Context, st *podState, byName map[st
 				"probe", k.String(), "grace", g)
 			id := ctr.Id
 			stops = append(stops, func() {
-				sctx, cancel := context.WithTimeout(ctx, g+callTimeout)
-				defer cancel()
-				if err := m.cfg.Runtime.StopContainer(sctx, id, g); err != nil {
+				// Its preStop hook first, as the kubelet's killContainer.
+				if err := m.stopContainer(ctx, st.pod, st.ip, c, id, g); err != nil {
 					m.log.Warn("stop unhealthy container", "pod", key(st.pod), "container", c.Name, "err", err)
 				}
 			})

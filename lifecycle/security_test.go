@@ -13,9 +13,8 @@ import (
 
 // rootImagePod asks busybox, whose image names no user and so runs as
 // root, to run as non-root: refused at start, as the kubelet does. asuser,
-// the same image with a runAsUser, passes the check (cri's unit test); the
-// sync loop stops at the first container that cannot start, so it is not
-// started here.
+// the same image with a runAsUser, passes the check (cri's unit test) and
+// starts all the same (syncloop_test.go).
 const rootImagePod = `
 apiVersion: v1
 kind: Pod

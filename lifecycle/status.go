@@ -55,6 +55,12 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 			}
 			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.ExitCode, Reason: reason, Message: s.Message,
 				StartedAt: metav1.Time{Time: s.StartedAt}, FinishedAt: metav1.Time{Time: s.FinishedAt}, ContainerID: cs.ContainerID}
+			if hf, ok := st.hookFailed[c.Name]; ok && hf.id == ctr.Id {
+				// Killed for its postStart hook (hooks.go): the kubelet
+				// says so in an event and its waiting reason only, both
+				// soon gone; the terminated state keeps why.
+				cs.State.Terminated.Reason, cs.State.Terminated.Message = EventFailedPostStartHook, hf.message
+			}
 			if b := st.backoff[c.Name]; b != nil && !b.until.IsZero() {
 				cs.LastTerminationState.Terminated = cs.State.Terminated
 				cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
@@ -27,14 +29,14 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 		m.log.Warn("list containers of sandbox", "sandbox", id, "err", err)
 	}
 	// The stops wait out the grace period on stop slots, not on the
-	// caller's work slot (slots.go).
+	// caller's work slot (slots.go). A container of a pod still known
+	// (deleted, evicted, its sandbox replaced) runs its preStop hook.
 	var stops []func()
 	for _, c := range ctrs {
 		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			pod, ip, spec := m.containerSpec(c)
 			stops = append(stops, func() {
-				sctx, cancel := context.WithTimeout(ctx, g+callTimeout)
-				defer cancel()
-				if err := m.cfg.Runtime.StopContainer(sctx, c.Id, g); err != nil {
+				if err := m.stopContainer(ctx, pod, ip, spec, c.Id, g); err != nil {
 					m.log.Warn("stop container", "container", c.Id, "err", err)
 				}
 			})
@@ -61,6 +63,32 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 	if podGone && parent != "" {
 		m.removePodCgroup(ctx, parent, false)
 	}
+}
+
+// containerSpec finds the pod of a runtime's container among the pods
+// nodeguard knows, by its pod UID label, and the container's spec in it
+// by name: nil (and no hook) for a pod nobody wants any more.
+func (m *Manager) containerSpec(c *runtimeapi.Container) (*corev1.Pod, string, *corev1.Container) {
+	m.mu.Lock()
+	st := m.pods[types.UID(c.GetLabels()[cri.PodUIDLabel])]
+	var pod *corev1.Pod
+	ip := ""
+	if st != nil {
+		pod, ip = st.pod, st.ip
+	}
+	m.mu.Unlock()
+	if pod == nil {
+		return nil, "", nil
+	}
+	name := c.GetMetadata().GetName()
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return pod, ip, &cs[i]
+			}
+		}
+	}
+	return pod, ip, nil
 }
 
 // strandedRetries bounds the removal attempts after killing a stranded

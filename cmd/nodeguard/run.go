@@ -337,8 +337,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
+	events := api.NewEventLog(4096) // the pods' (failed hooks) and the eviction manager's
 	mgr, err := lifecycle.New(lifecycle.Config{
-		Volumes: vols, Network: network, Admit: adm.admit, Node: node,
+		Events: events, Volumes: vols, Network: network, Admit: adm.admit, Node: node,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
@@ -415,7 +416,6 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	g.Go("sensing", s.Serve)
 	beats := s.heartbeats()
 
-	events := api.NewEventLog(4096)
 	if !cfg.Eviction.Disabled {
 		obs := &evictionObserver{m: s.exporter.Eviction(), events: events, log: log}
 		if lost := relay.bind(obs); lost > 0 {

@@ -71,7 +71,13 @@
 //     Options.AllowPrivileged), readOnlyRootFilesystem, capabilities
 //     add/drop (Linux capability names in any case, with or without
 //     "CAP_", and ALL, as the API server accepts them: CoreDNS drops
-//     "all"), allowPrivilegeEscalation, seccompProfile, appArmorProfile);
+//     "all"), allowPrivilegeEscalation, seccompProfile, appArmorProfile),
+//     lifecycle postStart and preStop (exactly one handler: exec with a
+//     command, httpGet as a probe's, sleep of 0 to
+//     terminationGracePeriodSeconds seconds; tcpSocket accepted with a
+//     warning, as the API server does, and failed when it runs, as the
+//     kubelet does; not on an init container without restartPolicy
+//     Always);
 //   - volumes: emptyDir (medium "" or Memory; sizeLimit sizes a Memory
 //     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
@@ -106,7 +112,7 @@
 // overhead, resourceClaims, pod-level resources, hostnameOverride,
 // schedulingGroup, evictionResponders, os.name windows, hostUsers false,
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
-// windowsOptions, and per container: gRPC probes, lifecycle hooks,
+// windowsOptions, and per container: gRPC probes, lifecycle.stopSignal,
 // resourceFieldRef of hugepages, resizePolicy,
 // restartPolicy (sidecar init containers), stdin/tty,
 // seLinuxOptions, windowsOptions, extended resources and

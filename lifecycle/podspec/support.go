@@ -86,7 +86,16 @@ var fieldUse = map[reflect.Type]map[string]use{
 		// Only their defaults pass Validate.
 		"terminationMessagePath": honoured, "terminationMessagePolicy": honoured,
 		"livenessProbe": honoured, "readinessProbe": honoured, "startupProbe": honoured,
+		"lifecycle": honoured,
 	},
+	reflect.TypeFor[corev1.Lifecycle](): {"postStart": honoured, "preStop": honoured},
+	reflect.TypeFor[corev1.LifecycleHandler](): {
+		"exec": honoured, "httpGet": honoured, "sleep": honoured,
+		// tcpSocket: accepted with a warning, and fails when it runs, as
+		// the kubelet's.
+		"tcpSocket": honoured,
+	},
+	reflect.TypeFor[corev1.SleepAction](): {"seconds": honoured},
 	reflect.TypeFor[corev1.Probe](): {
 		"exec": honoured, "httpGet": honoured, "tcpSocket": honoured,
 		// grpc: refused by Validate with its own reason.
@@ -167,13 +176,16 @@ var refusedWhy = map[reflect.Type]map[string]string{
 		"schedulingGroup":     "scheduling groups need a control plane's scheduler",
 		"evictionResponders":  "eviction requests are a control plane's API",
 	},
-	// Container fields other helpers' items decide on (probes, lifecycle
-	// hooks, envFrom, the security context) are not listed here.
+	// Container fields other helpers' items decide on (probes, envFrom,
+	// the security context) are not listed here.
 	reflect.TypeFor[corev1.Container](): {
 		"stdin":        "nodeguard's API has no attach, so nothing could write to the container's stdin",
 		"stdinOnce":    "nodeguard's API has no attach, so nothing could write to the container's stdin",
 		"tty":          "nodeguard's API has no attach, so nothing could read a terminal",
 		"resizePolicy": "in-place resize goes through a control plane's pods/resize subresource",
+	},
+	reflect.TypeFor[corev1.Lifecycle](): {
+		"stopSignal": "nodeguard has no ContainerStopSignals feature: the runtime sends the image's STOPSIGNAL (SIGTERM by default)",
 	},
 	reflect.TypeFor[corev1.VolumeSource](): volumeSourcesRefused(),
 	reflect.TypeFor[corev1.VolumeProjection](): {

@@ -105,6 +105,7 @@ func Validate(pod *corev1.Pod, opts Options) (warnings []string, errs field.Erro
 	}
 	warnings, unsupported := checkSupport(pod)
 	errs = append(errs, unsupported...)
+	warnings = append(warnings, lifecycleWarnings(&pod.Spec)...)
 	if len(pod.Spec.ImagePullSecrets) > 0 && !opts.ImagePull {
 		// Harmless: nothing is pulled, so no credentials are needed.
 		warnings = append(warnings, "spec.imagePullSecrets: ignored: this node does not pull images (imagePull: false in nodeguard's config)")
@@ -142,10 +143,13 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 	names := map[string]bool{}
 	for i := range s.Containers {
 		errs = append(errs, validateContainer(&s.Containers[i], names, volumes, opts, sp.Child("containers").Index(i))...)
+		errs = append(errs, validateLifecycle(&s.Containers[i], s.TerminationGracePeriodSeconds, sp.Child("containers").Index(i))...)
 	}
 	for i := range s.InitContainers {
 		errs = append(errs, validateContainer(&s.InitContainers[i], names, volumes, opts, sp.Child("initContainers").Index(i))...)
 		errs = append(errs, noInitProbes(&s.InitContainers[i], sp.Child("initContainers").Index(i))...)
+		errs = append(errs, noInitLifecycle(&s.InitContainers[i], sp.Child("initContainers").Index(i))...)
+		errs = append(errs, validateLifecycle(&s.InitContainers[i], s.TerminationGracePeriodSeconds, sp.Child("initContainers").Index(i))...)
 	}
 	claims := map[string]bool{}
 	for _, v := range s.Volumes {

@@ -24,6 +24,9 @@
 // Manager is given; nodeguard's dials from inside the node's network
 // namespace (where the pod network's bridge is), never from anywhere else.
 // gRPC probes are refused by podspec: there is no gRPC health client here.
+// Handlers.HTTPGet is the httpGet probe's request without its verdict:
+// lifecycle's httpGet hooks send theirs through it, so that they are
+// dialled from the same place.
 //
 // Invariants: a worker never outlives its pod (RemovePod stops and waits
 // for them); each probe runs under its own timeout; results are read

@@ -191,12 +191,43 @@ func (h Handlers) tcp(ctx context.Context, a *corev1.TCPSocketAction, t Target, 
 }
 
 func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, to time.Duration) (Result, string, error) {
+	code, body, err := h.HTTPGet(ctx, a, t, to)
+	var nr *NoResponseError
+	switch {
+	case errors.As(err, &nr):
+		return Failure, nr.Error(), nil
+	case err != nil:
+		return Unknown, "", err
+	case code >= 200 && code < 400:
+		return Success, body, nil
+	}
+	return Failure, fmt.Sprintf("HTTP probe failed with statuscode: %d", code), nil
+}
+
+// NoResponseError is an HTTP GET that got no response: the dial, TLS or
+// the request failed, or the timeout passed. Other errors of HTTPGet say
+// the request could not be made at all (a port that names nothing).
+type NoResponseError struct {
+	URL string
+	Err error
+}
+
+func (e *NoResponseError) Error() string { return fmt.Sprintf("get %s: %v", e.URL, e.Err) }
+func (e *NoResponseError) Unwrap() error { return e.Err }
+
+// HTTPGet sends a's request to t as the kubelet's HTTP prober builds it
+// (host the pod IP unless a.Host, port by number or by t.Container's port
+// name, scheme, path and headers, User-Agent kube-probe), dialled with
+// h.Dial and given up after to. It returns the status code and the first
+// 10 KiB of the body. Lifecycle hooks send theirs through it too, so that
+// both are dialled from the same place; they judge the answer themselves.
+func (h Handlers) HTTPGet(ctx context.Context, a *corev1.HTTPGetAction, t Target, to time.Duration) (code int, body string, err error) {
 	if h.Dial == nil {
-		return Unknown, "", fmt.Errorf("httpGet: %w", ErrUnsupported)
+		return 0, "", fmt.Errorf("httpGet: %w", ErrUnsupported)
 	}
 	port, err := resolvePort(a.Port, t.Container)
 	if err != nil {
-		return Unknown, "", err
+		return 0, "", err
 	}
 	host := a.Host
 	if host == "" {
@@ -212,13 +243,13 @@ func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, t
 	}
 	u, err := url.Parse(scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + path)
 	if err != nil {
-		return Unknown, "", fmt.Errorf("httpGet: build url: %w", err)
+		return 0, "", fmt.Errorf("httpGet: build url: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, to)
 	defer cancel()
 	req, err := http.NewRequestWithContext(cctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return Unknown, "", fmt.Errorf("httpGet: %w", err)
+		return 0, "", fmt.Errorf("httpGet: %w", err)
 	}
 	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set("Accept", "*/*")
@@ -251,17 +282,14 @@ func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, t
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return Failure, fmt.Sprintf("get %s: %v", u, err), nil
+		return 0, "", &NoResponseError{URL: u.String(), Err: err}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return Failure, fmt.Sprintf("get %s: read the body: %v", u, err), nil
+		return 0, "", &NoResponseError{URL: u.String(), Err: fmt.Errorf("read the body: %w", err)}
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 400 {
-		return Success, string(body), nil
-	}
-	return Failure, fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode), nil
+	return resp.StatusCode, string(b), nil
 }
 
 // resolvePort turns a probe's port (a number or a container port's name)
