@@ -102,7 +102,7 @@
 // overhead, resourceClaims, pod-level resources, hostnameOverride,
 // schedulingGroup, evictionResponders, os.name windows, hostUsers false,
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
-// windowsOptions, and per container: gRPC probes, lifecycle hooks,
+// windowsOptions, and per container: lifecycle hooks,
 // resourceFieldRef of hugepages, resizePolicy,
 // restartPolicy (sidecar init containers), volumeDevices, stdin/tty,
 // seLinuxOptions, windowsOptions, extended resources and

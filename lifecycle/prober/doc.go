@@ -20,10 +20,16 @@
 //     throws its result away, as the kubelet does.
 //
 // Exec probes run through the CRI's ExecSync with the probe's timeout (a
-// timeout is a failure). TCP and HTTP probes are dialled by the Dialer the
-// Manager is given; nodeguard's dials from inside the node's network
-// namespace (where the pod network's bridge is), never from anywhere else.
-// gRPC probes are refused by podspec: there is no gRPC health client here.
+// timeout is a failure). TCP, HTTP and gRPC probes are dialled by the
+// Dialer the Manager is given; nodeguard's dials from inside the node's
+// network namespace (where the pod network's bridge is), never from
+// anywhere else. A gRPC probe is one grpc.health.v1.Health/Check over a
+// plaintext connection of its own, as the kubelet's pkg/probe/grpc: only
+// SERVING succeeds, and every failure carries the kubelet's message.
+//
+// Every failed probe run (not only the one that reaches failureThreshold)
+// is told to Config.OnFailed, as the kubelet records a Warning
+// "Unhealthy" event for each.
 //
 // Invariants: a worker never outlives its pod (RemovePod stops and waits
 // for them); each probe runs under its own timeout; results are read

@@ -30,6 +30,22 @@ type Update struct {
 	Message     string
 }
 
+// Failed is one probe run that failed, or could not be made, with the
+// kubelet's event message ("Liveness probe failed: ...").
+type Failed struct {
+	Pod         *corev1.Pod
+	Container   string
+	ContainerID string
+	Kind        Kind
+	// Errored: the probe could not be made (its result was thrown away).
+	Errored bool
+	Message string
+}
+
+// Reason is the kubelet's reason of the event of a failed probe
+// (events.ContainerUnhealthy).
+const Reason = "Unhealthy"
+
 // Config wires a Manager.
 type Config struct {
 	// Prober makes the probes (Handlers).
@@ -37,6 +53,10 @@ type Config struct {
 	// OnUpdate is called, from a worker, with every result that changes;
 	// it must not block.
 	OnUpdate func(Update)
+	// OnFailed, when set, is called, from a worker, with every probe run
+	// that failed or could not be made, thresholds or not: the kubelet
+	// records a Warning "Unhealthy" event for each. It must not block.
+	OnFailed func(Failed)
 	Logger   *slog.Logger
 	Now      func() time.Time
 }

@@ -112,10 +112,10 @@ const userAgent = "kube-probe/nodeguard"
 // (10 KiB): the message, not the body, is what matters.
 const maxBody = 10 << 10
 
-// Handlers runs exec, tcpSocket and httpGet probes.
+// Handlers runs exec, tcpSocket, httpGet and grpc probes.
 type Handlers struct {
 	Exec Execer
-	// Dial connects TCP and HTTP probes. It must dial from the node's
+	// Dial connects TCP, HTTP and gRPC probes. It must dial from the node's
 	// network namespace (where the pod IPs are routed); nil refuses them
 	// with ErrUnsupported.
 	Dial DialFunc
@@ -140,7 +140,7 @@ func (h Handlers) Probe(ctx context.Context, p *corev1.Probe, t Target) (Result,
 	case p.HTTPGet != nil:
 		return h.http(ctx, p.HTTPGet, t, to)
 	case p.GRPC != nil:
-		return Unknown, "", fmt.Errorf("grpc: %w", ErrUnsupported)
+		return h.grpc(ctx, p.GRPC, t, to)
 	}
 	return Unknown, "", errors.New("probe has no handler")
 }

@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -113,13 +114,18 @@ func (w *worker) doProbe(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // stopping: no result, no count
 		}
-		// The probe could not be made: its result is thrown away.
+		// The probe could not be made: its result is thrown away, and
+		// said, as the kubelet's "errored" event does.
 		w.m.count(w.pod, w.key, Unknown)
 		w.m.log.Debug("probe errored", "pod", w.pod.Namespace+"/"+w.pod.Name, "container", w.key.container,
 			"probe", w.key.kind.String(), "err", err)
+		w.failed(info.ID, true, fmt.Sprintf("%s probe errored and resulted in %s state: %s", w.key.kind, Unknown, err))
 		return
 	}
 	w.m.count(w.pod, w.key, res)
+	if res == Failure {
+		w.failed(info.ID, false, fmt.Sprintf("%s probe failed: %s", w.key.kind, msg))
+	}
 	if res == w.lastResult {
 		w.resultRun++
 	} else {
@@ -134,6 +140,13 @@ func (w *worker) doProbe(ctx context.Context) {
 		// The container is killed and replaced; until then there is
 		// nothing more to learn from it.
 		w.onHold, w.resultRun = true, 0
+	}
+}
+
+// failed tells Config.OnFailed of a failed or errored run.
+func (w *worker) failed(id string, errored bool, msg string) {
+	if w.m.cfg.OnFailed != nil {
+		w.m.cfg.OnFailed(Failed{Pod: w.pod, Container: w.key.container, ContainerID: id, Kind: w.key.kind, Errored: errored, Message: msg})
 	}
 }
 
