@@ -119,6 +119,10 @@ type Config struct {
 	// (logs.DefaultInterval when zero).
 	ContainerLogs               logs.Policy
 	ContainerLogMonitorInterval time.Duration
+	// Events, when set, gets the kubelet's pod events (events.go): a
+	// failed probe's Warning Unhealthy, the Killing of a container that
+	// failed its liveness or startup probe.
+	Events EventRecorder
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -249,7 +253,8 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("new pod manager: %w", err)
 	}
 	m.probes = prober.NewManager(prober.Config{
-		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, Logger: log, Now: cfg.Now,
+		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, OnFailed: m.onProbeFailed,
+		Logger: log, Now: cfg.Now,
 	})
 	m.closeProbes = closeDial
 	if err := m.loadPersisted(); err != nil {

@@ -49,6 +49,8 @@ type rig struct {
 	logInterval   time.Duration
 	// node is the manager's Config.Node.
 	node cri.NodeInfo
+	// events, when set, is the manager's Config.Events.
+	events lifecycle.EventRecorder
 }
 
 func newRig(t *testing.T) *rig {
@@ -100,7 +102,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		BackoffInitial: bi, BackoffMax: bm, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
-		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval, Node: r.node,
+		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval, Node: r.node, Events: r.events,
 		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {

@@ -86,6 +86,7 @@ func (m *Manager) killUnhealthy(ctx context.Context, st *podState, byName map[st
 			g := probeGrace(st.pod, probeOf(c, k))
 			m.log.Info("container failed its probe; killing it", "pod", key(st.pod), "container", c.Name,
 				"probe", k.String(), "grace", g)
+			m.event(st.pod, c.Name, corev1.EventTypeNormal, ReasonKilling, killingMessage(st.pod, c.Name, k))
 			id := ctr.Id
 			stops = append(stops, func() {
 				sctx, cancel := context.WithTimeout(ctx, g+callTimeout)

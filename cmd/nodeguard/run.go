@@ -333,8 +333,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
+	// The agent's event log: pod events (probes) from the lifecycle
+	// manager, eviction decisions and OOM kills from the eviction manager.
+	events := api.NewEventLog(4096)
 	mgr, err := lifecycle.New(lifecycle.Config{
-		Volumes: vols, Network: network, Admit: adm.admit, Node: node,
+		Volumes: vols, Network: network, Admit: adm.admit, Node: node, Events: events,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
@@ -411,7 +414,6 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	g.Go("sensing", s.Serve)
 	beats := s.heartbeats()
 
-	events := api.NewEventLog(4096)
 	if !cfg.Eviction.Disabled {
 		obs := &evictionObserver{m: s.exporter.Eviction(), events: events, log: log}
 		if lost := relay.bind(obs); lost > 0 {

@@ -119,7 +119,7 @@ func (w *worker) doProbe(ctx context.Context) {
 		w.m.count(w.pod, w.key, Unknown)
 		w.m.log.Debug("probe errored", "pod", w.pod.Namespace+"/"+w.pod.Name, "container", w.key.container,
 			"probe", w.key.kind.String(), "err", err)
-		w.failed(info.ID, true, fmt.Sprintf("%s probe errored and resulted in %s state: %s", w.key.kind, Unknown, err))
+		w.failed(info.ID, true, fmt.Sprintf("%s probe errored and resulted in unknown state: %s", w.key.kind, err))
 		return
 	}
 	w.m.count(w.pod, w.key, res)
