@@ -6,6 +6,7 @@
 package lifecycle
 
 import (
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,17 +44,81 @@ type PodEvent struct {
 	FieldPath string    `json:"fieldPath,omitempty"`
 }
 
+// The kubelet's recorder (client-go's EventSourceObjectSpamFilter) lets
+// each object burst 25 events, then one every 5 minutes: a container
+// failing its readiness probe every second must not push every other
+// event (evictions, OOM kills) out of the bounded log.
+const (
+	eventBurst  = 25
+	eventRefill = 5 * time.Minute
+)
+
+// eventFilter is that spam filter, per pod.
+type eventFilter struct {
+	mu      sync.Mutex
+	buckets map[types.UID]*eventBucket
+	dropped uint64
+}
+
+type eventBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// allow takes a token of uid's bucket at now, if it has one.
+func (f *eventFilter) allow(uid types.UID, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.buckets == nil {
+		f.buckets = map[types.UID]*eventBucket{}
+	}
+	b := f.buckets[uid]
+	if b == nil {
+		b = &eventBucket{tokens: eventBurst, last: now}
+		f.buckets[uid] = b
+	}
+	if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(eventBurst, b.tokens+float64(d)/float64(eventRefill))
+		b.last = now
+	}
+	if b.tokens < 1 {
+		f.dropped++
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// forget drops uid's bucket (the pod is gone).
+func (f *eventFilter) forget(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.buckets, uid)
+}
+
+// EventsDropped returns how many pod events the spam filter dropped.
+func (m *Manager) EventsDropped() uint64 {
+	m.events.mu.Lock()
+	defer m.events.mu.Unlock()
+	return m.events.dropped
+}
+
 // event records a PodEvent about pod's container (none when container is
-// ""), when the Manager has a recorder.
+// ""), when the Manager has a recorder and the pod's events are not
+// spamming it.
 func (m *Manager) event(pod *corev1.Pod, container, typ, reason, msg string) {
 	if m.cfg.Events == nil {
+		return
+	}
+	now := m.now()
+	if !m.events.allow(pod.UID, now) {
 		return
 	}
 	e := PodEvent{Type: typ, Reason: reason, Message: msg, Namespace: pod.Namespace, Pod: pod.Name, UID: pod.UID}
 	if container != "" {
 		e.FieldPath = "spec.containers{" + container + "}"
 	}
-	m.cfg.Events.Append(m.now(), PodEventKind, e)
+	m.cfg.Events.Append(now, PodEventKind, e)
 }
 
 // onProbeFailed is the prober's OnFailed: every failed or errored run is

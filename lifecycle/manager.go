@@ -171,6 +171,8 @@ type Manager struct {
 	// go of what their dials hold (the node's network namespace).
 	probes      *prober.Manager
 	closeProbes func() error
+	// events filters the pod events of Config.Events (events.go).
+	events eventFilter
 }
 
 type podState struct {
