@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +56,20 @@ func TestKillingMessage(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestProbeDialerWithoutANetwork(t *testing.T) {
+	dial, closeDial, err := probeDialer(nil, "")
+	if err != nil || dial != nil {
+		t.Fatalf("no Network, no ProbeNetNS: dial %v, err %v; want no dialer", dial != nil, err)
+	}
+	closeDial()
+	if _, _, err := probeDialer(nil, "/nonexistent/netns"); err == nil || !strings.Contains(err.Error(), "/nonexistent/netns") {
+		t.Fatalf("a ProbeNetNS that does not exist: %v, want an error naming it", err)
+	}
+	dial, closeDial, err = probeDialer(nil, "/proc/self/ns/net")
+	if err != nil || dial == nil {
+		t.Fatalf("ProbeNetNS of this process: dial %v, err %v", dial != nil, err)
+	}
+	closeDial()
 }

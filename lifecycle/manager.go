@@ -103,6 +103,10 @@ type Config struct {
 	// Network verifies each sandbox's plumbing and collects what dead
 	// sandboxes left; nil trusts the runtime's word.
 	Network *Network
+	// ProbeNetNS, with a nil Network, is the path of the network
+	// namespace that TCP, HTTP and gRPC probes dial pod IPs from
+	// (probes.go); "" with a nil Network: those probes are not made.
+	ProbeNetNS string
 	// GCInterval: how often volumes and the network are collected
 	// (DefaultGCInterval when zero).
 	GCInterval time.Duration
@@ -250,7 +254,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
 		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator}
-	dial, closeDial, err := probeDialer(cfg.Network)
+	dial, closeDial, err := probeDialer(cfg.Network, cfg.ProbeNetNS)
 	if err != nil {
 		return nil, fmt.Errorf("new pod manager: %w", err)
 	}
