@@ -27,7 +27,7 @@ func newBenchOverheadCmd(g *globalFlags) *cobra.Command {
 	pods := []int{110}
 	cmd := &cobra.Command{
 		Use:   "overhead",
-		Short: "CPU and RSS of the agent (and of containerd) with 110 and 250 pods, idle and under churn",
+		Short: "CPU and RSS of the agent (and of containerd) with 110 and 250 pods, idle, under churn and probed",
 		Long: `Starts the private test containerd (its own network namespace, local
 images), then the real agent as a child process ("nodeguard run" from this
 binary, pointed at that containerd and its network, with its own state
