@@ -121,10 +121,11 @@ func (m *Manager) event(pod *corev1.Pod, container, typ, reason, msg string) {
 	m.cfg.Events.Append(now, PodEventKind, e)
 }
 
-// onProbeFailed is the prober's OnFailed: every failed or errored run is
-// a Warning "Unhealthy" event, as the kubelet's prober records it.
-func (m *Manager) onProbeFailed(f prober.Failed) {
-	m.event(f.Pod, f.Container, corev1.EventTypeWarning, prober.Reason, f.Message)
+// onProbeEvent is the prober's OnEvent: a failed or errored run is a
+// Warning "Unhealthy" event, a redirect not followed a Warning
+// "ProbeWarning", as the kubelet's prober records them.
+func (m *Manager) onProbeEvent(e prober.Event) {
+	m.event(e.Pod, e.Container, corev1.EventTypeWarning, e.Reason, e.Message)
 }
 
 // killingMessage is the kubelet's message of the Killing event of a

@@ -90,7 +90,7 @@ func TestGRPCProbesInRealContainers(t *testing.T) {
 			t.Fatalf("ready while NOT_SERVING: %+v", p.Status.Conditions)
 		}
 		evs := podEvents(t, events, "grpc")
-		if !hasEvent(evs, corev1.EventTypeWarning, prober.Reason, fieldPath, "Readiness probe failed: "+notServing) {
+		if !hasEvent(evs, corev1.EventTypeWarning, prober.ReasonUnhealthy, fieldPath, "Readiness probe failed: "+notServing) {
 			t.Fatalf("no Warning Unhealthy %q event: %+v", "Readiness probe failed: "+notServing, evs)
 		}
 		if n := probeCount(m, "grpc", "Liveness", "successful"); n == 0 {
@@ -117,7 +117,7 @@ func TestGRPCProbesInRealContainers(t *testing.T) {
 			t.Errorf("the new container is ready before its first SERVING")
 		}
 		evs := podEvents(t, events, "grpc")
-		if !hasEvent(evs, corev1.EventTypeWarning, prober.Reason, fieldPath, "Liveness probe failed: "+notServing) {
+		if !hasEvent(evs, corev1.EventTypeWarning, prober.ReasonUnhealthy, fieldPath, "Liveness probe failed: "+notServing) {
 			t.Errorf("no Warning Unhealthy liveness event: %+v", evs)
 		}
 		if !hasEvent(evs, corev1.EventTypeNormal, lifecycle.ReasonKilling, fieldPath, "Container server failed liveness probe, will be restarted") {

@@ -259,7 +259,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("new pod manager: %w", err)
 	}
 	m.probes = prober.NewManager(prober.Config{
-		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, OnFailed: m.onProbeFailed,
+		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, OnEvent: m.onProbeEvent,
 		Logger: log, Now: cfg.Now,
 	})
 	m.closeProbes = closeDial

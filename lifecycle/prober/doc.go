@@ -27,9 +27,10 @@
 // plaintext connection of its own, as the kubelet's pkg/probe/grpc: only
 // SERVING succeeds, and every failure carries the kubelet's message.
 //
-// Every failed probe run (not only the one that reaches failureThreshold)
-// is told to Config.OnFailed, as the kubelet records a Warning
-// "Unhealthy" event for each.
+// Every failed or errored probe run (not only the one that reaches
+// failureThreshold) is told to Config.OnEvent, as the kubelet records a
+// Warning "Unhealthy" event for each; an HTTP redirect to another host is
+// a success with a Warning "ProbeWarning" event.
 //
 // Invariants: a worker never outlives its pod (RemovePod stops and waits
 // for them); each probe runs under its own timeout; results are read

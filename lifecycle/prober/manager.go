@@ -30,21 +30,24 @@ type Update struct {
 	Message     string
 }
 
-// Failed is one probe run that failed, or could not be made, with the
-// kubelet's event message ("Liveness probe failed: ...").
-type Failed struct {
+// Event is what the kubelet's prober records of one probe run: a failure
+// or an error (Warning Unhealthy), or a success with a warning (Warning
+// ProbeWarning, an HTTP redirect it did not follow), with the kubelet's
+// message ("Liveness probe failed: ...").
+type Event struct {
 	Pod         *corev1.Pod
 	Container   string
 	ContainerID string
 	Kind        Kind
-	// Errored: the probe could not be made (its result was thrown away).
-	Errored bool
-	Message string
+	Reason      string
+	Message     string
 }
 
-// Reason is the kubelet's reason of the event of a failed probe
-// (events.ContainerUnhealthy).
-const Reason = "Unhealthy"
+// The kubelet's reasons of probe events (pkg/kubelet/events).
+const (
+	ReasonUnhealthy    = "Unhealthy"
+	ReasonProbeWarning = "ProbeWarning"
+)
 
 // Config wires a Manager.
 type Config struct {
@@ -53,12 +56,13 @@ type Config struct {
 	// OnUpdate is called, from a worker, with every result that changes;
 	// it must not block.
 	OnUpdate func(Update)
-	// OnFailed, when set, is called, from a worker, with every probe run
-	// that failed or could not be made, thresholds or not: the kubelet
-	// records a Warning "Unhealthy" event for each. It must not block.
-	OnFailed func(Failed)
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// OnEvent, when set, is called, from a worker, with the event of
+	// every probe run that failed, could not be made or warned,
+	// thresholds or not, as the kubelet records one for each. It must not
+	// block.
+	OnEvent func(Event)
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 type resultKey struct {

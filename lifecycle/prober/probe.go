@@ -22,11 +22,14 @@ import (
 // Result is a probe's outcome.
 type Result int
 
-// Results, as the kubelet's prober/results.
+// Results, as the kubelet's prober/results; Warning is a Prober's
+// success with something to say (pkg/probe's Warning), which the worker
+// records as Success.
 const (
 	Unknown Result = iota
 	Success
 	Failure
+	Warning
 )
 
 func (r Result) String() string {
@@ -35,6 +38,8 @@ func (r Result) String() string {
 		return "Success"
 	case Failure:
 		return "Failure"
+	case Warning:
+		return "Warning"
 	}
 	return "Unknown"
 }
@@ -42,7 +47,7 @@ func (r Result) String() string {
 // metricLabel is the kubelet's prober_probe_total result label.
 func (r Result) metricLabel() string {
 	switch r {
-	case Success:
+	case Success, Warning:
 		return "successful"
 	case Failure:
 		return "failed"
@@ -259,6 +264,11 @@ func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, t
 		return Failure, fmt.Sprintf("get %s: read the body: %v", u, err), nil
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 400 {
+		if resp.StatusCode >= 300 {
+			// A redirect to another host, not followed: a success
+			// with a warning, as the kubelet's HTTP prober.
+			return Warning, fmt.Sprintf("Probe terminated redirects, Response body: %s", body), nil
+		}
 		return Success, string(body), nil
 	}
 	return Failure, fmt.Sprintf("HTTP probe failed with statuscode: %d", resp.StatusCode), nil

@@ -119,13 +119,18 @@ func (w *worker) doProbe(ctx context.Context) {
 		w.m.count(w.pod, w.key, Unknown)
 		w.m.log.Debug("probe errored", "pod", w.pod.Namespace+"/"+w.pod.Name, "container", w.key.container,
 			"probe", w.key.kind.String(), "err", err)
-		w.failed(info.ID, true, fmt.Sprintf("%s probe errored and resulted in unknown state: %s", w.key.kind, err))
+		w.event(info.ID, ReasonUnhealthy, fmt.Sprintf("%s probe errored and resulted in unknown state: %s", w.key.kind, err))
 		return
 	}
-	w.m.count(w.pod, w.key, res)
-	if res == Failure {
-		w.failed(info.ID, false, fmt.Sprintf("%s probe failed: %s", w.key.kind, msg))
+	switch res {
+	case Failure:
+		w.event(info.ID, ReasonUnhealthy, fmt.Sprintf("%s probe failed: %s", w.key.kind, msg))
+	case Warning:
+		// A success, said with a warning, as the kubelet's.
+		w.event(info.ID, ReasonProbeWarning, fmt.Sprintf("%s probe warning: %s", w.key.kind, msg))
+		res = Success
 	}
+	w.m.count(w.pod, w.key, res)
 	if res == w.lastResult {
 		w.resultRun++
 	} else {
@@ -143,10 +148,10 @@ func (w *worker) doProbe(ctx context.Context) {
 	}
 }
 
-// failed tells Config.OnFailed of a failed or errored run.
-func (w *worker) failed(id string, errored bool, msg string) {
-	if w.m.cfg.OnFailed != nil {
-		w.m.cfg.OnFailed(Failed{Pod: w.pod, Container: w.key.container, ContainerID: id, Kind: w.key.kind, Errored: errored, Message: msg})
+// event tells Config.OnEvent of a run's event.
+func (w *worker) event(id, reason, msg string) {
+	if w.m.cfg.OnEvent != nil {
+		w.m.cfg.OnEvent(Event{Pod: w.pod, Container: w.key.container, ContainerID: id, Kind: w.key.kind, Reason: reason, Message: msg})
 	}
 }
 
