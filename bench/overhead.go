@@ -310,6 +310,14 @@ type OverheadConfig struct {
 	// its length, e.g. to take the agent's CPU profile of it; the window
 	// waits for it, and its error ends the benchmark.
 	Profile func(ctx context.Context, pods int, phase string, window time.Duration) error
+	// Probes, when set, adds a "probed" window at every pod count: the
+	// pods are swapped for as many with a readiness and a liveness probe
+	// each, of these kinds in turn (ProbeKinds), every ProbePeriod
+	// (default 10 s). ProbeTotals reads the agent's prober_probe_total
+	// before and after that window, for the probe rate achieved.
+	Probes      []string
+	ProbePeriod time.Duration
+	ProbeTotals func(ctx context.Context) (ProbeTotals, error)
 }
 
 func (c OverheadConfig) withDefaults() OverheadConfig {
@@ -331,19 +339,26 @@ func (c OverheadConfig) withDefaults() OverheadConfig {
 	if c.ProcDir == "" {
 		c.ProcDir = "/proc"
 	}
+	if c.ProbePeriod == 0 {
+		c.ProbePeriod = 10 * time.Second
+	}
 	return c
 }
 
 // OverheadRow is one group's figures in one phase.
 type OverheadRow struct {
 	Pods      int
-	Phase     string // "idle" or "churn"
+	Phase     string // "idle", "churn" or "probed"
 	Process   string
 	MeanCores float64
 	MaxRSS    uint64
 	Procs     int // processes in the group at the last sample
 	Churned   int // pods applied and deleted during the phase (churn only)
-	Series    GroupSeries
+	// Probes and ProbesFailed are the agent's probes over ProbeWindow
+	// (probed only).
+	Probes, ProbesFailed uint64
+	ProbeWindow          time.Duration
+	Series               GroupSeries
 }
 
 // overheadNamespace holds every pod of the benchmark.
@@ -372,6 +387,9 @@ spec:
 // and over. Every pod it made is deleted before it returns, on error too.
 func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg OverheadConfig) (rows []OverheadRow, retErr error) {
 	cfg = cfg.withDefaults()
+	if len(cfg.Probes) > 0 && cfg.ProbeTotals == nil {
+		return nil, errors.New("bench overhead: probes without a way to read the agent's probe totals")
+	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 		defer cancel()
@@ -393,7 +411,7 @@ func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 		if err != nil {
 			return rows, fmt.Errorf("bench overhead: apply: %w", err)
 		}
-		if err := waitPods(ctx, c, cfg.Progress, "idle-", n, 10*time.Minute); err != nil {
+		if err := waitPods(ctx, c, cfg.Progress, "idle-", n, 10*time.Minute, podRunning); err != nil {
 			return rows, err
 		}
 		running = n
@@ -412,6 +430,13 @@ func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 		}
 		rows = append(rows, overheadRows(n, "churn", churned, series)...)
 		progressf(cfg.Progress, "overhead: %d pods: %d pods applied and deleted during the churn window", n, churned)
+		if len(cfg.Probes) > 0 {
+			probed, err := sampleProbed(ctx, c, groups, cfg, n, n != cfg.Pods[len(cfg.Pods)-1])
+			rows = append(rows, probed...)
+			if err != nil {
+				return rows, err
+			}
+		}
 	}
 	return rows, nil
 }
@@ -525,8 +550,12 @@ func waitPod(ctx context.Context, c PodClient, name string, pred func(*corev1.Po
 	}
 }
 
-// waitPods polls until want pods named prefix* run, for at most limit.
-func waitPods(ctx context.Context, c PodClient, progress io.Writer, prefix string, want int, limit time.Duration) error {
+// podRunning: the pod's phase is Running.
+func podRunning(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
+
+// waitPods polls until want pods named prefix* are done (running, or
+// ready), for at most limit.
+func waitPods(ctx context.Context, c PodClient, progress io.Writer, prefix string, want int, limit time.Duration, done func(*corev1.Pod) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	lastReport := time.Now()
@@ -540,10 +569,10 @@ func waitPods(ctx context.Context, c PodClient, progress io.Writer, prefix strin
 			if p.Namespace != overheadNamespace || !strings.HasPrefix(p.Name, prefix) {
 				continue
 			}
-			switch p.Status.Phase {
-			case corev1.PodRunning:
+			switch {
+			case done(&p):
 				n++
-			case corev1.PodFailed:
+			case p.Status.Phase == corev1.PodFailed:
 				failed = p.Name + ": " + p.Status.Message
 			}
 		}
@@ -623,8 +652,24 @@ func WriteOverheadTable(w io.Writer, rows []OverheadRow, agent string) {
 		fmt.Fprintf(w, "%6d  %-6s  %-18s %6d %11.3f %12s  %s\n", r.Pods, r.Phase, r.Process, r.Procs, r.MeanCores, mib(r.MaxRSS), target)
 	}
 	for _, r := range rows {
-		if r.Phase == "churn" && r.Process == agent {
+		switch {
+		case r.Phase == "churn" && r.Process == agent:
 			fmt.Fprintf(w, "churn at %d pods: %d pods applied, run and deleted during the window\n", r.Pods, r.Churned)
+		case r.Phase == "probed" && r.Process == agent:
+			fmt.Fprintf(w, "probed at %d pods: %d probes (%.1f/s, %d failed) in %s\n", r.Pods, r.Probes, r.ProbeRate(), r.ProbesFailed, r.ProbeWindow.Round(time.Second))
+		}
+	}
+	// The agent idle with and without probes, side by side.
+	idle := map[int]OverheadRow{}
+	for _, r := range rows {
+		if r.Process == agent && r.Phase == "idle" {
+			idle[r.Pods] = r
+		}
+	}
+	for _, r := range rows {
+		if i, ok := idle[r.Pods]; ok && r.Process == agent && r.Phase == "probed" {
+			fmt.Fprintf(w, "%s at %d pods: %.3f cores idle without probes, %.3f with %.1f probes/s (%+.3f cores, %s max RSS)\n",
+				agent, r.Pods, i.MeanCores, r.MeanCores, r.ProbeRate(), r.MeanCores-i.MeanCores, mib(r.MaxRSS))
 		}
 	}
 }
@@ -643,11 +688,12 @@ func WriteOverheadFiles(dir string, rows []OverheadRow, agent string, interval t
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	summary := [][]string{{"pods", "phase", "process", "procs", "mean_cores", "max_rss_bytes", "churned_pods"}}
+	summary := [][]string{{"pods", "phase", "process", "procs", "mean_cores", "max_rss_bytes", "churned_pods", "probes", "probes_failed", "probes_per_second"}}
 	samples := [][]string{{"pods", "phase", "process", "sample", "seconds", "cores", "rss_bytes", "procs"}}
 	for _, r := range rows {
 		summary = append(summary, []string{strconv.Itoa(r.Pods), r.Phase, r.Process, strconv.Itoa(r.Procs),
-			strconv.FormatFloat(r.MeanCores, 'f', 4, 64), strconv.FormatUint(r.MaxRSS, 10), strconv.Itoa(r.Churned)})
+			strconv.FormatFloat(r.MeanCores, 'f', 4, 64), strconv.FormatUint(r.MaxRSS, 10), strconv.Itoa(r.Churned),
+			strconv.FormatUint(r.Probes, 10), strconv.FormatUint(r.ProbesFailed, 10), strconv.FormatFloat(r.ProbeRate(), 'f', 2, 64)})
 		for i, rss := range r.Series.RSS {
 			cores := ""
 			if i > 0 {

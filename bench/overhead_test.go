@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/lifecycle/api"
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 )
 
 func TestParseStat(t *testing.T) {
@@ -235,10 +236,15 @@ func (f *fakePods) Apply(_ context.Context, manifest []byte, _ string) (*corev1.
 	if err := yaml.Unmarshal(manifest, &p); err != nil {
 		return nil, err
 	}
-	if !bytes.Contains(manifest, []byte(`command: [sleep, "3600"]`)) {
+	probed := strings.HasPrefix(p.Name, probedPrefix)
+	if !probed && !bytes.Contains(manifest, []byte(`command: [sleep, "3600"]`)) {
 		return nil, fmt.Errorf("pod %s does not sleep", p.Name)
 	}
+	if probed && (p.Spec.Containers[0].ReadinessProbe == nil || p.Spec.Containers[0].LivenessProbe == nil) {
+		return nil, fmt.Errorf("probed pod %s lacks a readiness or liveness probe", p.Name)
+	}
 	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pods[p.Namespace+"/"+p.Name] = p
@@ -318,5 +324,93 @@ func TestRunOverheadFillsMeasuresChurnsAndCleansUp(t *testing.T) {
 	csv, err := os.ReadFile(filepath.Join(dir, "overhead.csv"))
 	if err != nil || strings.Count(string(csv), "\n") != len(rows)+1 {
 		t.Fatalf("overhead.csv:\n%s (%v)", csv, err)
+	}
+}
+
+func TestRunOverheadWithProbesSwapsInProbedPods(t *testing.T) {
+	agent := &fakePods{pods: map[string]corev1.Pod{}}
+	self := ProcGroup{Name: "self", PIDs: func() ([]int, error) { return []int{os.Getpid()}, nil }}
+	mix, err := ParseProbeMix("exec,http,tcp,grpc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent's counter: 7 more probes, 1 of them failed, at each read.
+	var reads uint64
+	totals := func(context.Context) (ProbeTotals, error) {
+		reads++
+		return ProbeTotals{All: 7 * reads, Failed: reads}, nil
+	}
+	rows, err := RunOverhead(t.Context(), agent, []ProcGroup{self}, OverheadConfig{
+		Pods: []int{2, 4}, Window: 300 * time.Millisecond, Interval: 100 * time.Millisecond, Parallel: 2, Image: "busybox",
+		Probes: mix, ProbeTotals: totals,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%d %s", r.Pods, r.Phase))
+		if r.Phase == "probed" && (r.Probes != 7 || r.ProbesFailed != 1 || r.ProbeRate() <= 0) {
+			t.Errorf("probed row at %d pods: %d probes, %d failed, %.1f/s; want 7, 1 and a rate", r.Pods, r.Probes, r.ProbesFailed, r.ProbeRate())
+		}
+	}
+	if want := "2 idle,2 churn,2 probed,4 idle,4 churn,4 probed"; strings.Join(got, ",") != want {
+		t.Fatalf("rows %v, want %s", got, want)
+	}
+	if len(agent.pods) != 0 {
+		t.Fatalf("%d pods left after the benchmark", len(agent.pods))
+	}
+	var table bytes.Buffer
+	WriteOverheadTable(&table, rows, "self")
+	if !strings.Contains(table.String(), "self at 4 pods: ") || !strings.Contains(table.String(), "cores idle without probes") {
+		t.Errorf("the table does not set the probed window beside the idle one:\n%s", table.String())
+	}
+	t.Run("without a probe counter it refuses to start", func(t *testing.T) {
+		if _, err := RunOverhead(t.Context(), agent, []ProcGroup{self}, OverheadConfig{Pods: []int{1}, Probes: mix}); err == nil {
+			t.Fatal("no error")
+		}
+	})
+}
+
+func TestProbedManifestsAreValidPods(t *testing.T) {
+	for _, kind := range ProbeKinds {
+		t.Run(kind, func(t *testing.T) {
+			m := probedManifest(probedPrefix+"0", "registry.local/nodeguard/busybox:1.35", "16Mi", kind, 10*time.Second)
+			pods, err := podspec.Parse(bytes.NewReader(m), kind+".yaml")
+			if err != nil {
+				t.Fatalf("%s\n%v", m, err)
+			}
+			if _, errs := podspec.Validate(pods[0], podspec.Options{}); len(errs) > 0 {
+				t.Fatalf("%s\nrefused: %v", m, errs.ToAggregate())
+			}
+			c := pods[0].Spec.Containers[0]
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil || c.ReadinessProbe.PeriodSeconds != 10 {
+				t.Fatalf("probes %+v %+v, want both every 10 s", c.ReadinessProbe, c.LivenessProbe)
+			}
+		})
+	}
+	if _, err := ParseProbeMix("exec,udp"); err == nil {
+		t.Error("ParseProbeMix accepted udp")
+	}
+}
+
+func TestParseProbeTotals(t *testing.T) {
+	text := `# HELP prober_probe_total Cumulative number of a liveness, readiness or startup probe for a container by result.
+# TYPE prober_probe_total counter
+prober_probe_total{container="main",namespace="bench",pod="probed-0",probe_type="Liveness",result="successful"} 12
+prober_probe_total{container="main",namespace="bench",pod="probed-0",probe_type="Readiness",result="failed"} 3
+prober_probe_total{container="main",namespace="bench",pod="probed-1",probe_type="Readiness",result="unknown"} 1
+# TYPE other_total counter
+other_total 99
+`
+	got, err := ParseProbeTotals(strings.NewReader(text))
+	if err != nil || got != (ProbeTotals{All: 16, Failed: 3}) {
+		t.Fatalf("ParseProbeTotals = %+v, %v; want 16 of which 3 failed", got, err)
+	}
+	if got, err := ParseProbeTotals(strings.NewReader("other_total 1\n")); err != nil || got != (ProbeTotals{}) {
+		t.Fatalf("without the metric: %+v, %v; want zero", got, err)
+	}
+	if _, err := ParseProbeTotals(strings.NewReader("prober_probe_total{ 1\n")); err == nil {
+		t.Fatal("malformed exposition: no error")
 	}
 }

@@ -31,8 +31,10 @@
 //     (lifecycle/prober): readiness makes a container ready and the pod
 //     Ready and ContainersReady, a failed liveness or startup probe kills
 //     the container with the probe's grace (or the pod's) and the back-off
-//     restarts it; TCP and HTTP probes are dialled from the node's network
-//     namespace (Network.NodeNetNS);
+//     restarts it; TCP, HTTP and gRPC probes are dialled from the node's
+//     network namespace (Network.NodeNetNS, or Config.ProbeNetNS); failed
+//     probes and the kills they cause are the kubelet's pod events
+//     (Unhealthy, Killing) in Config.Events, through its spam filter;
 //   - a sandbox whose pod is no longer desired is stopped (containers with
 //     their grace period first) and removed, with its cgroups;
 //   - after a restart of nodeguard, running sandboxes of desired pods are
@@ -85,8 +87,9 @@
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
 // victim's oom_score_adj, local-storage limits); images.go (pull policy),
-// containerlogs.go (logs and rotation), exec.go, probes.go (the prober, lifecycle/prober), hooks.go
-// (lifecycle hooks) and events.go (pod events); network.go, volumes.go,
+// containerlogs.go (logs and rotation), exec.go, probes.go (the prober,
+// lifecycle/prober), hooks.go (lifecycle hooks) and events.go (pod events,
+// with the kubelet's spam filter); network.go, volumes.go,
 // storage.go, dns.go, hosts.go (the pods' /etc/hosts); nodelabels.go
 // (nodeSelector admission) and deadline.go (activeDeadlineSeconds);
 // apiservice.go (the Manager as the local API's

@@ -22,7 +22,7 @@ type events struct {
 }
 
 func (e *events) Append(_ time.Time, kind string, obj any) {
-	if ev, ok := obj.(lifecycle.PodEvent); ok && kind == lifecycle.EventKindPod {
+	if ev, ok := obj.(lifecycle.PodEvent); ok && kind == lifecycle.PodEventKind {
 		e.mu.Lock()
 		e.list = append(e.list, ev)
 		e.mu.Unlock()
@@ -34,7 +34,7 @@ func (e *events) find(pod, reason string) (lifecycle.PodEvent, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, ev := range e.list {
-		if ev.Pod == "default/"+pod && ev.Reason == reason {
+		if ev.Namespace == "default" && ev.Pod == pod && ev.Reason == reason {
 			return ev, true
 		}
 	}
@@ -212,7 +212,7 @@ func TestLifecycleHooksInRealContainers(t *testing.T) {
 			}
 		}
 		e, ok := ev.find("badstart", lifecycle.EventFailedPostStartHook)
-		if !ok || e.Type != corev1.EventTypeWarning || e.Container != "app" || !strings.Contains(e.Message, "exited with 3") {
+		if !ok || e.Type != corev1.EventTypeWarning || e.FieldPath != "spec.containers{app}" || !strings.Contains(e.Message, "exited with 3") {
 			t.Errorf("event %+v (found %v), want a Warning FailedPostStartHook of app with the hook's message", e, ok)
 		}
 		del(t, "badstart")

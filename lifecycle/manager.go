@@ -103,6 +103,10 @@ type Config struct {
 	// Network verifies each sandbox's plumbing and collects what dead
 	// sandboxes left; nil trusts the runtime's word.
 	Network *Network
+	// ProbeNetNS, with a nil Network, is the path of the network
+	// namespace that TCP, HTTP and gRPC probes dial pod IPs from
+	// (probes.go); "" with a nil Network: those probes are not made.
+	ProbeNetNS string
 	// GCInterval: how often volumes and the network are collected
 	// (DefaultGCInterval when zero).
 	GCInterval time.Duration
@@ -119,8 +123,10 @@ type Config struct {
 	// (logs.DefaultInterval when zero).
 	ContainerLogs               logs.Policy
 	ContainerLogMonitorInterval time.Duration
-	// Events records pod events (failed lifecycle hooks, events.go); nil
-	// records none, they are logged all the same.
+	// Events, when set, gets the kubelet's pod events (events.go): a
+	// failed probe's Warning Unhealthy, the Killing of a container that
+	// failed its liveness or startup probe, failed lifecycle hooks. They
+	// are logged all the same.
 	Events EventRecorder
 }
 
@@ -173,6 +179,8 @@ type Manager struct {
 	// hookHTTP sends httpGet lifecycle hooks, dialled as the httpGet
 	// probes are (hooks.go).
 	hookHTTP prober.Handlers
+	// events filters the pod events of Config.Events (events.go).
+	events eventFilter
 }
 
 type podState struct {
@@ -257,12 +265,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
 		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator}
-	dial, closeDial, err := probeDialer(cfg.Network)
+	dial, closeDial, err := probeDialer(cfg.Network, cfg.ProbeNetNS)
 	if err != nil {
 		return nil, fmt.Errorf("new pod manager: %w", err)
 	}
 	m.probes = prober.NewManager(prober.Config{
-		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, Logger: log, Now: cfg.Now,
+		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, OnEvent: m.onProbeEvent,
+		Logger: log, Now: cfg.Now,
 	})
 	m.closeProbes = closeDial
 	m.hookHTTP = prober.Handlers{Dial: dial}

@@ -17,15 +17,19 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/prober"
 )
 
-// probeDialer returns how TCP and HTTP probes reach pod IPs: from the
-// namespace the pod network's bridge is in (Network.NodeNetNS, or
+// probeDialer returns how TCP, HTTP and gRPC probes reach pod IPs: from
+// the namespace the pod network's bridge is in (Network.NodeNetNS, or
 // nodeguard's own when that is ""), never from anywhere else. Without a
-// Network nodeguard does not know where pod IPs are routed, and those
-// probes fail to run (their results are thrown away, and logged).
-func probeDialer(n *Network) (prober.DialFunc, func() error, error) {
+// Network (the pod network is not nodeguard's to verify) they dial from
+// probeNetNS (Config.ProbeNetNS); when that is "" too nodeguard does not
+// know where pod IPs are routed, and those probes are not made (each run
+// errors, is thrown away, and says so in an Unhealthy event).
+func probeDialer(n *Network, probeNetNS string) (prober.DialFunc, func() error, error) {
 	switch {
-	case n == nil:
+	case n == nil && probeNetNS == "":
 		return nil, func() error { return nil }, nil
+	case n == nil:
+		return prober.NetNSDialer(probeNetNS)
 	case n.NodeNetNS == "":
 		var d net.Dialer
 		return d.DialContext, func() error { return nil }, nil
@@ -86,6 +90,7 @@ func (m *Manager) killUnhealthy(ctx context.Context, st *podState, byName map[st
 			g := probeGrace(st.pod, probeOf(c, k))
 			m.log.Info("container failed its probe; killing it", "pod", key(st.pod), "container", c.Name,
 				"probe", k.String(), "grace", g)
+			m.event(st.pod, c.Name, corev1.EventTypeNormal, ReasonKilling, killingMessage(st.pod, c.Name, k))
 			id := ctr.Id
 			stops = append(stops, func() {
 				// Its preStop hook first, as the kubelet's killContainer.

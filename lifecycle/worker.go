@@ -113,6 +113,7 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 		return false
 	}
 	m.probes.RemovePod(uid) // nothing is probed while it is torn down
+	m.events.forget(uid)
 	for _, sb := range sbs {
 		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod), true)
 	}

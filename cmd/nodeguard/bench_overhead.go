@@ -23,11 +23,11 @@ const overheadAgentName = "nodeguard"
 
 func newBenchOverheadCmd(g *globalFlags) *cobra.Command {
 	cfg := bench.OverheadConfig{Window: 60 * time.Second, Parallel: 4}
-	var out, profileDir string
+	var out, profileDir, probes string
 	pods := []int{110}
 	cmd := &cobra.Command{
 		Use:   "overhead",
-		Short: "CPU and RSS of the agent (and of containerd) with 110 and 250 pods, idle and under churn",
+		Short: "CPU and RSS of the agent (and of containerd) with 110 and 250 pods, idle, under churn and probed",
 		Long: `Starts the private test containerd (its own network namespace, local
 images), then the real agent as a child process ("nodeguard run" from this
 binary, pointed at that containerd and its network, with its own state
@@ -45,7 +45,14 @@ budget is 0.35 core / 300 MiB). --out DIR writes overhead.csv,
 overhead-samples.csv and overhead.png. --cpu-profile DIR also serves the
 agent's /debug/pprof/ on a loopback port and writes its CPU profile of each
 window to DIR (nodeguard-<pods>-<phase>.cpu.pprof, for "go tool pprof");
-the profiler's own cost is then in the figures. Every pod is deleted and
+the profiler's own cost is then in the figures. --probes KINDS adds a third
+window at every count, "probed": the pods are swapped for as many that each
+carry a readiness and a liveness probe every --probe-period (10 s, as most
+real specs), of the kinds given in turn (exec, http: httpGet readiness and
+tcpSocket liveness on busybox httpd, tcp, grpc), and once all are ready the
+agent's CPU is sampled beside the probe-less idle window, with the probe
+rate achieved (from the agent's prober_probe_total, read from its metrics on
+a loopback port before and after the window). Every pod is deleted and
 the environment removed at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (retErr error) {
@@ -57,6 +64,12 @@ the environment removed at the end.`,
 				return fmt.Errorf("--pods must be positive and ascending, --window and --parallel positive")
 			}
 			cfg.Pods = pods
+			if cfg.Probes, err = bench.ParseProbeMix(probes); err != nil {
+				return fmt.Errorf("--probes: %w", err)
+			}
+			if cfg.ProbePeriod < time.Second {
+				return fmt.Errorf("--probe-period %s: probes run every whole second at most (periodSeconds)", cfg.ProbePeriod)
+			}
 			ctx := cmd.Context()
 			progress := cmd.ErrOrStderr()
 			cfg.Progress = progress
@@ -90,7 +103,15 @@ the environment removed at the end.`,
 					return nil
 				}
 			}
-			agent, err := startOverheadAgent(ctx, env, dir, metricsAddr, progress)
+			if len(cfg.Probes) > 0 {
+				if metricsAddr == "" {
+					if metricsAddr, err = freeLoopbackAddr(); err != nil {
+						return fmt.Errorf("--probes: %w", err)
+					}
+				}
+				cfg.ProbeTotals = func(ctx context.Context) (bench.ProbeTotals, error) { return scrapeProbeTotals(ctx, metricsAddr) }
+			}
+			agent, err := startOverheadAgent(ctx, env, dir, metricsAddr, profileDir != "", progress)
 			if err != nil {
 				return err
 			}
@@ -119,6 +140,9 @@ the environment removed at the end.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "\nbusybox pods, %s windows sampled every 1 s, %d churn workers, agent pid %d\n", cfg.Window, cfg.Parallel, pid)
+			if len(cfg.Probes) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "probed pods: readiness and liveness probes every %s, kinds %s in turn\n", cfg.ProbePeriod, strings.Join(cfg.Probes, ","))
+			}
 			bench.WriteOverheadTable(cmd.OutOrStdout(), rows, overheadAgentName)
 			if out != "" {
 				files, err := bench.WriteOverheadFiles(out, rows, overheadAgentName, time.Second)
@@ -137,6 +161,8 @@ the environment removed at the end.`,
 	cmd.Flags().IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "applies in flight while filling, and churn workers")
 	cmd.Flags().StringVar(&out, "out", "", "directory for overhead.csv, overhead-samples.csv and overhead.png")
 	cmd.Flags().StringVar(&profileDir, "cpu-profile", "", "directory for the agent's CPU profile of each window (serves its /debug/pprof/ on loopback)")
+	cmd.Flags().StringVar(&probes, "probes", "", "add a window with probed pods: probe kinds given to them in turn, from "+strings.Join(bench.ProbeKinds, ",")+" (e.g. exec,http,tcp)")
+	cmd.Flags().DurationVar(&cfg.ProbePeriod, "probe-period", 10*time.Second, "periodSeconds of the probed pods' probes (with --probes)")
 	return cmd
 }
 
@@ -170,17 +196,38 @@ func fetchCPUProfile(ctx context.Context, addr string, window time.Duration, pat
 	return f.Close()
 }
 
+// scrapeProbeTotals reads the agent's prober_probe_total from its metrics
+// at addr.
+func scrapeProbeTotals(ctx context.Context, addr string) (bench.ProbeTotals, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return bench.ProbeTotals{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return bench.ProbeTotals{}, fmt.Errorf("scrape the agent's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return bench.ProbeTotals{}, fmt.Errorf("scrape the agent's metrics: %s", resp.Status)
+	}
+	return bench.ParseProbeTotals(resp.Body)
+}
+
 // startOverheadAgent starts "nodeguard run" from this binary against env's
 // containerd and network, with its state under dir, and waits until its API
-// answers. A metricsAddr also serves its profiler there.
-func startOverheadAgent(ctx context.Context, env *crienv.Env, dir, metricsAddr string, progress io.Writer) (*agentProcess, error) {
+// answers. A metricsAddr serves its metrics there, and its profiler too
+// when profiling.
+func startOverheadAgent(ctx context.Context, env *crienv.Env, dir, metricsAddr string, profiling bool, progress io.Writer) (*agentProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this binary: %w", err)
 	}
 	flags := []string{"--runtime-endpoint", env.Endpoint(), "--cgroup-root", env.CgroupParent() + "/ng",
 		"--metrics-addr", metricsAddr, "--log-level", "warn"}
-	if metricsAddr != "" {
+	if profiling {
 		flags = append(flags, "--enable-profiling")
 	}
 	a, err := newAgentProcess(self, dir, "", flags)

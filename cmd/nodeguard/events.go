@@ -61,7 +61,7 @@ made beneath PATH later are followed.`,
 	cmd.Flags().DurationVar(&f.duration, "duration", 0, "stop after this long (0: until interrupted)")
 	cmd.Flags().DurationVar(&f.minReclaim, "min-reclaim", loader.DefaultMinReclaimEpisode, "report reclaim episodes at least this long (shorter ones are only aggregated)")
 	cmd.Flags().BoolVar(&f.stats, "stats", true, "print ring-buffer accounting to stderr at the end")
-	cmd.Flags().BoolVar(&f.agent, "agent", false, "stream the running agent's decisions (evictions, attributed OOM kills, node conditions) from its API instead")
+	cmd.Flags().BoolVar(&f.agent, "agent", false, "stream the running agent's decisions and pod events (evictions, attributed OOM kills, node conditions, failed probes and the kills they cause) from its API instead")
 	cmd.Flags().StringVar(&f.apiSocket, "api-socket", DefaultAPISocket, "the agent's API socket (with --agent)")
 	return cmd
 }

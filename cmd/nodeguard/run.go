@@ -174,6 +174,16 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// probeNetNS is where probes dial pod IPs from when nodeguard does not
+// manage the pod network: the configured nodeNetNS, else nodeguard's own
+// namespace, from which the node routes its pods, as the kubelet probes.
+func probeNetNS(n networkConfig) string {
+	if n.NodeNetNS != "" {
+		return n.NodeNetNS
+	}
+	return "/proc/self/ns/net"
+}
+
 // runDaemon runs nodeguard. checkNetwork: verify and collect the pod
 // network even when nodeguard does not write its conflist (the private
 // runtime's is written by its environment).
@@ -337,9 +347,12 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
-	events := api.NewEventLog(4096) // the pods' (failed hooks) and the eviction manager's
+	// The agent's event log: pod events (probes, lifecycle hooks) from the
+	// lifecycle manager, eviction decisions and OOM kills from the eviction
+	// manager.
+	events := api.NewEventLog(4096)
 	mgr, err := lifecycle.New(lifecycle.Config{
-		Events: events, Volumes: vols, Network: network, Admit: adm.admit, Node: node,
+		Volumes: vols, Network: network, ProbeNetNS: probeNetNS(cfg.Network), Admit: adm.admit, Node: node, Events: events,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),

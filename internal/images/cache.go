@@ -24,7 +24,7 @@ const DefaultCacheDir = "/var/cache/nodeguard-images"
 
 // formatVersion is part of the cache key: bump it whenever this package
 // changes what it writes for the same inputs.
-const formatVersion = "nodeguard-images/2"
+const formatVersion = "nodeguard-images/3"
 
 // setFile is the file in a cache directory that lists its images. It is
 // written last, so its presence means the directory is complete.
@@ -46,7 +46,7 @@ type Set struct {
 
 // Cached returns the images built from the current inputs, from
 // root/<key>, building them first when that directory does not exist. The
-// key hashes formatVersion, the pause and hog sources, the Go toolchain's
+// key hashes formatVersion, the pause, hog and grpchealth sources, the Go toolchain's
 // version and the busybox binary. Builds are serialized by an flock on root/.lock
 // and published by renaming a complete directory into place. log may be
 // nil.
@@ -96,7 +96,7 @@ func Cached(ctx context.Context, root string, log *slog.Logger) (Set, error) {
 	if err != nil {
 		return Set{}, err
 	}
-	busybox, err := buildBusybox(ctx, tmp, BusyboxBinary)
+	busybox, err := buildBusybox(ctx, tmp, BusyboxBinary, goBin)
 	if err != nil {
 		return Set{}, err
 	}
@@ -175,7 +175,7 @@ func cacheKey(ctx context.Context, goBin, busybox string) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(formatVersion), pauseSource, hog.Source, []byte(v)} {
+	for _, part := range [][]byte{[]byte(formatVersion), pauseSource, hog.Source, grpchealthSource, []byte(v)} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}

@@ -10,7 +10,10 @@
 //   - Busybox (BusyboxName): Debian's static /bin/busybox (package
 //     busybox-static) with a symlink for every applet that the binary lists
 //     (`busybox --list-full`: sh, ls, cat, sleep, wget, nc, ip, ping, awk,
-//     ps, ...), a minimal /etc (passwd, group) and /tmp. Cmd ["sh"].
+//     ps, ...), a minimal /etc (passwd, group) and /tmp. Cmd ["sh"]. It
+//     also has /bin/grpchealth, built like pause from grpchealth/main.go: a
+//     gRPC health server whose services' status follows files, the far end
+//     of the tests' gRPC probes.
 //   - Hog (HogName): one static binary, /hog, built like pause from the
 //     source that package bench/hog embeds: the memory hog of `nodeguard
 //     bench eviction`. Entrypoint ["/hog"].
@@ -20,7 +23,7 @@
 //
 // Invariants:
 //
-//   - Output is deterministic: the same inputs (pause and hog sources, Go toolchain
+//   - Output is deterministic: the same inputs (pause, hog and grpchealth sources, Go toolchain
 //     version, busybox binary) give byte-identical archives. Tar entries
 //     are sorted with parents first, owned by 0:0, dated Epoch; gzip
 //     headers carry no name or time; JSON comes from structs.
@@ -29,7 +32,7 @@
 //   - Cached builds into a directory named by a hash of the inputs and
 //     publishes it with one rename under an flock, so parallel test
 //     binaries share one build and never see a partial one.
-//   - Nothing here uses the network: the pause and hog builds are modules
+//   - Nothing here uses the network: the pause, hog and grpchealth builds are modules
 //     without dependencies, run with GOTOOLCHAIN=local, GOPROXY=off and GOFLAGS
 //     cleared.
 package images

@@ -69,6 +69,14 @@ var ErrNoToolchain = errors.New("no Go toolchain")
 //go:embed pause/main.go
 var pauseSource []byte
 
+//go:embed grpchealth/main.go
+var grpchealthSource []byte
+
+// GRPCHealthBinary is where the busybox image has the grpchealth program
+// (grpchealth/main.go): a gRPC health server for the tests of gRPC probes,
+// driven by files (`grpchealth -port 9090 =/tmp/ready live=!/tmp/sick`).
+const GRPCHealthBinary = "/bin/grpchealth"
+
 // goMod is the module file of the pause and hog builds (%s: the program's
 // name): no dependencies, so the build never needs the module proxy.
 const goMod = "module nodeguard.local/%s\n\ngo 1.22\n"
@@ -206,22 +214,33 @@ func goVersion(ctx context.Context, goBin string) (string, error) {
 }
 
 // BuildBusybox writes the busybox image, made from Debian's static
-// /bin/busybox (package busybox-static), to dir/busybox.tar.
+// /bin/busybox (package busybox-static) and the grpchealth program built
+// with the Go toolchain on PATH (or /usr/local/go/bin/go), to
+// dir/busybox.tar.
 func BuildBusybox(ctx context.Context, dir string) (Image, error) {
-	return buildBusybox(ctx, dir, BusyboxBinary)
+	goBin, err := goTool()
+	if err != nil {
+		return Image{}, fmt.Errorf("build busybox image: %w", err)
+	}
+	return buildBusybox(ctx, dir, BusyboxBinary, goBin)
 }
 
-func buildBusybox(ctx context.Context, dir, binary string) (Image, error) {
+func buildBusybox(ctx context.Context, dir, binary, goBin string) (Image, error) {
 	entries, err := busyboxEntries(ctx, binary)
 	if err != nil {
 		return Image{}, fmt.Errorf("build busybox image: %w", err)
 	}
+	health, err := compileGo(ctx, goBin, "grpchealth", grpchealthSource)
+	if err != nil {
+		return Image{}, fmt.Errorf("build busybox image: %w", err)
+	}
+	entries = append(entries, entry{name: strings.TrimPrefix(GRPCHealthBinary, "/"), mode: 0o755, typ: tar.TypeReg, data: health})
 	return writeLayout(filepath.Join(dir, BusyboxArchive), spec{
 		name:      BusyboxName,
 		arch:      runtime.GOARCH,
 		entries:   entries,
 		cmd:       []string{"sh"},
-		createdBy: "nodeguard internal/images: " + BusyboxBinary + " from busybox-static with its applet links",
+		createdBy: "nodeguard internal/images: " + BusyboxBinary + " from busybox-static with its applet links, and CGO_ENABLED=0 go build grpchealth/main.go",
 	})
 }
 

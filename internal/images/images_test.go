@@ -206,6 +206,23 @@ func TestBuild(t *testing.T) {
 				if f, ok := layer["bin/busybox"]; !ok || f.hdr.Typeflag != tar.TypeReg || f.hdr.Mode&0o111 == 0 {
 					t.Fatal("no executable /bin/busybox in the layer")
 				}
+				if f, ok := layer["bin/grpchealth"]; !ok || f.hdr.Typeflag != tar.TypeReg || f.hdr.Mode&0o111 == 0 {
+					t.Fatal("no executable /bin/grpchealth in the layer")
+				} else {
+					bin := filepath.Join(t.TempDir(), "grpchealth")
+					if err := os.WriteFile(bin, f.data, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := CheckStatic(bin); err != nil {
+						t.Fatal(err)
+					}
+					// The binary is grpchealth: it refuses an argument
+					// that is no SERVICE=FILE before it listens.
+					out, err := exec.CommandContext(t.Context(), bin, "bad").CombinedOutput()
+					if err == nil || !strings.Contains(string(out), "SERVICE=FILE") {
+						t.Errorf("/bin/grpchealth bad: %v, %q; want a usage error about SERVICE=FILE", err, out)
+					}
+				}
 				links := map[string]bool{}
 				for name, f := range layer {
 					if f.hdr.Typeflag == tar.TypeSymlink {
@@ -451,10 +468,10 @@ func TestRejects(t *testing.T) {
 		}
 	})
 	t.Run("the busybox build refuses a dynamic or missing binary", func(t *testing.T) {
-		if _, err := buildBusybox(t.Context(), t.TempDir(), "/bin/ls"); !errors.Is(err, ErrNotStatic) {
+		if _, err := buildBusybox(t.Context(), t.TempDir(), "/bin/ls", fallbackGo); !errors.Is(err, ErrNotStatic) {
 			t.Errorf("buildBusybox(/bin/ls) = %v, want ErrNotStatic", err)
 		}
-		if _, err := buildBusybox(t.Context(), t.TempDir(), "/nonexistent/busybox"); !errors.Is(err, os.ErrNotExist) {
+		if _, err := buildBusybox(t.Context(), t.TempDir(), "/nonexistent/busybox", fallbackGo); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("buildBusybox(missing) = %v, want ErrNotExist", err)
 		}
 	})

@@ -112,7 +112,7 @@
 // overhead, resourceClaims, pod-level resources, hostnameOverride,
 // schedulingGroup, evictionResponders, os.name windows, hostUsers false,
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
-// windowsOptions, and per container: gRPC probes, lifecycle.stopSignal,
+// windowsOptions, and per container: lifecycle.stopSignal,
 // resourceFieldRef of hugepages, resizePolicy,
 // restartPolicy (sidecar init containers), stdin/tty,
 // seLinuxOptions, windowsOptions, extended resources and

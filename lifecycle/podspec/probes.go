@@ -11,9 +11,8 @@ import (
 )
 
 // validateProbes is validateProbe of pkg/apis/core/validation for a
-// container's three probes, and the refusal of what nodeguard's prober
-// does not run (grpc). A named port must name one of the container's
-// ports (Kubernetes finds out only when probing).
+// container's three probes. A named port must name one of the
+// container's ports (Kubernetes finds out only when probing).
 func validateProbes(c *corev1.Container, cp *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for _, p := range []struct {
@@ -94,8 +93,13 @@ func validateProbe(p *corev1.Probe, c *corev1.Container, readiness bool, pp *fie
 			errs = append(errs, validation.IsValidIP(tp.Child("host"), t.Host)...)
 		}
 	}
-	if p.GRPC != nil {
-		errs = append(errs, field.Forbidden(pp.Child("grpc"), NotSupported+": nodeguard has no gRPC health client to probe with; use exec (grpc_health_probe) or tcpSocket"))
+	if g := p.GRPC; g != nil {
+		// As Kubernetes' validateGRPCAction: the port is a number (no
+		// names here), the service any string ("" is the server's
+		// overall health).
+		for _, msg := range validation.IsValidPortNum(int(g.Port)) {
+			errs = append(errs, field.Invalid(pp.Child("grpc", "port"), g.Port, msg))
+		}
 	}
 	return errs
 }

@@ -85,11 +85,18 @@ func TestValidateProbes(t *testing.T) {
 			},
 		},
 		{
-			name: "a gRPC probe is refused with its reason",
+			name: "a gRPC probe with a service is accepted",
 			mutate: func(c *corev1.Container) {
-				c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9090}}}
+				svc := "nodeguard.test"
+				c.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 9090, Service: &svc}}}
 			},
-			wantErrs: []string{"spec.containers[0].readinessProbe.grpc: Forbidden: not supported by nodeguard: nodeguard has no gRPC health client to probe with; use exec (grpc_health_probe) or tcpSocket"},
+		},
+		{
+			name: "a gRPC probe's port must be in range",
+			mutate: func(c *corev1.Container) {
+				c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: 0}}}
+			},
+			wantErrs: []string{"spec.containers[0].livenessProbe.grpc.port: Invalid value: 0: must be between 1 and 65535, inclusive"},
 		},
 		{
 			name: "an exec probe needs a command",

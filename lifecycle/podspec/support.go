@@ -97,9 +97,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 	},
 	reflect.TypeFor[corev1.SleepAction](): {"seconds": honoured},
 	reflect.TypeFor[corev1.Probe](): {
-		"exec": honoured, "httpGet": honoured, "tcpSocket": honoured,
-		// grpc: refused by Validate with its own reason.
-		"grpc":                honoured,
+		"exec": honoured, "httpGet": honoured, "tcpSocket": honoured, "grpc": honoured,
 		"initialDelaySeconds": honoured, "timeoutSeconds": honoured, "periodSeconds": honoured,
 		"successThreshold": honoured, "failureThreshold": honoured, "terminationGracePeriodSeconds": honoured,
 	},
@@ -107,6 +105,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.HTTPGetAction]():   {"path": honoured, "port": honoured, "host": honoured, "scheme": honoured, "httpHeaders": honoured},
 	reflect.TypeFor[corev1.HTTPHeader]():      {"name": honoured, "value": honoured},
 	reflect.TypeFor[corev1.TCPSocketAction](): {"port": honoured, "host": honoured},
+	reflect.TypeFor[corev1.GRPCAction]():      {"port": honoured, "service": honoured},
 	reflect.TypeFor[corev1.ContainerPort](): {
 		"name": honoured, "containerPort": honoured, "hostPort": honoured, "protocol": honoured, "hostIP": honoured,
 	},

@@ -22,7 +22,8 @@ import (
 
 // testNetNS makes a network namespace of the test's own with an HTTP
 // server on its loopback, and returns a dialer into it and the server's
-// port. /ok answers 200, /fail 500, /redirect 302 to /ok; hosts records
+// port. /ok answers 200, /fail 500, /redirect 302 to /ok, /elsewhere 302
+// to another host; hosts records
 // the Host of each request.
 func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 	t.Helper()
@@ -54,6 +55,9 @@ func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 	})
 	mux.HandleFunc("/fail", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
+	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://elsewhere.invalid/ok", http.StatusFound)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -83,6 +87,7 @@ func TestNetNSProbes(t *testing.T) {
 		{"an httpGet probe answered 200 succeeds", httpGet("/ok"), Success},
 		{"an httpGet probe answered 500 fails", httpGet("/fail"), Failure},
 		{"an httpGet probe follows a redirect to the same host", httpGet("redirect"), Success},
+		{"an httpGet probe redirected to another host is a warning, not followed", httpGet("/elsewhere"), Warning},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,10 +20,18 @@
 //     throws its result away, as the kubelet does.
 //
 // Exec probes run through the CRI's ExecSync with the probe's timeout (a
-// timeout is a failure). TCP and HTTP probes are dialled by the Dialer the
-// Manager is given; nodeguard's dials from inside the node's network
-// namespace (where the pod network's bridge is), never from anywhere else.
-// gRPC probes are refused by podspec: there is no gRPC health client here.
+// timeout is a failure). TCP, HTTP and gRPC probes are dialled by the
+// Dialer the Manager is given; nodeguard's dials from inside the node's
+// network namespace (where the pod network's bridge is), never from
+// anywhere else. A gRPC probe is one grpc.health.v1.Health/Check over a
+// plaintext connection of its own, as the kubelet's pkg/probe/grpc: only
+// SERVING succeeds, and every failure carries the kubelet's message.
+//
+// Every failed or errored probe run (not only the one that reaches
+// failureThreshold) is told to Config.OnEvent, as the kubelet records a
+// Warning "Unhealthy" event for each; an HTTP redirect to another host is
+// a success with a Warning "ProbeWarning" event.
+//
 // Handlers.HTTPGet is the httpGet probe's request without its verdict:
 // lifecycle's httpGet hooks send theirs through it, so that they are
 // dialled from the same place.

@@ -30,6 +30,25 @@ type Update struct {
 	Message     string
 }
 
+// Event is what the kubelet's prober records of one probe run: a failure
+// or an error (Warning Unhealthy), or a success with a warning (Warning
+// ProbeWarning, an HTTP redirect it did not follow), with the kubelet's
+// message ("Liveness probe failed: ...").
+type Event struct {
+	Pod         *corev1.Pod
+	Container   string
+	ContainerID string
+	Kind        Kind
+	Reason      string
+	Message     string
+}
+
+// The kubelet's reasons of probe events (pkg/kubelet/events).
+const (
+	ReasonUnhealthy    = "Unhealthy"
+	ReasonProbeWarning = "ProbeWarning"
+)
+
 // Config wires a Manager.
 type Config struct {
 	// Prober makes the probes (Handlers).
@@ -37,8 +56,13 @@ type Config struct {
 	// OnUpdate is called, from a worker, with every result that changes;
 	// it must not block.
 	OnUpdate func(Update)
-	Logger   *slog.Logger
-	Now      func() time.Time
+	// OnEvent, when set, is called, from a worker, with the event of
+	// every probe run that failed, could not be made or warned,
+	// thresholds or not, as the kubelet records one for each. It must not
+	// block.
+	OnEvent func(Event)
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 type resultKey struct {

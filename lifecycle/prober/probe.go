@@ -22,11 +22,14 @@ import (
 // Result is a probe's outcome.
 type Result int
 
-// Results, as the kubelet's prober/results.
+// Results, as the kubelet's prober/results; Warning is a Prober's
+// success with something to say (pkg/probe's Warning), which the worker
+// records as Success.
 const (
 	Unknown Result = iota
 	Success
 	Failure
+	Warning
 )
 
 func (r Result) String() string {
@@ -35,6 +38,8 @@ func (r Result) String() string {
 		return "Success"
 	case Failure:
 		return "Failure"
+	case Warning:
+		return "Warning"
 	}
 	return "Unknown"
 }
@@ -42,7 +47,7 @@ func (r Result) String() string {
 // metricLabel is the kubelet's prober_probe_total result label.
 func (r Result) metricLabel() string {
 	switch r {
-	case Success:
+	case Success, Warning:
 		return "successful"
 	case Failure:
 		return "failed"
@@ -112,10 +117,10 @@ const userAgent = "kube-probe/nodeguard"
 // (10 KiB): the message, not the body, is what matters.
 const maxBody = 10 << 10
 
-// Handlers runs exec, tcpSocket and httpGet probes.
+// Handlers runs exec, tcpSocket, httpGet and grpc probes.
 type Handlers struct {
 	Exec Execer
-	// Dial connects TCP and HTTP probes. It must dial from the node's
+	// Dial connects TCP, HTTP and gRPC probes. It must dial from the node's
 	// network namespace (where the pod IPs are routed); nil refuses them
 	// with ErrUnsupported.
 	Dial DialFunc
@@ -140,7 +145,7 @@ func (h Handlers) Probe(ctx context.Context, p *corev1.Probe, t Target) (Result,
 	case p.HTTPGet != nil:
 		return h.http(ctx, p.HTTPGet, t, to)
 	case p.GRPC != nil:
-		return Unknown, "", fmt.Errorf("grpc: %w", ErrUnsupported)
+		return h.grpc(ctx, p.GRPC, t, to)
 	}
 	return Unknown, "", errors.New("probe has no handler")
 }
@@ -198,7 +203,11 @@ func (h Handlers) http(ctx context.Context, a *corev1.HTTPGetAction, t Target, t
 		return Failure, nr.Error(), nil
 	case err != nil:
 		return Unknown, "", err
-	case code >= 200 && code < 400:
+	case code >= 300 && code < 400:
+		// A redirect to another host, not followed: a success with a
+		// warning, as the kubelet's HTTP prober.
+		return Warning, fmt.Sprintf("Probe terminated redirects, Response body: %s", body), nil
+	case code >= 200 && code < 300:
 		return Success, body, nil
 	}
 	return Failure, fmt.Sprintf("HTTP probe failed with statuscode: %d", code), nil

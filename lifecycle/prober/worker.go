@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -113,11 +114,21 @@ func (w *worker) doProbe(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // stopping: no result, no count
 		}
-		// The probe could not be made: its result is thrown away.
+		// The probe could not be made: its result is thrown away, and
+		// said, as the kubelet's "errored" event does.
 		w.m.count(w.pod, w.key, Unknown)
 		w.m.log.Debug("probe errored", "pod", w.pod.Namespace+"/"+w.pod.Name, "container", w.key.container,
 			"probe", w.key.kind.String(), "err", err)
+		w.event(info.ID, ReasonUnhealthy, fmt.Sprintf("%s probe errored and resulted in unknown state: %s", w.key.kind, err))
 		return
+	}
+	switch res {
+	case Failure:
+		w.event(info.ID, ReasonUnhealthy, fmt.Sprintf("%s probe failed: %s", w.key.kind, msg))
+	case Warning:
+		// A success, said with a warning, as the kubelet's.
+		w.event(info.ID, ReasonProbeWarning, fmt.Sprintf("%s probe warning: %s", w.key.kind, msg))
+		res = Success
 	}
 	w.m.count(w.pod, w.key, res)
 	if res == w.lastResult {
@@ -134,6 +145,13 @@ func (w *worker) doProbe(ctx context.Context) {
 		// The container is killed and replaced; until then there is
 		// nothing more to learn from it.
 		w.onHold, w.resultRun = true, 0
+	}
+}
+
+// event tells Config.OnEvent of a run's event.
+func (w *worker) event(id, reason, msg string) {
+	if w.m.cfg.OnEvent != nil {
+		w.m.cfg.OnEvent(Event{Pod: w.pod, Container: w.key.container, ContainerID: id, Kind: w.key.kind, Reason: reason, Message: msg})
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 type fakeProber struct {
 	results []Result
 	err     error
+	msg     string
 	calls   int
 }
 
@@ -26,7 +27,7 @@ func (f *fakeProber) Probe(context.Context, *corev1.Probe, Target) (Result, stri
 	if len(f.results) > 1 {
 		f.results = f.results[1:]
 	}
-	return r, "", nil
+	return r, f.msg, nil
 }
 
 type fakeClock struct{ t time.Time }
@@ -179,6 +180,48 @@ func TestWorker(t *testing.T) {
 		cs := m.Counts()
 		if len(cs) != 1 || cs[0].Result != "unknown" || cs[0].ProbeType != "Readiness" || cs[0].Value != 1 {
 			t.Fatalf("counts %+v", cs)
+		}
+	})
+	t.Run("every failed or errored run is told, with the kubelet's event message", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Failure, Failure, Success}, msg: `service unhealthy (responded with "NOT_SERVING")`}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 3, 1), LivenessProbe: probe(0, 3, 1)})
+		m, _, ws, _ := setup(t, pod, fp)
+		var got []Event
+		m.cfg.OnEvent = func(e Event) { got = append(got, e) }
+		for range 3 {
+			ws[Readiness].doProbe(ctx)
+		}
+		fp.err = errors.New("exec: runtime down")
+		ws[Liveness].doProbe(ctx)
+		want := []Event{
+			{Pod: pod, Container: "a", ContainerID: "c1", Kind: Readiness, Reason: ReasonUnhealthy, Message: `Readiness probe failed: service unhealthy (responded with "NOT_SERVING")`},
+			{Pod: pod, Container: "a", ContainerID: "c1", Kind: Readiness, Reason: ReasonUnhealthy, Message: `Readiness probe failed: service unhealthy (responded with "NOT_SERVING")`},
+			{Pod: pod, Container: "a", ContainerID: "c1", Kind: Liveness, Reason: ReasonUnhealthy, Message: "Liveness probe errored and resulted in unknown state: exec: runtime down"},
+		}
+		if len(got) != len(want) {
+			t.Fatalf("told %d events, want %d (below the threshold too, none for the success): %+v", len(got), len(want), got)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("event %d: %+v, want %+v", i, got[i], want[i])
+			}
+		}
+	})
+	t.Run("a warning is a success with a ProbeWarning event", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Warning}, msg: "Probe terminated redirects, Response body: "}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 1, 1)})
+		m, _, ws, _ := setup(t, pod, fp)
+		var got []Event
+		m.cfg.OnEvent = func(e Event) { got = append(got, e) }
+		ws[Readiness].doProbe(ctx)
+		if !m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatal("not ready after a warning")
+		}
+		if len(got) != 1 || got[0].Reason != ReasonProbeWarning || got[0].Message != "Readiness probe warning: Probe terminated redirects, Response body: " {
+			t.Fatalf("events %+v, want one ProbeWarning", got)
+		}
+		if cs := m.Counts(); len(cs) != 1 || cs[0].Result != "successful" {
+			t.Fatalf("counts %+v, want one successful", cs)
 		}
 	})
 	t.Run("a stopped container is not ready and not probed", func(t *testing.T) {

@@ -1,0 +1,157 @@
+package prober
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/netplumb"
+)
+
+// slowHealth is a health server whose "slow" service never answers.
+type slowHealth struct{ *health.Server }
+
+func (s slowHealth) Check(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if r.Service == "slow" {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Server.Check(ctx, r)
+}
+
+// grpcServers are the test's servers, by port: health answers the health
+// protocol (the overall health SERVING, "sick" NOT_SERVING, "slow" never),
+// bare is a gRPC server without it, mute accepts connections and never
+// speaks.
+type grpcServers struct{ health, bare, mute int }
+
+// serveGRPC starts the servers on listeners made by listen (127.0.0.1:0
+// somewhere) and stops them when the test ends.
+func serveGRPC(t testing.TB, listen func() (net.Listener, error)) grpcServers {
+	t.Helper()
+	var lns [3]net.Listener
+	for i := range lns {
+		ln, err := listen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = ln
+	}
+	hs := health.NewServer()
+	hs.SetServingStatus("sick", healthpb.HealthCheckResponse_NOT_SERVING)
+	withHealth := grpc.NewServer()
+	healthpb.RegisterHealthServer(withHealth, slowHealth{hs})
+	bare := grpc.NewServer()
+	go withHealth.Serve(lns[0])
+	go bare.Serve(lns[1])
+	t.Cleanup(func() {
+		withHealth.Stop()
+		bare.Stop()
+		lns[2].Close()
+	})
+	port := func(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
+	return grpcServers{health: port(lns[0]), bare: port(lns[1]), mute: port(lns[2])}
+}
+
+func grpcProbe(port int, service string) *corev1.Probe {
+	a := &corev1.GRPCAction{Port: int32(port)}
+	if service != "" {
+		a.Service = &service
+	}
+	return &corev1.Probe{TimeoutSeconds: 1, ProbeHandler: corev1.ProbeHandler{GRPC: a}}
+}
+
+// testGRPC runs the table of gRPC probes through h against srv at
+// 127.0.0.1, checking the kubelet's messages.
+func testGRPC(t *testing.T, h Handlers, srv grpcServers) {
+	target := Target{PodIP: "127.0.0.1"}
+	tests := []struct {
+		name    string
+		probe   *corev1.Probe
+		want    Result
+		message string
+	}{
+		{"the overall health SERVING succeeds", grpcProbe(srv.health, ""), Success, "service healthy"},
+		{"a service NOT_SERVING fails", grpcProbe(srv.health, "sick"), Failure, `service unhealthy (responded with "NOT_SERVING")`},
+		{"an unknown service fails with the server's NotFound", grpcProbe(srv.health, "nosuch"), Failure, "error: health rpc probe failed: rpc error: code = NotFound"},
+		{"a server without the health service fails", grpcProbe(srv.bare, ""), Failure, "error: this server does not implement the grpc health protocol (grpc.health.v1.Health)"},
+		{"a health check past timeoutSeconds fails", grpcProbe(srv.health, "slow"), Failure, "timeout: health rpc did not complete within 1s"},
+		{"a server that never speaks gRPC fails at the timeout", grpcProbe(srv.mute, ""), Failure, `timeout: failed to connect service "127.0.0.1:`},
+		{"a closed port fails at the timeout, as with the kubelet's blocking dial", grpcProbe(1, ""), Failure, `timeout: failed to connect service "127.0.0.1:1" within 1s`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, msg, err := h.Probe(context.Background(), tt.probe, target)
+			if err != nil || got != tt.want || !strings.HasPrefix(msg, tt.message) {
+				t.Fatalf("Probe = %v %q %v, want %v %q...", got, msg, err, tt.want, tt.message)
+			}
+		})
+	}
+}
+
+func TestGRPCProbes(t *testing.T) {
+	t.Run("on loopback", func(t *testing.T) {
+		srv := serveGRPC(t, func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") })
+		var d net.Dialer
+		testGRPC(t, Handlers{Dial: d.DialContext}, srv)
+	})
+	t.Run("in a network namespace, dialled by NetNSDialer", func(t *testing.T) {
+		cgtest.RequirePrivileged(t)
+		file := filepath.Join(t.TempDir(), "netns")
+		if err := netplumb.NewNetNS(file); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := netplumb.RemoveNetNS(file); err != nil {
+				t.Error(err)
+			}
+		})
+		srv := serveGRPC(t, func() (ln net.Listener, err error) {
+			err = ns.WithNetNSPath(file, func(ns.NetNS) error {
+				ln, err = net.Listen("tcp", "127.0.0.1:0")
+				return err
+			})
+			return ln, err
+		})
+		dial, closeNS, err := NetNSDialer(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeNS() })
+		testGRPC(t, Handlers{Dial: dial}, srv)
+	})
+	t.Run("without a dialer the probe cannot be made", func(t *testing.T) {
+		_, _, err := Handlers{}.Probe(context.Background(), grpcProbe(9090, ""), Target{PodIP: "127.0.0.1"})
+		if err == nil || !strings.Contains(err.Error(), ErrUnsupported.Error()) {
+			t.Fatalf("err %v, want ErrUnsupported", err)
+		}
+	})
+}
+
+// BenchmarkGRPCProbe measures one gRPC probe's CPU in this process (user +
+// system, as cpu-ns/op): a fresh plaintext connection, one Check, and its
+// close, the server's share included (it runs in this process too, so
+// the figure is an upper bound).
+func BenchmarkGRPCProbe(b *testing.B) {
+	srv := serveGRPC(b, func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") })
+	var d net.Dialer
+	h := Handlers{Dial: d.DialContext}
+	probe := grpcProbe(srv.health, "")
+	target := Target{PodIP: "127.0.0.1"}
+	before := cpuTime(b)
+	for b.Loop() {
+		if r, msg, err := h.Probe(context.Background(), probe, target); r != Success {
+			b.Fatalf("probe: %v %q %v", r, msg, err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime(b)-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
