@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/lifecycle/credentials"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
@@ -43,28 +47,69 @@ func (e *imageError) Error() string {
 
 func (e *imageError) Unwrap() error { return e.err }
 
-// ensureImage resolves c's image by its pull policy (cri.Client.EnsureImage
-// does what the policy says). A failed pull is retried after a back-off
-// that doubles from BackoffInitial to BackoffMax, as the kubelet's image
-// manager backs off pulls: a registry that refuses is not asked at every
-// sync. A missing image that was not pulled (Never, or a node that does
-// not pull) has no back-off: ImageStatus is cheap, and an image imported
-// meanwhile is used at the next sync.
+// pullTimeout bounds one image pull, longer than callTimeout: a pull
+// moves layers over the network, and containerd 1.6's CRI reports no
+// progress to cut a stalled one earlier (containerd 1.7 cuts a pull
+// without progress for 5 min, its image_pull_progress_timeout).
+const pullTimeout = 5 * time.Minute
+
+// pullProgressInterval is how often a pull still in flight is logged:
+// containerd's CRI streams no progress, so the log says how long it has
+// been running.
+const pullProgressInterval = 10 * time.Second
+
+// Kubernetes event types and the kubelet's image event reasons
+// (pkg/kubelet/events).
+const (
+	eventNormal  = "Normal"
+	eventWarning = "Warning"
+
+	eventPulling     = "Pulling"
+	eventPulled      = "Pulled"
+	eventFailed      = "Failed"
+	eventBackOff     = "BackOff"
+	eventNeverPulled = "ErrImageNeverPull"
+)
+
+// ensureImage resolves c's image by its pull policy
+// (cri.Client.ResolveImage decides as the kubelet's shouldPullImage) and
+// pulls it when the policy says so, with the pod's imagePullSecrets and
+// then the node's credentials (pullImage). A failed pull is retried after
+// a back-off that doubles from BackoffInitial to BackoffMax, as the
+// kubelet's image manager backs off pulls: a registry that refuses is not
+// asked at every sync. A missing image that was not pulled (Never, or a
+// node that does not pull) has no back-off: ImageStatus is cheap, and an
+// image imported meanwhile is used at the next sync.
 //
-// It is called from the pod's worker only, which owns st.pulls.
+// It records the kubelet's events (Pulling, Pulled, Failed, BackOff,
+// ErrImageNeverPull) as log lines; nodeguard has no API server to post
+// them to. It is called from the pod's worker only, which owns st.pulls.
 func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
 	now := m.now()
 	b := st.pulls[c.Name]
 	if b != nil && now.Before(b.until) {
+		m.event(st, c, eventNormal, eventBackOff, fmt.Sprintf("Back-off pulling image %q", c.Image))
 		return "", &imageError{container: c.Name, reason: ReasonImagePullBackOff,
 			err: fmt.Errorf("back-off %s pulling image %q: %w", b.delay, c.Image, b.err)}
 	}
-	id, err := m.cfg.Runtime.EnsureImage(ctx, c.Image, c.ImagePullPolicy, st.sandboxCfg)
+	rctx, cancel := call(ctx)
+	id, pull, err := m.cfg.Runtime.ResolveImage(rctx, c.Image, c.ImagePullPolicy)
+	cancel()
+	if err == nil && !pull {
+		if b != nil {
+			delete(st.pulls, c.Name)
+		}
+		return id, nil
+	}
+	if err == nil {
+		id, err = m.pullImage(ctx, st, c)
+	}
 	switch {
 	case err == nil:
 		delete(st.pulls, c.Name)
 		return id, nil
 	case errors.Is(err, cri.ErrImageNeverPull):
+		m.event(st, c, eventWarning, eventNeverPulled, err.Error())
 		return "", &imageError{container: c.Name, reason: ReasonErrImageNeverPull, err: err}
 	case errors.Is(err, cri.ErrImageNotPresent), errors.Is(err, cri.ErrPullDisabled):
 		return "", &imageError{container: c.Name, reason: ReasonErrImagePull, err: err}
@@ -80,9 +125,133 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 		b.until, b.err = now.Add(b.delay), err
 		m.log.Warn("image pull failed", "pod", key(st.pod), "container", c.Name, "image", c.Image,
 			"pull_policy", c.ImagePullPolicy, "back_off", b.delay, "err", err)
+		m.event(st, c, eventWarning, eventFailed, fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
 		return "", &imageError{container: c.Name, reason: ReasonErrImagePull, err: err}
 	}
 	return "", err
+}
+
+// pullImage pulls c's image as the kubelet's puller: with each credential
+// the keyring matches to the image, the pod's imagePullSecrets in their
+// order first and the node's file after (credentials.Lookup), until one
+// succeeds; anonymously when none matches. While the pull is in flight
+// the log says so every pullProgressInterval; when it is done, how long it
+// took and the image's size. A failure wraps cri.ErrImagePull with every
+// attempt's error.
+func (m *Manager) pullImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
+	creds := credentials.Lookup(c.Image, m.pullKeyrings(st)...)
+	m.event(st, c, eventNormal, eventPulling, fmt.Sprintf("Pulling image %q", c.Image))
+	start := m.now()
+	log := m.log.With("pod", key(st.pod), "container", c.Name, "image", c.Image)
+	log.Info("pulling image", "pull_policy", c.ImagePullPolicy, "credentials", len(creds))
+
+	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(pullProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				log.Info("image pull in progress", "elapsed_seconds", m.now().Sub(start).Round(time.Second).Seconds())
+			}
+		}
+	}()
+
+	attempts := []*runtimeapi.AuthConfig{nil} // anonymous, when no credential matches
+	if len(creds) > 0 {
+		attempts = attempts[:0]
+		for _, cr := range creds {
+			attempts = append(attempts, cr.AuthConfig())
+		}
+	}
+	var errs []error
+	for i, auth := range attempts {
+		id, err := m.cfg.Runtime.PullImage(pctx, c.Image, auth, st.sandboxCfg)
+		if err == nil {
+			return id, m.pulled(ctx, st, c, log, id, start)
+		}
+		if errors.Is(err, cri.ErrPullDisabled) {
+			return "", err
+		}
+		if len(creds) > 0 {
+			err = fmt.Errorf("with credentials for %s from %s: %w", creds[i].Key, creds[i].Source, err)
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("%w: %w", cri.ErrImagePull, errors.Join(errs...))
+}
+
+// pulled logs and records a successful pull, with the image's size from
+// the runtime (an image status that fails only loses the size).
+func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container, log *slog.Logger, id string, start time.Time) error {
+	took := m.now().Sub(start)
+	sctx, cancel := call(ctx)
+	defer cancel()
+	var size uint64
+	if img, err := m.cfg.Runtime.ImageStatus(sctx, id); err == nil {
+		size = img.GetSize()
+	} else {
+		log.Warn("pulled image has no status", "image_id", id, "err", err)
+	}
+	log.Info("pulled image", "image_id", id, "size_bytes", size, "duration_seconds", took.Seconds())
+	m.event(st, c, eventNormal, eventPulled, fmt.Sprintf("Successfully pulled image %q in %s. Image size: %d bytes.",
+		c.Image, took.Round(time.Millisecond), size))
+	return nil
+}
+
+// pullKeyrings are the keyrings of st's pulls: one per imagePullSecret,
+// in the pod's order, then the node's file. A Secret that is missing or
+// does not parse is logged and skipped, and so is an unreadable node
+// file, as the kubelet goes on without them: the pull may still succeed
+// (a public image), and fails with the registry's reason if not.
+func (m *Manager) pullKeyrings(st *podState) []*credentials.Keyring {
+	var rings []*credentials.Keyring
+	ns := st.pod.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	for _, ref := range st.pod.Spec.ImagePullSecrets {
+		if m.cfg.Volumes == nil {
+			m.log.Warn("image pull secret not read: no source directory", "pod", key(st.pod), "secret", ref.Name)
+			break
+		}
+		data, found, err := m.cfg.Volumes.Secret(ns, ref.Name)
+		if err == nil && !found {
+			err = fmt.Errorf("secret %s/%s not found in the source directory", ns, ref.Name)
+		}
+		var k *credentials.Keyring
+		if err == nil {
+			k, err = credentials.FromSecret("secret "+ns+"/"+ref.Name, data)
+		}
+		if err != nil {
+			m.log.Warn("image pull secret skipped; the pull may not succeed", "pod", key(st.pod), "secret", ref.Name, "err", err)
+			continue
+		}
+		rings = append(rings, k)
+	}
+	if f := m.cfg.ImageCredentialsFile; f != "" {
+		k, err := credentials.ReadFile(f)
+		if err != nil {
+			m.log.Warn("node image credentials skipped", "file", f, "err", err)
+		} else {
+			rings = append(rings, k)
+		}
+	}
+	return rings
+}
+
+// event records one of the kubelet's events for c as a log line.
+func (m *Manager) event(st *podState, c *corev1.Container, typ, reason, message string) {
+	logf := m.log.Info
+	if typ == eventWarning {
+		logf = m.log.Warn
+	}
+	logf("event", "pod", key(st.pod), "container", c.Name, "type", typ, "reason", reason, "message", message)
 }
 
 // pullBackoff is the back-off of one container's image pulls.

@@ -24,6 +24,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/credentials"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/filesource"
@@ -331,10 +332,17 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	if f := cfg.ImageCredentialsFile; f != "" {
+		// Read at each pull; a file that is wrong from the start is an
+		// error now rather than a warning at every pull.
+		if _, err := credentials.ReadFile(f); err != nil {
+			return fmt.Errorf("imageCredentialsFile: %w", err)
+		}
+	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
 	mgr, err := lifecycle.New(lifecycle.Config{
-		Volumes: vols, Network: network, Admit: adm.admit, Node: node,
+		Volumes: vols, Network: network, Admit: adm.admit, Node: node, ImageCredentialsFile: cfg.ImageCredentialsFile,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
