@@ -49,7 +49,7 @@ type fakeRuntime struct {
 	lastList *runtimeapi.ListPodSandboxRequest
 	images   map[string]string // name -> id
 	// pullErr, when set, is what PullImage answers.
-	pullErr error
+	pullErr  error
 	pullAuth *runtimeapi.AuthConfig // the last PullImage's
 	// driver is what RuntimeConfig reports; nil answers Unimplemented,
 	// as containerd 1.6 does.
