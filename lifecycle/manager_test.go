@@ -49,6 +49,10 @@ type rig struct {
 	logInterval   time.Duration
 	// node is the manager's Config.Node.
 	node cri.NodeInfo
+	// podOptions and imageCredentialsFile are the manager's (a node that
+	// pulls: registry_integration_test.go).
+	podOptions           podspec.Options
+	imageCredentialsFile string
 }
 
 func newRig(t *testing.T) *rig {
@@ -101,6 +105,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
 		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval, Node: r.node,
+		PodOptions: r.podOptions, ImageCredentialsFile: r.imageCredentialsFile,
 		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {

@@ -44,12 +44,15 @@ type Credential struct {
 	Source string
 }
 
-// AuthConfig is c as the CRI's PullImageRequest carries it.
+// AuthConfig is c as the CRI's PullImageRequest carries it. Its
+// ServerAddress stays empty, as the kubelet leaves it for docker config
+// credentials: the keyring has already matched them to the image, and
+// containerd parses a ServerAddress as a URL, failing on "host:port" and
+// dropping the credentials for "host/path".
 func (c Credential) AuthConfig() *runtimeapi.AuthConfig {
 	return &runtimeapi.AuthConfig{
 		Username: c.Username, Password: c.Password,
 		IdentityToken: c.IdentityToken, RegistryToken: c.RegistryToken,
-		ServerAddress: c.Key,
 	}
 }
 

@@ -83,7 +83,7 @@ func TestLookupTakesThePodsSecretsBeforeTheNodes(t *testing.T) {
 	if got[0].Source != "secret ns/a" || got[2].Source != "node file /x" || got[0].Key != "registry.example" {
 		t.Errorf("sources and keys = %+v", got)
 	}
-	if a := got[1].AuthConfig(); a.Username != "b" || a.ServerAddress != "registry.example/team" {
+	if a := got[1].AuthConfig(); a.Username != "b" || a.ServerAddress != "" {
 		t.Errorf("AuthConfig = %+v", a)
 	}
 }
