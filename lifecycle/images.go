@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,8 @@ const (
 	eventFailed      = "Failed"
 	eventBackOff     = "BackOff"
 	eventNeverPulled = "ErrImageNeverPull"
+	// eventPullSecret: an imagePullSecret that is missing or malformed.
+	eventPullSecret = "FailedToRetrieveImagePullSecret"
 )
 
 // ensureImage resolves c's image by its pull policy
@@ -88,7 +91,10 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 	now := m.now()
 	b := st.pulls[c.Name]
 	if b != nil && now.Before(b.until) {
-		m.event(st, c, eventNormal, eventBackOff, fmt.Sprintf("Back-off pulling image %q", c.Image))
+		if !b.reported { // once per back-off, not at every sync
+			b.reported = true
+			m.event(st, c, eventNormal, eventBackOff, fmt.Sprintf("Back-off pulling image %q", c.Image))
+		}
 		return "", &imageError{container: c.Name, reason: ReasonImagePullBackOff,
 			err: fmt.Errorf("back-off %s pulling image %q: %w", b.delay, c.Image, b.err)}
 	}
@@ -96,9 +102,8 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 	id, pull, err := m.cfg.Runtime.ResolveImage(rctx, c.Image, c.ImagePullPolicy)
 	cancel()
 	if err == nil && !pull {
-		if b != nil {
-			delete(st.pulls, c.Name)
-		}
+		delete(st.pulls, c.Name)
+		m.event(st, c, eventNormal, eventPulled, fmt.Sprintf("Container image %q already present on machine", c.Image))
 		return id, nil
 	}
 	if err == nil {
@@ -109,7 +114,18 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 		delete(st.pulls, c.Name)
 		return id, nil
 	case errors.Is(err, cri.ErrImageNeverPull):
-		m.event(st, c, eventWarning, eventNeverPulled, err.Error())
+		// No back-off (until stays zero), but one event, not one a sync.
+		if b == nil {
+			if st.pulls == nil {
+				st.pulls = map[string]*pullBackoff{}
+			}
+			b = &pullBackoff{}
+			st.pulls[c.Name] = b
+		}
+		if !b.reported {
+			b.reported = true
+			m.event(st, c, eventWarning, eventNeverPulled, err.Error())
+		}
 		return "", &imageError{container: c.Name, reason: ReasonErrImageNeverPull, err: err}
 	case errors.Is(err, cri.ErrImageNotPresent), errors.Is(err, cri.ErrPullDisabled):
 		return "", &imageError{container: c.Name, reason: ReasonErrImagePull, err: err}
@@ -122,7 +138,7 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 			st.pulls[c.Name] = b
 		}
 		b.delay = min(max(2*b.delay, m.cfg.BackoffInitial), m.cfg.BackoffMax)
-		b.until, b.err = now.Add(b.delay), err
+		b.until, b.err, b.reported = now.Add(b.delay), err, false
 		m.log.Warn("image pull failed", "pod", key(st.pod), "container", c.Name, "image", c.Image,
 			"pull_policy", c.ImagePullPolicy, "back_off", b.delay, "err", err)
 		m.event(st, c, eventWarning, eventFailed, fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
@@ -139,18 +155,34 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 // took and the image's size. A failure wraps cri.ErrImagePull with every
 // attempt's error.
 func (m *Manager) pullImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
-	creds := credentials.Lookup(c.Image, m.pullKeyrings(st)...)
+	creds := credentials.Lookup(c.Image, m.pullKeyrings(st, c)...)
 	m.event(st, c, eventNormal, eventPulling, fmt.Sprintf("Pulling image %q", c.Image))
 	start := m.now()
 	log := m.log.With("pod", key(st.pod), "container", c.Name, "image", c.Image)
 	log.Info("pulling image", "pull_policy", c.ImagePullPolicy, "credentials", len(creds))
 
-	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
-	defer cancel()
-	done := make(chan struct{})
-	defer close(done)
+	stop := m.logPullProgress(log, start)
+	id, took, err := m.pullWith(ctx, st, c, creds)
+	stop()
+	if err != nil {
+		return "", err
+	}
+	m.pulled(ctx, st, c, log, id, took)
+	return id, nil
+}
+
+// logPullProgress logs, every pullProgress, that the pull begun at start
+// is still in flight, until the returned stop is called; stop returns
+// when the logger has ended, so no line follows the pull's end.
+func (m *Manager) logPullProgress(log *slog.Logger, start time.Time) (stop func()) {
+	every := m.pullProgress
+	if every <= 0 {
+		every = pullProgressInterval
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
-		t := time.NewTicker(pullProgressInterval)
+		defer close(exited)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -161,7 +193,16 @@ func (m *Manager) pullImage(ctx context.Context, st *podState, c *corev1.Contain
 			}
 		}
 	}()
+	return func() { close(done); <-exited }
+}
 
+// pullWith pulls c's image with each of creds in turn until one succeeds,
+// or anonymously when there are none, within pullTimeout, and returns the
+// image's ID and how long the pull took.
+func (m *Manager) pullWith(ctx context.Context, st *podState, c *corev1.Container, creds []credentials.Credential) (string, time.Duration, error) {
+	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	start := m.now()
 	attempts := []*runtimeapi.AuthConfig{nil} // anonymous, when no credential matches
 	if len(creds) > 0 {
 		attempts = attempts[:0]
@@ -173,23 +214,22 @@ func (m *Manager) pullImage(ctx context.Context, st *podState, c *corev1.Contain
 	for i, auth := range attempts {
 		id, err := m.cfg.Runtime.PullImage(pctx, c.Image, auth, st.sandboxCfg)
 		if err == nil {
-			return id, m.pulled(ctx, st, c, log, id, start)
+			return id, m.now().Sub(start), nil
 		}
 		if errors.Is(err, cri.ErrPullDisabled) {
-			return "", err
+			return "", 0, err
 		}
 		if len(creds) > 0 {
 			err = fmt.Errorf("with credentials for %s from %s: %w", creds[i].Key, creds[i].Source, err)
 		}
 		errs = append(errs, err)
 	}
-	return "", fmt.Errorf("%w: %w", cri.ErrImagePull, errors.Join(errs...))
+	return "", 0, fmt.Errorf("%w: %w", cri.ErrImagePull, errors.Join(errs...))
 }
 
 // pulled logs and records a successful pull, with the image's size from
 // the runtime (an image status that fails only loses the size).
-func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container, log *slog.Logger, id string, start time.Time) error {
-	took := m.now().Sub(start)
+func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container, log *slog.Logger, id string, took time.Duration) {
 	sctx, cancel := call(ctx)
 	defer cancel()
 	var size uint64
@@ -201,7 +241,6 @@ func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container,
 	log.Info("pulled image", "image_id", id, "size_bytes", size, "duration_seconds", took.Seconds())
 	m.event(st, c, eventNormal, eventPulled, fmt.Sprintf("Successfully pulled image %q in %s. Image size: %d bytes.",
 		c.Image, took.Round(time.Millisecond), size))
-	return nil
 }
 
 // pullKeyrings are the keyrings of st's pulls: one per imagePullSecret,
@@ -209,8 +248,9 @@ func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container,
 // does not parse is logged and skipped, and so is an unreadable node
 // file, as the kubelet goes on without them: the pull may still succeed
 // (a public image), and fails with the registry's reason if not.
-func (m *Manager) pullKeyrings(st *podState) []*credentials.Keyring {
+func (m *Manager) pullKeyrings(st *podState, c *corev1.Container) []*credentials.Keyring {
 	var rings []*credentials.Keyring
+	var skipped []string
 	ns := st.pod.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault
@@ -218,7 +258,8 @@ func (m *Manager) pullKeyrings(st *podState) []*credentials.Keyring {
 	for _, ref := range st.pod.Spec.ImagePullSecrets {
 		if m.cfg.Volumes == nil {
 			m.log.Warn("image pull secret not read: no source directory", "pod", key(st.pod), "secret", ref.Name)
-			break
+			skipped = append(skipped, ref.Name)
+			continue
 		}
 		data, found, err := m.cfg.Volumes.Secret(ns, ref.Name)
 		if err == nil && !found {
@@ -229,10 +270,15 @@ func (m *Manager) pullKeyrings(st *podState) []*credentials.Keyring {
 			k, err = credentials.FromSecret("secret "+ns+"/"+ref.Name, data)
 		}
 		if err != nil {
-			m.log.Warn("image pull secret skipped; the pull may not succeed", "pod", key(st.pod), "secret", ref.Name, "err", err)
+			m.log.Warn("image pull secret skipped", "pod", key(st.pod), "secret", ref.Name, "err", err)
+			skipped = append(skipped, ref.Name)
 			continue
 		}
 		rings = append(rings, k)
+	}
+	if len(skipped) > 0 {
+		m.event(st, c, eventWarning, eventPullSecret, fmt.Sprintf(
+			"Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", strings.Join(skipped, ", ")))
 	}
 	if f := m.cfg.ImageCredentialsFile; f != "" {
 		k, err := credentials.ReadFile(f)
@@ -259,6 +305,9 @@ type pullBackoff struct {
 	until time.Time
 	delay time.Duration
 	err   error // the failed pull's, for the ImagePullBackOff message
+	// reported: this back-off's BackOff event is logged (or, for an
+	// image missing under Never, its ErrImageNeverPull event).
+	reported bool
 }
 
 // setImageError records a container that cannot start for its image: the

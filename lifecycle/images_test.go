@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/internal/syncbuf"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/mounts"
 )
@@ -114,8 +115,8 @@ func TestEnsureImageBacksOffFailedPulls(t *testing.T) {
 				t.Fatalf("reason %s, want %s", got, ReasonErrImageNeverPull)
 			}
 		}
-		if _, ok := st.pulls[c.Name]; ok {
-			t.Error("a Never image that is missing got a pull back-off")
+		if b := st.pulls[c.Name]; b != nil && !b.until.IsZero() {
+			t.Errorf("a Never image that is missing got a pull back-off: %+v", b)
 		}
 	})
 }
@@ -197,5 +198,65 @@ func TestPullTriesThePodsSecretsThenTheNodesFile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// blockingPull is a PullImage that blocks until release is closed.
+type blockingPull struct {
+	pullRuntime
+	release chan struct{}
+}
+
+func (r *blockingPull) PullImage(ctx context.Context, ref string, auth *runtimeapi.AuthConfig, sc *runtimeapi.PodSandboxConfig) (string, error) {
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return r.pullRuntime.PullImage(ctx, ref, auth, sc)
+}
+
+// TestAPullInFlightIsLogged: containerd's CRI streams no progress, so a
+// pull that lasts is logged with its elapsed time until it is done, then
+// with its size and duration, and the kubelet's Pulling and Pulled events.
+func TestAPullInFlightIsLogged(t *testing.T) {
+	var logs syncbuf.Buffer
+	rt := &blockingPull{release: make(chan struct{})}
+	m := &Manager{cfg: Config{Runtime: rt, BackoffInitial: time.Second, BackoffMax: time.Second},
+		log: slog.New(slog.NewTextHandler(&logs, nil)), now: time.Now, pullProgress: time.Millisecond}
+	st := &podState{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}}}
+	c := &corev1.Container{Name: "app", Image: "registry.test/app:1", ImagePullPolicy: corev1.PullAlways}
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.ensureImage(t.Context(), st, c)
+		done <- err
+	}()
+	deadline := time.After(10 * time.Second)
+	for !strings.Contains(logs.String(), `msg="image pull in progress" pod=default/p container=app image=registry.test/app:1 elapsed_seconds=`) {
+		select {
+		case <-deadline:
+			t.Fatalf("no progress line while the pull is in flight; log:\n%s", logs.String())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(rt.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`msg="pulling image" pod=default/p container=app image=registry.test/app:1 pull_policy=Always credentials=0`,
+		`msg=event pod=default/p container=app type=Normal reason=Pulling message="Pulling image \"registry.test/app:1\""`,
+		`msg="pulled image" pod=default/p container=app image=registry.test/app:1 image_id=sha256:ok size_bytes=1234 duration_seconds=`,
+		`reason=Pulled message="Successfully pulled image \"registry.test/app:1\" in `,
+		`. Image size: 1234 bytes."`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %q", want)
+		}
+	}
+	progress := strings.Count(logs.String(), "image pull in progress")
+	time.Sleep(5 * time.Millisecond)
+	if n := strings.Count(logs.String(), "image pull in progress"); n != progress {
+		t.Errorf("progress is still logged after the pull: %d lines, then %d", progress, n)
 	}
 }

@@ -133,6 +133,9 @@ type Manager struct {
 	log  *slog.Logger
 	now  func() time.Time
 	kick chan struct{}
+	// pullProgress is how often a pull in flight is logged
+	// (pullProgressInterval when zero; tests shorten it).
+	pullProgress time.Duration
 
 	// sourcesReady: every pod source has been read once. Until then a
 	// sandbox without a desired pod may just not be loaded yet, so it is

@@ -154,7 +154,8 @@ spec:
 			`msg="pulled image" pod=default/with-secret container=app image=` + host + `/team/app:1`,
 			`reason=Pulling message="Pulling image \"` + host + `/team/app:1\""`,
 			`reason=Pulled message="Successfully pulled image \"` + host + `/team/app:1\" in `,
-			`msg="image pull secret skipped; the pull may not succeed" pod=default/with-secret secret=absent`,
+			`msg="image pull secret skipped" pod=default/with-secret secret=absent`,
+			`reason=FailedToRetrieveImagePullSecret message="Unable to retrieve some image pull secrets (absent); attempting to pull the image may not succeed."`,
 		} {
 			if !strings.Contains(logs.String(), want) {
 				t.Errorf("the log lacks %q", want)
@@ -213,6 +214,7 @@ spec:
 		}
 	})
 	t.Run("with the registry stopped a present image still runs", func(t *testing.T) {
+		before := strings.Count(logs.String(), "already present on machine")
 		if err := reg.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -232,6 +234,10 @@ spec:
   containers: [{name: app, image: REGISTRY/team/app:1, imagePullPolicy: Always, command: [sleep, "3600"]}]
 `)
 		waitPod(t, m, "present-after-stop", "ran", running)
+		if !strings.Contains(logs.String(), `reason=Pulled message="Container image \"`+host+`/team/app:1\" already present on machine"`) ||
+			strings.Count(logs.String(), "already present on machine") <= before {
+			t.Error("the log lacks the Pulled event of an image already present")
+		}
 		waitPod(t, m, "always-after-stop", "waited in ErrImagePull", waiting(lifecycle.ReasonErrImagePull, "connection refused"))
 	})
 }
