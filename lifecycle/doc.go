@@ -30,7 +30,11 @@
 //     under its hostname, hostAliases; a host-network pod the node's file
 //     plus hostAliases);
 //   - images are resolved by imagePullPolicy as the kubelet's image manager
-//     (failed pulls back off: ErrImagePull, ImagePullBackOff);
+//     (failed pulls back off: ErrImagePull, ImagePullBackOff) and pulled
+//     with the pod's imagePullSecrets, then the node's credentials file,
+//     matched as the kubelet's keyring (lifecycle/credentials); a pull is
+//     logged when it starts, every 10 s while in flight and when done
+//     (size, duration), with the kubelet's image events as log lines;
 //   - container logs are rotated as the kubelet's container log manager
 //     (lifecycle/logs), and a removed container's log files go with it;
 //   - every 10 s each pod's local storage is measured (emptyDirs, writable
