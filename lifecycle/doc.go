@@ -72,7 +72,7 @@
 // (stopping and removing sandboxes); gc.go, containergc.go, imagegc.go,
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
-// victim's oom_score_adj, local-storage limits); images.go (pull policy),
+// victim's oom_score_adj, local-storage limits); images.go (pull policy, pulls with credentials),
 // containerlogs.go (logs and rotation), exec.go, probes.go (the prober, lifecycle/prober); network.go, volumes.go,
 // storage.go, dns.go, hosts.go (the pods' /etc/hosts); nodelabels.go
 // (nodeSelector admission) and deadline.go (activeDeadlineSeconds);
