@@ -288,12 +288,12 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	if m.isEvicted(st) {
 		return nil // the next sync tears it down
 	}
-	cctx, cancel := call(ctx)
-	defer cancel()
-	image, err := m.ensureImage(cctx, st, c)
+	image, err := m.ensureImage(ctx, st, c) // its own bounds: a pull outlasts callTimeout
 	if err != nil {
 		return err
 	}
+	cctx, cancel := call(ctx)
+	defer cancel()
 	adj, err := qos.OOMScoreAdj(st.pod, c, m.cfg.MemoryCapacity)
 	if err != nil {
 		return err

@@ -48,7 +48,11 @@
 //     under its hostname, hostAliases; a host-network pod the node's file
 //     plus hostAliases);
 //   - images are resolved by imagePullPolicy as the kubelet's image manager
-//     (failed pulls back off: ErrImagePull, ImagePullBackOff);
+//     (failed pulls back off: ErrImagePull, ImagePullBackOff) and pulled
+//     with the pod's imagePullSecrets, then the node's credentials file,
+//     matched as the kubelet's keyring (lifecycle/credentials); a pull is
+//     logged when it starts, every 10 s while in flight and when done
+//     (size, duration), with the kubelet's image events as log lines;
 //   - container logs are rotated as the kubelet's container log manager
 //     (lifecycle/logs), and a removed container's log files go with it;
 //   - every 10 s each pod's local storage is measured (emptyDirs, writable
@@ -86,10 +90,10 @@
 // (stopping and removing sandboxes); gc.go, containergc.go, imagegc.go,
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
-// victim's oom_score_adj, local-storage limits); images.go (pull policy),
-// containerlogs.go (logs and rotation), exec.go, probes.go (the prober,
-// lifecycle/prober), hooks.go (lifecycle hooks) and events.go (pod events,
-// with the kubelet's spam filter); network.go, volumes.go,
+// victim's oom_score_adj, local-storage limits); images.go (pull policy,
+// pulls with credentials), containerlogs.go (logs and rotation), exec.go,
+// probes.go (the prober, lifecycle/prober), hooks.go (lifecycle hooks) and
+// events.go (pod events, with the kubelet's spam filter); network.go, volumes.go,
 // storage.go, dns.go, hosts.go (the pods' /etc/hosts); nodelabels.go
 // (nodeSelector admission) and deadline.go (activeDeadlineSeconds);
 // apiservice.go (the Manager as the local API's

@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/lifecycle/credentials"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
@@ -43,28 +48,83 @@ func (e *imageError) Error() string {
 
 func (e *imageError) Unwrap() error { return e.err }
 
-// ensureImage resolves c's image by its pull policy (cri.Client.EnsureImage
-// does what the policy says). A failed pull is retried after a back-off
-// that doubles from BackoffInitial to BackoffMax, as the kubelet's image
-// manager backs off pulls: a registry that refuses is not asked at every
-// sync. A missing image that was not pulled (Never, or a node that does
-// not pull) has no back-off: ImageStatus is cheap, and an image imported
-// meanwhile is used at the next sync.
+// pullTimeout bounds one image pull, longer than callTimeout: a pull
+// moves layers over the network, and containerd 1.6's CRI reports no
+// progress to cut a stalled one earlier (containerd 1.7 cuts a pull
+// without progress for 5 min, its image_pull_progress_timeout).
+const pullTimeout = 5 * time.Minute
+
+// pullProgressInterval is how often a pull still in flight is logged:
+// containerd's CRI streams no progress, so the log says how long it has
+// been running.
+const pullProgressInterval = 10 * time.Second
+
+// Kubernetes event types and the kubelet's image event reasons
+// (pkg/kubelet/events).
+const (
+	eventNormal  = "Normal"
+	eventWarning = "Warning"
+
+	eventPulling     = "Pulling"
+	eventPulled      = "Pulled"
+	eventFailed      = "Failed"
+	eventBackOff     = "BackOff"
+	eventNeverPulled = "ErrImageNeverPull"
+	// eventPullSecret: an imagePullSecret that is missing or malformed.
+	eventPullSecret = "FailedToRetrieveImagePullSecret"
+)
+
+// ensureImage resolves c's image by its pull policy
+// (cri.Client.ResolveImage decides as the kubelet's shouldPullImage) and
+// pulls it when the policy says so, with the pod's imagePullSecrets and
+// then the node's credentials (pullImage). A failed pull is retried after
+// a back-off that doubles from BackoffInitial to BackoffMax, as the
+// kubelet's image manager backs off pulls: a registry that refuses is not
+// asked at every sync. A missing image that was not pulled (Never, or a
+// node that does not pull) has no back-off: ImageStatus is cheap, and an
+// image imported meanwhile is used at the next sync.
 //
-// It is called from the pod's worker only, which owns st.pulls.
+// It records the kubelet's events (Pulling, Pulled, Failed, BackOff,
+// ErrImageNeverPull) in the pod events of events.go. It is called from the pod's worker only, which owns st.pulls.
 func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
 	now := m.now()
 	b := st.pulls[c.Name]
 	if b != nil && now.Before(b.until) {
+		if !b.reported { // once per back-off, not at every sync
+			b.reported = true
+			m.imageEvent(st, c, eventNormal, eventBackOff, fmt.Sprintf("Back-off pulling image %q", c.Image))
+		}
 		return "", &imageError{container: c.Name, reason: ReasonImagePullBackOff,
 			err: fmt.Errorf("back-off %s pulling image %q: %w", b.delay, c.Image, b.err)}
 	}
-	id, err := m.cfg.Runtime.EnsureImage(ctx, c.Image, c.ImagePullPolicy, st.sandboxCfg)
+	rctx, cancel := call(ctx)
+	id, pull, err := m.cfg.Runtime.ResolveImage(rctx, c.Image, c.ImagePullPolicy)
+	cancel()
+	if err == nil && !pull {
+		delete(st.pulls, c.Name)
+		m.imageEvent(st, c, eventNormal, eventPulled, fmt.Sprintf("Container image %q already present on machine", c.Image))
+		return id, nil
+	}
+	if err == nil {
+		id, err = m.pullImage(ctx, st, c)
+	}
 	switch {
 	case err == nil:
 		delete(st.pulls, c.Name)
 		return id, nil
 	case errors.Is(err, cri.ErrImageNeverPull):
+		// No back-off (until stays zero), but one event, not one a sync.
+		if b == nil {
+			if st.pulls == nil {
+				st.pulls = map[string]*pullBackoff{}
+			}
+			b = &pullBackoff{}
+			st.pulls[c.Name] = b
+		}
+		if !b.reported {
+			b.reported = true
+			m.imageEvent(st, c, eventWarning, eventNeverPulled, err.Error())
+		}
 		return "", &imageError{container: c.Name, reason: ReasonErrImageNeverPull, err: err}
 	case errors.Is(err, cri.ErrImageNotPresent), errors.Is(err, cri.ErrPullDisabled):
 		return "", &imageError{container: c.Name, reason: ReasonErrImagePull, err: err}
@@ -77,12 +137,162 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 			st.pulls[c.Name] = b
 		}
 		b.delay = min(max(2*b.delay, m.cfg.BackoffInitial), m.cfg.BackoffMax)
-		b.until, b.err = now.Add(b.delay), err
+		b.until, b.err, b.reported = now.Add(b.delay), err, false
 		m.log.Warn("image pull failed", "pod", key(st.pod), "container", c.Name, "image", c.Image,
 			"pull_policy", c.ImagePullPolicy, "back_off", b.delay, "err", err)
+		m.imageEvent(st, c, eventWarning, eventFailed, fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
 		return "", &imageError{container: c.Name, reason: ReasonErrImagePull, err: err}
 	}
 	return "", err
+}
+
+// pullImage pulls c's image as the kubelet's puller: with each credential
+// the keyring matches to the image, the pod's imagePullSecrets in their
+// order first and the node's file after (credentials.Lookup), until one
+// succeeds; anonymously when none matches. While the pull is in flight
+// the log says so every pullProgressInterval; when it is done, how long it
+// took and the image's size. A failure wraps cri.ErrImagePull with every
+// attempt's error.
+func (m *Manager) pullImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
+	creds := credentials.Lookup(c.Image, m.pullKeyrings(st, c)...)
+	m.imageEvent(st, c, eventNormal, eventPulling, fmt.Sprintf("Pulling image %q", c.Image))
+	start := m.now()
+	log := m.log.With("pod", key(st.pod), "container", c.Name, "image", c.Image)
+	log.Info("pulling image", "pull_policy", c.ImagePullPolicy, "credentials", len(creds))
+
+	stop := m.logPullProgress(log, start)
+	id, took, err := m.pullWith(ctx, st, c, creds)
+	stop()
+	if err != nil {
+		return "", err
+	}
+	m.pulled(ctx, st, c, log, id, took)
+	return id, nil
+}
+
+// logPullProgress logs, every pullProgress, that the pull begun at start
+// is still in flight, until the returned stop is called; stop returns
+// when the logger has ended, so no line follows the pull's end.
+func (m *Manager) logPullProgress(log *slog.Logger, start time.Time) (stop func()) {
+	every := m.pullProgress
+	if every <= 0 {
+		every = pullProgressInterval
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				log.Info("image pull in progress", "elapsed_seconds", m.now().Sub(start).Round(time.Second).Seconds())
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// pullWith pulls c's image with each of creds in turn until one succeeds,
+// or anonymously when there are none, within pullTimeout, and returns the
+// image's ID and how long the pull took.
+func (m *Manager) pullWith(ctx context.Context, st *podState, c *corev1.Container, creds []credentials.Credential) (string, time.Duration, error) {
+	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	start := m.now()
+	attempts := []*runtimeapi.AuthConfig{nil} // anonymous, when no credential matches
+	if len(creds) > 0 {
+		attempts = attempts[:0]
+		for _, cr := range creds {
+			attempts = append(attempts, cr.AuthConfig())
+		}
+	}
+	var errs []error
+	for i, auth := range attempts {
+		id, err := m.cfg.Runtime.PullImage(pctx, c.Image, auth, st.sandboxCfg)
+		if err == nil {
+			return id, m.now().Sub(start), nil
+		}
+		if errors.Is(err, cri.ErrPullDisabled) {
+			return "", 0, err
+		}
+		if len(creds) > 0 {
+			err = fmt.Errorf("with credentials for %s from %s: %w", creds[i].Key, creds[i].Source, err)
+		}
+		errs = append(errs, err)
+	}
+	return "", 0, fmt.Errorf("%w: %w", cri.ErrImagePull, errors.Join(errs...))
+}
+
+// pulled logs and records a successful pull, with the image's size from
+// the runtime (an image status that fails only loses the size).
+func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container, log *slog.Logger, id string, took time.Duration) {
+	sctx, cancel := call(ctx)
+	defer cancel()
+	var size uint64
+	if img, err := m.cfg.Runtime.ImageStatus(sctx, id); err == nil {
+		size = img.GetSize()
+	} else {
+		log.Warn("pulled image has no status", "image_id", id, "err", err)
+	}
+	log.Info("pulled image", "image_id", id, "size_bytes", size, "duration_seconds", took.Seconds())
+	m.imageEvent(st, c, eventNormal, eventPulled, fmt.Sprintf("Successfully pulled image %q in %s. Image size: %d bytes.",
+		c.Image, took.Round(time.Millisecond), size))
+}
+
+// pullKeyrings are the keyrings of st's pulls: one per imagePullSecret,
+// in the pod's order, then the node's file. A Secret that is missing or
+// does not parse is logged and skipped, and so is an unreadable node
+// file, as the kubelet goes on without them: the pull may still succeed
+// (a public image), and fails with the registry's reason if not.
+func (m *Manager) pullKeyrings(st *podState, c *corev1.Container) []*credentials.Keyring {
+	var rings []*credentials.Keyring
+	var skipped []string
+	ns := st.pod.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	for _, ref := range st.pod.Spec.ImagePullSecrets {
+		if m.cfg.Volumes == nil {
+			m.log.Warn("image pull secret not read: no source directory", "pod", key(st.pod), "secret", ref.Name)
+			skipped = append(skipped, ref.Name)
+			continue
+		}
+		data, found, err := m.cfg.Volumes.Secret(ns, ref.Name)
+		if err == nil && !found {
+			err = fmt.Errorf("secret %s/%s not found in the source directory", ns, ref.Name)
+		}
+		var k *credentials.Keyring
+		if err == nil {
+			k, err = credentials.FromSecret("secret "+ns+"/"+ref.Name, data)
+		}
+		if err != nil {
+			m.log.Warn("image pull secret skipped", "pod", key(st.pod), "secret", ref.Name, "err", err)
+			skipped = append(skipped, ref.Name)
+			continue
+		}
+		rings = append(rings, k)
+	}
+	if len(skipped) > 0 {
+		m.imageEvent(st, c, eventWarning, eventPullSecret, fmt.Sprintf(
+			"Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", strings.Join(skipped, ", ")))
+	}
+	if f := m.cfg.ImageCredentialsFile; f != "" {
+		k, err := credentials.ReadFile(f)
+		if err != nil {
+			m.log.Warn("node image credentials skipped", "file", f, "err", err)
+		} else {
+			rings = append(rings, k)
+		}
+	}
+	return rings
+}
+
+// imageEvent records one of the kubelet's image events for c (events.go).
+func (m *Manager) imageEvent(st *podState, c *corev1.Container, typ, reason, message string) {
+	m.event(st.pod, c.Name, typ, reason, message)
 }
 
 // pullBackoff is the back-off of one container's image pulls.
@@ -90,6 +300,9 @@ type pullBackoff struct {
 	until time.Time
 	delay time.Duration
 	err   error // the failed pull's, for the ImagePullBackOff message
+	// reported: this back-off's BackOff event is logged (or, for an
+	// image missing under Never, its ErrImageNeverPull event).
+	reported bool
 }
 
 // setImageError records a container that cannot start for its image: the

@@ -95,8 +95,14 @@ type Config struct {
 	HasCapSysResource bool
 	MinOOMScoreAdj    int
 	// Volumes mounts pod volumes; nil refuses every pod with volumes. Its
-	// SourceDir also gives the ConfigMaps and Secrets of containers' env.
+	// SourceDir also gives the ConfigMaps and Secrets of containers' env,
+	// and the pods' imagePullSecrets.
 	Volumes *mounts.Manager
+	// ImageCredentialsFile is the node's own registry credentials (a
+	// docker config.json or .dockercfg), tried after a pod's
+	// imagePullSecrets; read at each pull, so a changed file needs no
+	// restart. None when empty.
+	ImageCredentialsFile string
 	// Node is the downward API's node (spec.nodeName, status.hostIP(s),
 	// allocatable standing in for unset limits in resourceFieldRefs).
 	Node cri.NodeInfo
@@ -136,6 +142,9 @@ type Manager struct {
 	log  *slog.Logger
 	now  func() time.Time
 	kick chan struct{}
+	// pullProgress is how often a pull in flight is logged
+	// (pullProgressInterval when zero; tests shorten it).
+	pullProgress time.Duration
 
 	// sourcesReady: every pod source has been read once. Until then a
 	// sandbox without a desired pod may just not be loaded yet, so it is

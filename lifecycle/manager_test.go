@@ -51,6 +51,10 @@ type rig struct {
 	node cri.NodeInfo
 	// events, when set, is the manager's Config.Events.
 	events lifecycle.EventRecorder
+	// podOptions and imageCredentialsFile are the manager's (a node that
+	// pulls: registry_integration_test.go).
+	podOptions           podspec.Options
+	imageCredentialsFile string
 }
 
 func newRig(t *testing.T) *rig {
@@ -103,6 +107,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
 		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval, Node: r.node, Events: r.events,
+		PodOptions: r.podOptions, ImageCredentialsFile: r.imageCredentialsFile,
 		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {

@@ -26,7 +26,10 @@ type Runtime interface {
 	ListContainers(ctx context.Context, sandboxID string, labels map[string]string) ([]*runtimeapi.Container, error)
 	ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
-	EnsureImage(ctx context.Context, ref string, policy corev1.PullPolicy, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
+	// ResolveImage and PullImage: the pull policy's decision, then the
+	// pull with one credential (images.go tries each).
+	ResolveImage(ctx context.Context, ref string, policy corev1.PullPolicy) (id string, pull bool, err error)
+	PullImage(ctx context.Context, ref string, auth *runtimeapi.AuthConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
 	// ImageStatus gives the image's user, for runAsNonRoot.
 	ImageStatus(ctx context.Context, ref string) (*runtimeapi.Image, error)
 	// DeleteTask deletes a stopped task the runtime's CRI lost track of;

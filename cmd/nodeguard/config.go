@@ -69,6 +69,12 @@ type runConfig struct {
 	// missing image fails its container clearly (ErrImagePull), and
 	// imagePullPolicy Always is refused at admission.
 	ImagePull bool `json:"imagePull"`
+	// ImageCredentialsFile is the node's own registry credentials, a
+	// docker config.json ({"auths": {...}}) or legacy .dockercfg, as the
+	// kubelet's config.json lookup reads: used for the images that no
+	// imagePullSecret of the pod has credentials for, after the pod's.
+	// Read at each pull. None when empty.
+	ImageCredentialsFile string `json:"imageCredentialsFile"`
 	// ContainerLogMaxSize and ContainerLogMaxFiles bound each container's
 	// log, as the kubelet's keys (defaults 10Mi and 5): containerd never
 	// rotates; nodeguard renames the live file when it reaches the size
@@ -309,6 +315,9 @@ func (c runConfig) Validate() error {
 		if !filepath.IsAbs(d) || filepath.Clean(d) != d {
 			return fmt.Errorf("volumes.hostPathAllow[%d]: %q: want a clean absolute path", i, d)
 		}
+	}
+	if c.ImageCredentialsFile != "" && !filepath.IsAbs(c.ImageCredentialsFile) {
+		return fmt.Errorf("imageCredentialsFile: %q: want an absolute path", c.ImageCredentialsFile)
 	}
 	if c.Volumes.SourceDir != "" && !filepath.IsAbs(c.Volumes.SourceDir) {
 		return fmt.Errorf("volumes.sourceDir: %q: want an absolute path", c.Volumes.SourceDir)

@@ -26,6 +26,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
+	"github.com/nodeguard/nodeguard/lifecycle/credentials"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/filesource"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
@@ -345,6 +346,13 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	if f := cfg.ImageCredentialsFile; f != "" {
+		// Read at each pull; a file that is wrong from the start is an
+		// error now rather than a warning at every pull.
+		if _, err := credentials.ReadFile(f); err != nil {
+			return fmt.Errorf("imageCredentialsFile: %w", err)
+		}
+	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
 	// The agent's event log: pod events (probes, lifecycle hooks) from the
@@ -353,6 +361,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	events := api.NewEventLog(4096)
 	mgr, err := lifecycle.New(lifecycle.Config{
 		Volumes: vols, Network: network, ProbeNetNS: probeNetNS(cfg.Network), Admit: adm.admit, Node: node, Events: events,
+		ImageCredentialsFile: cfg.ImageCredentialsFile,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),

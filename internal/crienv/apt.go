@@ -61,6 +61,9 @@ var hostTools = []hostTool{
 	// the static one runs alone in an image.
 	{path: images.BusyboxBinary, pkg: "busybox-static", ok: func(p string) bool { return images.CheckStatic(p) == nil }},
 	{path: "nsenter", pkg: "util-linux"},
+	// The CNCF distribution registry that internal/registry runs in the
+	// env's namespace for the image pull tests.
+	{path: "docker-registry", pkg: "docker-registry"},
 }
 
 // lookTool returns the absolute path of a tool, looked up in searchPath
@@ -100,8 +103,11 @@ func missingPackages(tools []hostTool, look func(string) (string, error)) []stri
 }
 
 // EnsurePackages installs, through apt-get, the Debian packages of the host
-// tools that are missing: containerd, runc, containernetworking-plugins and
-// busybox-static. When something must be installed it runs apt-get update
+// tools that are missing: containerd, runc, containernetworking-plugins,
+// busybox-static and docker-registry. (Debian's docker-registry enables a
+// service on :5000; on a machine where services start on install, which
+// a container with policy-rc.d or without systemd is not, stop it:
+// internal/registry runs its own, in the env's namespace.) When something must be installed it runs apt-get update
 // once first. It logs one line before and one after; with nothing missing
 // it runs nothing. Parallel callers are serialized by an flock in lockDir
 // and by dpkg's own lock. Errors for a host without apt-get or a caller

@@ -20,6 +20,7 @@ type configParams struct {
 	SandboxImage      string
 	CNIBinDir         string
 	CNIConfDir        string
+	HostsDir          string // the registry hosts directory (config_path)
 }
 
 // tomlString quotes s as a TOML basic string. Go's quoting agrees with
@@ -50,12 +51,19 @@ func tomlString(s string) (string, error) {
 //   - disable_apparmor: never load a profile into the host kernel.
 //   - sandbox_image: the locally imported pause image; nothing is pulled
 //     (containerd runs in a network namespace with only lo anyway).
+//   - registry config_path: a hosts directory of the env's own, empty
+//     until a test registry in the env's namespace (internal/registry)
+//     writes its <host:port>/hosts.toml there with its CA. containerd
+//     reads it at each pull, so a registry started after containerd is
+//     trusted without a restart. containerd 2.x takes the same directory
+//     and files (config version 3, plugin io.containerd.cri.v1.images).
 func renderConfig(p configParams) (string, error) {
 	q := map[string]string{}
 	for k, v := range map[string]string{
 		"root": p.Root, "state": p.State, "temp": p.Temp, "socket": p.Socket,
 		"opt": p.OptDir, "runc": p.RuncBinary, "runcRoot": p.RuncRoot,
 		"sandbox": p.SandboxImage, "cniBin": p.CNIBinDir, "cniConf": p.CNIConfDir,
+		"hosts": p.HostsDir,
 	} {
 		if v == "" {
 			return "", fmt.Errorf("render containerd config: %w: %s is empty", ErrInvalidConfig, k)
@@ -119,6 +127,6 @@ func renderConfig(p configParams) (string, error) {
 	w("  max_conf_num = 1")
 	w("")
 	w(`[plugins."io.containerd.grpc.v1.cri".registry]`)
-	w(`  config_path = ""`)
+	w("  config_path = %s", q["hosts"])
 	return b.String(), nil
 }

@@ -20,6 +20,7 @@ func testConfigParams(dir string) configParams {
 		RuncBinary: "/usr/sbin/runc", RuncRoot: dir + "/runc",
 		SandboxImage: "registry.local/nodeguard/pause:3.9",
 		CNIBinDir:    "/usr/lib/cni", CNIConfDir: dir + "/cni/net.d",
+		HostsDir: dir + "/certs.d",
 	}
 }
 
@@ -42,6 +43,7 @@ func TestRenderConfig(t *testing.T) {
 		`  path = "/tmp/env/opt"` + "\n",
 		"  netns_mounts_under_state_dir = true\n",
 		"  disable_apparmor = true\n",
+		`  config_path = "/tmp/env/certs.d"` + "\n",
 		`required_plugins = ["io.containerd.grpc.v1.cri"]` + "\n",
 	} {
 		if !strings.Contains(cfg, want) {

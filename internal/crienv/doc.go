@@ -4,7 +4,8 @@
 // behind.
 //
 // Start (or New in a test) installs what is missing through apt
-// (containerd, runc, containernetworking-plugins, busybox-static), builds
+// (containerd, runc, containernetworking-plugins, busybox-static, and
+// docker-registry for internal/registry), builds
 // or reuses the pause and busybox images of internal/images (cached in
 // /var/cache/nodeguard-images by a hash of their inputs), makes a
 // temporary directory with containerd's root, state, config.toml and a CNI
@@ -24,8 +25,9 @@
 //
 //   - All networking happens inside the environment's own network
 //     namespace: containerd, its shims, the CNI bridge and every pod's
-//     veth live there, and it has no route out. containerd cannot pull
-//     anything; the images are imported.
+//     veth live there, and it has no route out. containerd can pull only
+//     from a registry in that namespace (internal/registry, trusted
+//     through RegistryHostsDir); the images are imported.
 //   - Every path containerd, runc and host-local write is beneath Dir(),
 //     except what containerd 1.6 and libcni hard-code: the shims' sockets
 //     in /run/containerd/s and CNI results in /var/lib/cni/results. Close

@@ -231,7 +231,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, retErr error) {
 // writeConfigs writes config.toml and the CNI conflist, and makes the
 // directories they name.
 func (e *Env) writeConfigs(runc string) error {
-	for _, d := range []string{"root", "state", "tmp", "opt", "pods", e.runcRoot, e.cniConf, filepath.Join(e.dir, "cni", "ipam")} {
+	for _, d := range []string{"root", "state", "tmp", "opt", "pods", "certs.d", e.runcRoot, e.cniConf, filepath.Join(e.dir, "cni", "ipam")} {
 		if !filepath.IsAbs(d) {
 			d = filepath.Join(e.dir, d)
 		}
@@ -250,6 +250,7 @@ func (e *Env) writeConfigs(runc string) error {
 		SandboxImage: e.images.Pause.Name,
 		CNIBinDir:    cniBinDir,
 		CNIConfDir:   e.cniConf,
+		HostsDir:     e.RegistryHostsDir(),
 	})
 	if err != nil {
 		return err
@@ -265,6 +266,12 @@ func (e *Env) writeConfigs(runc string) error {
 }
 
 func (e *Env) configFile() string { return filepath.Join(e.dir, "config.toml") }
+
+// RegistryHostsDir is containerd's registry hosts directory (its
+// config_path): a registry in the env's network namespace writes
+// <host:port>/hosts.toml there for containerd to trust its CA
+// (internal/registry does).
+func (e *Env) RegistryHostsDir() string { return filepath.Join(e.dir, "certs.d") }
 
 // LogFile returns the path of containerd's log.
 func (e *Env) LogFile() string { return filepath.Join(e.dir, "containerd.log") }

@@ -49,7 +49,8 @@ type fakeRuntime struct {
 	lastList *runtimeapi.ListPodSandboxRequest
 	images   map[string]string // name -> id
 	// pullErr, when set, is what PullImage answers.
-	pullErr error
+	pullErr  error
+	pullAuth *runtimeapi.AuthConfig // the last PullImage's
 	// driver is what RuntimeConfig reports; nil answers Unimplemented,
 	// as containerd 1.6 does.
 	driver *runtimeapi.CgroupDriver
@@ -117,6 +118,7 @@ func (f *fakeRuntime) PullImage(_ context.Context, req *runtimeapi.PullImageRequ
 	f.record("PullImage " + req.GetImage().GetImage())
 	f.mu.Lock()
 	err := f.pullErr
+	f.pullAuth = req.GetAuth()
 	f.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -423,7 +425,7 @@ func TestImages(t *testing.T) {
 		if !errors.Is(err, ErrImageNotPresent) || !strings.Contains(err.Error(), "registry.test/app:1") {
 			t.Errorf("err = %v", err)
 		}
-		if _, err := c.PullImage(t.Context(), "registry.test/app:1", nil); !errors.Is(err, ErrPullDisabled) {
+		if _, err := c.PullImage(t.Context(), "registry.test/app:1", nil, nil); !errors.Is(err, ErrPullDisabled) {
 			t.Errorf("PullImage: err = %v, want ErrPullDisabled", err)
 		}
 		for _, call := range f.called() {

@@ -45,8 +45,11 @@
 //     the host's resolv.conf on its own.
 //   - Nothing is pulled unless the client was dialed WithImagePull: a
 //     missing image is ErrImageNotPresent naming the reference.
-//   - EnsureImage honours the container's imagePullPolicy as the kubelet
-//     does: Always pulls at every start, IfNotPresent only a missing
-//     image, Never nothing (ErrImageNeverPull).
+//   - ResolveImage decides by the container's imagePullPolicy as the
+//     kubelet does: Always pulls at every start, IfNotPresent only a
+//     missing image, Never nothing (ErrImageNeverPull); PullImage pulls
+//     with one AuthConfig (the lifecycle picks them from the pod's
+//     imagePullSecrets and the node's file); EnsureImage is both,
+//     anonymously.
 //   - Conversions never modify the pod or container they are given.
 package cri

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // pulls counts the PullImage calls the fake runtime was asked.
@@ -84,4 +85,44 @@ func TestEnsureImageHonoursPullPolicy(t *testing.T) {
 			t.Errorf("err = %v, want ErrImagePull with the runtime's reason", err)
 		}
 	})
+}
+
+// TestPullImageSendsTheCredentials: the AuthConfig reaches the runtime's
+// PullImageRequest as given (the Manager picks it from the keyring).
+func TestPullImageSendsTheCredentials(t *testing.T) {
+	f, c := dialFake(t, WithImagePull())
+	auth := &runtimeapi.AuthConfig{Username: "u", Password: "p", ServerAddress: "registry.test"}
+	if _, err := c.PullImage(t.Context(), "registry.test/app:1", auth, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	got := f.pullAuth
+	f.mu.Unlock()
+	if got.GetUsername() != "u" || got.GetPassword() != "p" || got.GetServerAddress() != "registry.test" {
+		t.Errorf("the runtime got auth %+v, want %+v", got, auth)
+	}
+}
+
+// TestResolveImageSaysWhetherToPull: the policy decision alone, which the
+// Manager takes before pulling with credentials.
+func TestResolveImageSaysWhetherToPull(t *testing.T) {
+	f, c := dialFake(t, WithImagePull())
+	for _, tt := range []struct {
+		image    string
+		policy   corev1.PullPolicy
+		wantPull bool
+		wantID   string
+	}{
+		{"busybox:local", corev1.PullAlways, true, ""},
+		{"busybox:local", corev1.PullIfNotPresent, false, "sha256:busybox"},
+		{"registry.test/app:1", corev1.PullIfNotPresent, true, ""},
+	} {
+		id, pull, err := c.ResolveImage(t.Context(), tt.image, tt.policy)
+		if err != nil || pull != tt.wantPull || id != tt.wantID {
+			t.Errorf("ResolveImage(%s, %s) = %q, %v, %v; want %q, %v, nil", tt.image, tt.policy, id, pull, err, tt.wantID, tt.wantPull)
+		}
+	}
+	if n := f.pulls(); n != 0 {
+		t.Errorf("ResolveImage pulled %d times, want never", n)
+	}
 }

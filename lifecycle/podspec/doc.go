@@ -38,8 +38,9 @@
 //     serviceAccount (DNS subdomain) and automountServiceAccountToken (any
 //     value: without a control plane no token is mounted),
 //     imagePullSecrets (a warning on a node that does not pull, where they
-//     are harmless; refused on one that pulls, which has no credentials to
-//     pull with), os.name linux, and the pod
+//     are harmless; on one that pulls, the kubernetes.io/dockerconfigjson
+//     and kubernetes.io/dockercfg Secrets of the source directory that
+//     lifecycle pulls with), os.name linux, and the pod
 //     securityContext: runAsUser, runAsGroup, runAsNonRoot (checked
 //     against the image's user at start, as the kubelet), fsGroup and
 //     fsGroupChangePolicy (volume ownership, see package mounts),

@@ -261,10 +261,6 @@ func validateWorkloadFields(s *corev1.PodSpec, opts Options, sp *field.Path) fie
 			errs = append(errs, field.Forbidden(sp.Child(host.name), "disallowed by node policy: the node's namespaces need allowPrivileged: true"))
 		}
 	}
-	if len(s.ImagePullSecrets) > 0 && opts.ImagePull {
-		errs = append(errs, field.Forbidden(sp.Child("imagePullSecrets"), NotSupported+
-			": nodeguard pulls without credentials and reads no kubernetes.io/dockerconfigjson Secrets: make the images pullable anonymously or put them on the node"))
-	}
 	for i, r := range s.ImagePullSecrets {
 		if r.Name == "" {
 			errs = append(errs, field.Required(sp.Child("imagePullSecrets").Index(i).Child("name"), ""))

@@ -166,12 +166,15 @@ func TestValidate(t *testing.T) {
 			wantWarnings: []string{"spec.imagePullSecrets: ignored: this node does not pull images (imagePull: false in nodeguard's config)"},
 		},
 		{
-			name:   "imagePullSecrets are refused on a node that pulls, naming what is missing",
+			name:   "imagePullSecrets are accepted on a node that pulls (lifecycle pulls with them)",
 			opts:   Options{ImagePull: true},
 			mutate: func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}} },
-			wantErrs: []string{
-				"spec.imagePullSecrets: Forbidden: not supported by nodeguard: nodeguard pulls without credentials and reads no kubernetes.io/dockerconfigjson Secrets: make the images pullable anonymously or put them on the node",
-			},
+		},
+		{
+			name:     "an imagePullSecret without a name is refused",
+			opts:     Options{ImagePull: true},
+			mutate:   func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}, {}} },
+			wantErrs: []string{"spec.imagePullSecrets[1].name: Required value"},
 		},
 		{
 			name:     "a field that needs a control plane is refused with the reason",
