@@ -69,7 +69,11 @@
 //     Options.AllowPrivileged), readOnlyRootFilesystem, capabilities
 //     add/drop (Linux capability names in any case, with or without
 //     "CAP_", and ALL, as the API server accepts them: CoreDNS drops
-//     "all"), allowPrivilegeEscalation, seccompProfile, appArmorProfile);
+//     "all"), allowPrivilegeEscalation, seccompProfile, appArmorProfile),
+//     restartPolicy Always on an init container only (a sidecar, KEP-753:
+//     it may have probes, the other init containers may not; an app
+//     container may not set restartPolicy, as with ContainerRestartRules
+//     off);
 //   - volumes: emptyDir (medium "" or Memory; sizeLimit sizes a Memory
 //     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
@@ -104,7 +108,7 @@
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
 // windowsOptions, and per container: gRPC probes, lifecycle hooks,
 // resourceFieldRef of hugepages, resizePolicy,
-// restartPolicy (sidecar init containers), volumeDevices, stdin/tty,
+// restartPolicyRules, volumeDevices, stdin/tty,
 // seLinuxOptions, windowsOptions, extended resources and
 // hugepages; and every volume type other than the six above.
 //

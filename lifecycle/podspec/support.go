@@ -86,6 +86,8 @@ var fieldUse = map[reflect.Type]map[string]use{
 		// Only their defaults pass Validate.
 		"terminationMessagePath": honoured, "terminationMessagePolicy": honoured,
 		"livenessProbe": honoured, "readinessProbe": honoured, "startupProbe": honoured,
+		// Only Always on an init container (a sidecar) passes Validate.
+		"restartPolicy": honoured,
 	},
 	reflect.TypeFor[corev1.Probe](): {
 		"exec": honoured, "httpGet": honoured, "tcpSocket": honoured,
