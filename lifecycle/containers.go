@@ -1,5 +1,6 @@
-// A pod's containers: init containers in order, then the app containers,
-// each created, started and restarted with the kubelet's back-off.
+// A pod's containers: init containers in order (sidecars.go), then the app
+// containers, each created, started and restarted with the kubelet's
+// back-off.
 
 package lifecycle
 
@@ -55,42 +56,10 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	if m.killUnhealthy(ctx, st, byName, states) {
 		st.poke() // restarted by the next sync, with the back-off
 	}
-	failed := false
-	initDone := true
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		cur, have := byName[c.Name]
-		if !have {
-			initDone = false
-			if err := m.startContainer(ctx, st, c, 0); err != nil {
-				return err
-			}
-			break
-		}
-		s := states[c.Name]
-		if s.Phase == cri.PhaseCreated {
-			initDone = false
-			if err := m.startCreated(ctx, st, cur); err != nil {
-				return err
-			}
-			break
-		}
-		if s.Phase != cri.PhaseExited {
-			initDone = false
-			break
-		}
-		if s.ExitCode == 0 {
-			continue
-		}
-		initDone = false
-		if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
-			failed = true
-			break
-		}
-		if err := m.restart(ctx, st, c, cur, s); err != nil {
-			return err
-		}
-		break
+	done := regularDone(pod, byName, states)
+	initDone, failed, err := m.syncInitContainers(ctx, st, byName, states, done)
+	if err != nil {
+		return err
 	}
 	if initDone && !failed {
 		for i := range pod.Spec.Containers {
@@ -124,6 +93,9 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 				return err
 			}
 		}
+	}
+	if (done || failed) && m.stopSidecars(ctx, st, byName, states) {
+		st.poke() // their status, once they are gone
 	}
 	// Fresh view for the status.
 	cctx, cancel = call(ctx)
