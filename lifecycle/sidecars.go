@@ -63,38 +63,75 @@ func regularDone(pod *corev1.Pod, byName map[string]*runtimeapi.Container, state
 	return true
 }
 
-// syncInitContainers takes the init sequence one step, as the kubelet's
-// computeInitContainerActions: init containers run one at a time in order;
-// a plain one must exit 0 before the next starts, a sidecar only has to be
-// started (running, and its startupProbe, if any, succeeded; a postStart
-// hook has returned once it is running). A plain init container that
-// fails is restarted per the pod's restartPolicy (with Never the pod has
-// failed); a sidecar that exits is restarted with the back-off, always.
-// Once the pod is initialized only the sidecars are kept running, unless
-// done: the app containers are over for good, and the sidecars with them.
-//
-// It reports whether the pod is initialized (the app containers may run)
-// and whether it failed for good.
-func (m *Manager) syncInitContainers(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State, done bool) (initDone, failed bool, err error) {
-	pod := st.pod
+// initOp is what a sync does to one init container.
+type initOp int
+
+const (
+	// opStart starts its first attempt.
+	opStart initOp = iota
+	// opStartCreated starts a container left created (startCreated).
+	opStartCreated
+	// opRestart starts its next attempt once the back-off allows
+	// (restart).
+	opRestart
+)
+
+// initStep is one init container (by index) and what to do to it.
+type initStep struct {
+	index int
+	op    initOp
+}
+
+// initPlan is one sync's decision on the init containers.
+type initPlan struct {
+	steps []initStep
+	// initDone: the pod is initialized, the app containers may run.
+	initDone bool
+	// failed: a plain init container failed under restartPolicy Never;
+	// the pod has failed for good.
+	failed bool
+}
+
+// planInit takes the init sequence one step, as the kubelet's
+// computeInitContainerActions, from the runtime's view (byName, states)
+// and the startup probes' (started). Init containers run one at a time in
+// order; a plain one must exit 0 before the next starts, a sidecar only
+// has to be started (running, and its startupProbe, if any, succeeded; a
+// postStart hook has returned once it is running). A plain init container
+// that fails is restarted per the pod's restartPolicy (with Never the pod
+// has failed); a sidecar that exits is restarted with the back-off,
+// always. Once the pod is initialized only the sidecars are kept running,
+// unless done: the app containers are over for good, and the sidecars
+// with them. It is pure: the caller acts on the plan.
+func planInit(pod *corev1.Pod, byName map[string]*runtimeapi.Container, states map[string]cri.State, started func(name, id string) bool, done bool) initPlan {
 	inits := pod.Spec.InitContainers
 	if initialized(pod, byName) {
+		plan := initPlan{initDone: true}
 		if done {
-			return true, false, nil
+			return plan
 		}
 		for i := range inits {
 			c := &inits[i]
 			if !isSidecar(c) {
 				continue
 			}
-			if err := m.keepRunning(ctx, st, c, byName[c.Name], states[c.Name]); err != nil {
-				return true, false, err
+			// A missing one was removed (by hand, or its sandbox's
+			// runtime lost it): it starts over.
+			switch cur, s := byName[c.Name], states[c.Name]; {
+			case cur == nil:
+				plan.steps = append(plan.steps, initStep{i, opStart})
+			case s.Phase == cri.PhaseCreated:
+				plan.steps = append(plan.steps, initStep{i, opStartCreated})
+			case s.Phase == cri.PhaseExited:
+				plan.steps = append(plan.steps, initStep{i, opRestart})
 			}
 		}
-		return true, false, nil
+		return plan
 	}
 	// Before initialization only the last init container that has a
-	// container matters: those before it did their part.
+	// container matters: those before it did their part (an earlier
+	// sidecar that exits meanwhile is restarted once the pod is
+	// initialized, as the kubelet's).
 	last := -1
 	for i := range inits {
 		if _, ok := byName[inits[i].Name]; ok {
@@ -103,50 +140,58 @@ func (m *Manager) syncInitContainers(ctx context.Context, st *podState, byName m
 	}
 	if last < 0 {
 		if len(inits) == 0 {
-			return true, false, nil
+			return initPlan{initDone: true}
 		}
-		return false, false, m.startContainer(ctx, st, &inits[0], 0)
+		return initPlan{steps: []initStep{{0, opStart}}}
+	}
+	next := initPlan{initDone: true}
+	if last < len(inits)-1 {
+		next = initPlan{steps: []initStep{{last + 1, opStart}}}
 	}
 	c, cur, s := &inits[last], byName[inits[last].Name], states[inits[last].Name]
-	next := func() (bool, bool, error) {
-		if last == len(inits)-1 {
-			return true, false, nil
-		}
-		n := &inits[last+1]
-		return false, false, m.startContainer(ctx, st, n, 0)
-	}
 	switch {
 	case s.Phase == cri.PhaseCreated:
-		return false, false, m.startCreated(ctx, st, cur)
+		return initPlan{steps: []initStep{{last, opStartCreated}}}
 	case isSidecar(c) && s.Phase == cri.PhaseRunning:
-		if !m.probes.Started(pod.UID, c.Name, cur.Id) {
-			return false, false, nil // its startupProbe decides; a failure kills it (killUnhealthy)
+		if !started(c.Name, cur.Id) {
+			return initPlan{} // its startupProbe decides; a failure kills it (killUnhealthy)
 		}
-		return next()
+		return next
 	case isSidecar(c) && s.Phase == cri.PhaseExited:
-		return false, false, m.restart(ctx, st, c, cur, s)
+		return initPlan{steps: []initStep{{last, opRestart}}}
 	case s.Phase != cri.PhaseExited:
-		return false, false, nil // running (or unknown): wait for it
+		return initPlan{} // running (or unknown): wait for it
 	case s.ExitCode == 0:
-		return next()
+		return next
 	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
-		return false, true, nil
+		return initPlan{failed: true}
 	}
-	return false, false, m.restart(ctx, st, c, cur, s)
+	return initPlan{steps: []initStep{{last, opRestart}}}
 }
 
-// keepRunning starts a sidecar of an initialized pod that is missing (its
-// container was removed), was left created, or exited (with the back-off).
-func (m *Manager) keepRunning(ctx context.Context, st *podState, c *corev1.Container, cur *runtimeapi.Container, s cri.State) error {
-	switch {
-	case cur == nil:
-		return m.startContainer(ctx, st, c, 0)
-	case s.Phase == cri.PhaseCreated:
-		return m.startCreated(ctx, st, cur)
-	case s.Phase == cri.PhaseExited:
-		return m.restart(ctx, st, c, cur, s)
+// syncInitContainers plans the init containers' step (planInit) and
+// carries it out. It reports whether the pod is initialized and whether it
+// failed for good.
+func (m *Manager) syncInitContainers(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State, done bool) (initDone, failed bool, err error) {
+	pod := st.pod
+	started := func(name, id string) bool { return m.probes.Started(pod.UID, name, id) }
+	plan := planInit(pod, byName, states, started, done)
+	for _, step := range plan.steps {
+		c := &pod.Spec.InitContainers[step.index]
+		cur := byName[c.Name]
+		switch step.op {
+		case opStart:
+			err = m.startContainer(ctx, st, c, 0)
+		case opStartCreated:
+			err = m.startCreated(ctx, st, cur)
+		case opRestart:
+			err = m.restart(ctx, st, c, cur, states[c.Name])
+		}
+		if err != nil {
+			return plan.initDone, plan.failed, err
+		}
 	}
-	return nil
+	return plan.initDone, plan.failed, nil
 }
 
 // stopSidecars stops the running sidecars of a pod whose app containers

@@ -58,8 +58,25 @@ spec:
 `
 
 // sidecarJobs: restartPolicy Never pods with a sidecar whose app container
-// exits 0 (job) or whose plain init container fails (broken).
+// exits 0 (job) or whose plain init container fails (broken), and one
+// whose sidecar has a liveness probe (unhealthy).
 const sidecarJobs = `
+apiVersion: v1
+kind: Pod
+metadata: {name: unhealthy}
+spec:
+  terminationGracePeriodSeconds: 5
+  initContainers:
+  - name: agent
+    image: BUSYBOX
+    restartPolicy: Always
+    command: [sh, -c, "trap 'exit 0' TERM; touch /tmp/alive; while :; do sleep 1 & wait $!; done"]
+    livenessProbe: {exec: {command: [test, -f, /tmp/alive]}, periodSeconds: 1, failureThreshold: 1, terminationGracePeriodSeconds: 1}
+  containers:
+  - name: work
+    image: BUSYBOX
+    command: [sh, -c, "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"]
+---
 apiVersion: v1
 kind: Pod
 metadata: {name: job}
@@ -241,7 +258,24 @@ func TestSidecarsInRealContainers(t *testing.T) {
 		}
 	})
 
-	for _, n := range []string{"job", "broken"} {
+	t.Run("a sidecar that fails its liveness probe is restarted, the app left alone", func(t *testing.T) {
+		waitPod(t, m, "unhealthy", "running with its sidecar", func(p *corev1.Pod) bool {
+			return running(p) && started(initStatus(p, "agent"))
+		})
+		r.exec(t, m, "unhealthy", "agent", "rm", "/tmp/alive")
+		p := waitPod(t, m, "unhealthy", "with its sidecar restarted", func(p *corev1.Pod) bool {
+			cs := initStatus(p, "agent")
+			return cs.RestartCount >= 1 && started(cs)
+		})
+		if n := probeCount(m, "unhealthy", "Liveness", "failed"); n < 1 {
+			t.Fatalf("restarted without a failed liveness probe counted: %+v", m.ProbeCounts())
+		}
+		if cs := p.Status.ContainerStatuses[0]; cs.RestartCount != 0 || cs.State.Running == nil {
+			t.Fatalf("the app container: restartCount %d, state %+v", cs.RestartCount, cs.State)
+		}
+	})
+
+	for _, n := range []string{"job", "broken", "unhealthy"} {
 		if err := m.Delete(ctx, "default", n); err != nil {
 			t.Fatal(err)
 		}
