@@ -391,8 +391,8 @@ func printPodTable(w io.Writer, pods []corev1.Pod, now time.Time) error {
 type row struct {
 	// ready of total containers: the app containers and the sidecars.
 	ready, total int
-	status   string
-	restarts string
+	status       string
+	restarts     string
 }
 
 // podRow derives READY, STATUS and RESTARTS as kubectl's printPod does
