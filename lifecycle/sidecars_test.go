@@ -144,7 +144,8 @@ func events(t *testing.T, path string) []string {
 
 func TestSidecarsInRealContainers(t *testing.T) {
 	r := newRig(t)
-	m, _ := r.manager(t)
+	m, stop := r.manager(t)
+	parent := t
 	ctx := context.Background()
 	out := filepath.Join(r.hostDir, "sidecars")
 	if _, err := m.Apply(ctx, r.pods(t, strings.ReplaceAll(sidecarPod, "OUT", out)), lifecycle.SourceAPI); err != nil {
@@ -205,6 +206,32 @@ func TestSidecarsInRealContainers(t *testing.T) {
 		}
 		if p.Status.Phase != corev1.PodRunning || condition(p, corev1.PodInitialized) != corev1.ConditionTrue {
 			t.Fatalf("phase %s, Initialized %s while a sidecar restarts", p.Status.Phase, condition(p, corev1.PodInitialized))
+		}
+		want := []string{"start logger", "setup", "start proxy", "start app", "start proxy"}
+		if got := events(t, log); !slices.Equal(got, want) {
+			t.Fatalf("events %q, want %q", got, want)
+		}
+	})
+
+	t.Run("after a restart of nodeguard the pod is adopted: no init container runs again, no sidecar is duplicated", func(t *testing.T) {
+		before, _ := m.Get("default", "sidecars")
+		ids := func(p *corev1.Pod) []string {
+			var out []string
+			for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+				out = append(out, cs.Name+"="+cs.ContainerID)
+			}
+			return out
+		}
+		stop()
+		m, stop = r.manager(parent) // it outlives this subtest
+		// The new Manager's own probes have passed: its status is of its
+		// syncs, not left from the first.
+		p := waitPod(t, m, "sidecars", "adopted, running and ready", func(p *corev1.Pod) bool {
+			return running(p) && ready(p) && started(initStatus(p, "logger")) && started(initStatus(p, "proxy")) &&
+				probeCount(m, "sidecars", "Readiness", "successful") > 0 && probeCount(m, "sidecars", "Startup", "successful") > 0
+		})
+		if got, want := ids(p), ids(before); !slices.Equal(got, want) {
+			t.Fatalf("containers after the restart %q, before %q", got, want)
 		}
 		want := []string{"start logger", "setup", "start proxy", "start app", "start proxy"}
 		if got := events(t, log); !slices.Equal(got, want) {
