@@ -57,9 +57,9 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 		st.poke() // restarted by the next sync, with the back-off
 	}
 	done := regularDone(pod, byName, states)
-	initDone, failed, err := m.syncInitContainers(ctx, st, byName, states, done)
-	if err != nil {
-		return err
+	initDone, failed, errs := m.syncInitContainers(ctx, st, byName, states, done)
+	if len(errs) > 0 {
+		return errs[0]
 	}
 	if initDone && !failed {
 		for i := range pod.Spec.Containers {

@@ -170,15 +170,17 @@ func planInit(pod *corev1.Pod, byName map[string]*runtimeapi.Container, states m
 }
 
 // syncInitContainers plans the init containers' step (planInit) and
-// carries it out. It reports whether the pod is initialized and whether it
-// failed for good.
-func (m *Manager) syncInitContainers(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State, done bool) (initDone, failed bool, err error) {
+// carries it out, every step even when one fails (each container's
+// failure is its own). It reports whether the pod is initialized, whether
+// it failed for good, and the steps' errors.
+func (m *Manager) syncInitContainers(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State, done bool) (initDone, failed bool, errs []error) {
 	pod := st.pod
 	started := func(name, id string) bool { return m.probes.Started(pod.UID, name, id) }
 	plan := planInit(pod, byName, states, started, done)
 	for _, step := range plan.steps {
 		c := &pod.Spec.InitContainers[step.index]
 		cur := byName[c.Name]
+		var err error
 		switch step.op {
 		case opStart:
 			err = m.startContainer(ctx, st, c, 0)
@@ -188,10 +190,10 @@ func (m *Manager) syncInitContainers(ctx context.Context, st *podState, byName m
 			err = m.restart(ctx, st, c, cur, states[c.Name])
 		}
 		if err != nil {
-			return plan.initDone, plan.failed, err
+			errs = append(errs, err)
 		}
 	}
-	return plan.initDone, plan.failed, nil
+	return plan.initDone, plan.failed, errs
 }
 
 // stopSidecars stops the running sidecars of a pod whose app containers
