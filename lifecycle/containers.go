@@ -1,5 +1,6 @@
-// A pod's containers: init containers in order, then the app containers,
-// each created, started and restarted with the kubelet's back-off.
+// A pod's containers: init containers in order (sidecars.go), then the app
+// containers, each created, started and restarted with the kubelet's
+// back-off.
 
 package lifecycle
 
@@ -59,45 +60,10 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	// Each container's failure to start is its own, as the kubelet's
 	// SyncPod starts every container it can and reports each result: a
 	// container refused (runAsNonRoot, a missing image, a failed
-	// postStart) waits with its reason while the others run.
-	var errs []error
-	failed := false
-	initDone := true
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		cur, have := byName[c.Name]
-		if !have {
-			initDone = false
-			if err := m.startContainer(ctx, st, c, 0); err != nil {
-				errs = append(errs, err)
-			}
-			break
-		}
-		s := states[c.Name]
-		if s.Phase == cri.PhaseCreated {
-			initDone = false
-			if err := m.startCreated(ctx, st, cur); err != nil {
-				errs = append(errs, err)
-			}
-			break
-		}
-		if s.Phase != cri.PhaseExited {
-			initDone = false
-			break
-		}
-		if s.ExitCode == 0 {
-			continue
-		}
-		initDone = false
-		if pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
-			failed = true
-			break
-		}
-		if err := m.restart(ctx, st, c, cur, s); err != nil {
-			errs = append(errs, err)
-		}
-		break
-	}
+	// postStart) waits with its reason while the others run. Init
+	// containers (sidecars.go) still run one after another.
+	done := regularDone(pod, byName, states)
+	initDone, failed, errs := m.syncInitContainers(ctx, st, byName, states, done)
 	if initDone && !failed {
 		for i := range pod.Spec.Containers {
 			c := &pod.Spec.Containers[i]
@@ -130,6 +96,9 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if (done || failed) && m.stopSidecars(ctx, st, byName, states) {
+		st.poke() // their status, once they are gone
 	}
 	// Fresh view for the status.
 	cctx, cancel = call(ctx)

@@ -27,6 +27,16 @@
 //     the kubelet's minimum); a hook that outlives the grace is left
 //     behind and dies with the container; a failed one is a
 //     FailedPreStopHook event (Config.Events, events.go);
+//   - sidecars (init containers with restartPolicy Always) as the
+//     kubelet's since 1.29 (sidecars.go): started in order with the other
+//     init containers, the next one starting once the sidecar has started
+//     (its startupProbe passed), kept running and restarted with the
+//     back-off whatever the pod's restartPolicy, probed like app
+//     containers (their readiness counts for the pod's Ready); on deletion
+//     the app containers are stopped first, then the sidecars one by one
+//     in reverse order, all within the grace period; when the app
+//     containers of a Never or OnFailure pod are done for good (the pod is
+//     Succeeded or Failed) the sidecars are stopped and not restarted;
 //   - liveness, readiness and startup probes run as the kubelet's
 //     (lifecycle/prober): readiness makes a container ready and the pod
 //     Ready and ContainersReady, a failed liveness or startup probe kills
@@ -85,8 +95,9 @@
 // desired.go (what the sources want: Apply, Delete, Forget, List, Get,
 // Wait) and persist.go (API pods kept across restarts); runloop.go (the
 // run loop and relist); worker.go (per-pod workers), slots.go (the work and
-// stop slots); sandbox.go, containers.go and status.go (one pod's sync:
-// its sandbox, its containers, its status); teardown.go and orphans.go
+// stop slots); sandbox.go, containers.go, sidecars.go and status.go (one
+// pod's sync: its sandbox, its containers, its init sequence and stop
+// order, its status); teardown.go and orphans.go
 // (stopping and removing sandboxes); gc.go, containergc.go, imagegc.go,
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next

@@ -58,7 +58,7 @@ func (m *Manager) onProbe(u prober.Update) {
 // what the runtime just said of its containers.
 func (m *Manager) observeContainers(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State) {
 	m.probes.AddPod(ctx, st.pod)
-	for _, c := range st.pod.Spec.Containers {
+	for _, c := range prober.Containers(st.pod) {
 		ctr, ok := byName[c.Name]
 		if !ok {
 			continue
@@ -77,8 +77,7 @@ func (m *Manager) observeContainers(ctx context.Context, st *podState, byName ma
 // the next sync's.
 func (m *Manager) killUnhealthy(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, states map[string]cri.State) bool {
 	var stops []func()
-	for i := range st.pod.Spec.Containers {
-		c := &st.pod.Spec.Containers[i]
+	for _, c := range prober.Containers(st.pod) {
 		ctr, ok := byName[c.Name]
 		if !ok || states[c.Name].Phase != cri.PhaseRunning {
 			continue

@@ -71,10 +71,18 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 		}
 		return cs
 	}
-	for i := range pod.Spec.InitContainers {
-		status.InitContainerStatuses = append(status.InitContainerStatuses, conv(&pod.Spec.InitContainers[i]))
-	}
 	allStarted, anyRunning, allExited, allZero, allReady := true, false, true, true, true
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cs := conv(c)
+		status.InitContainerStatuses = append(status.InitContainerStatuses, cs)
+		// A sidecar's readiness counts for ContainersReady and Ready as
+		// an app container's (the kubelet's generateContainersReadyCondition);
+		// the phase is the app containers' alone.
+		if isSidecar(c) && !cs.Ready {
+			allReady = false
+		}
+	}
 	for i := range pod.Spec.Containers {
 		cs := conv(&pod.Spec.Containers[i])
 		status.ContainerStatuses = append(status.ContainerStatuses, cs)

@@ -16,11 +16,11 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
-// teardownSandbox stops every container with the grace period, then the
-// sandbox (which kills without grace), and removes both. parent is the pod
-// cgroup the sandbox was made in ("" if unknown); with podGone the pod
-// cgroup is removed too, as no other sandbox of the pod will use it. The
-// caller holds a work slot.
+// teardownSandbox stops every container with the grace period (sidecars
+// after the app containers), then the sandbox (which kills without
+// grace), and removes both. parent is the pod cgroup the sandbox was made
+// in ("" if unknown); with podGone the pod cgroup is removed too, as no
+// other sandbox of the pod will use it. The caller holds a work slot.
 func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time.Duration, podGone bool) {
 	cctx, cancel := call(ctx)
 	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
@@ -29,20 +29,17 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 		m.log.Warn("list containers of sandbox", "sandbox", id, "err", err)
 	}
 	// The stops wait out the grace period on stop slots, not on the
-	// caller's work slot (slots.go). A container of a pod still known
-	// (deleted, evicted, its sandbox replaced) runs its preStop hook.
-	var stops []func()
+	// caller's work slot (slots.go): the app containers first, then the
+	// sidecars in reverse order (sidecars.go), all within g. A container
+	// of a pod still known (deleted, evicted, its sandbox replaced) runs
+	// its preStop hook when its wave comes.
+	var running []*runtimeapi.Container
 	for _, c := range ctrs {
 		if c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
-			pod, ip, spec := m.containerSpec(c)
-			stops = append(stops, func() {
-				if err := m.stopContainer(ctx, pod, ip, spec, c.Id, g); err != nil {
-					m.log.Warn("stop container", "container", c.Id, "err", err)
-				}
-			})
+			running = append(running, c)
 		}
 	}
-	m.slots.waitOut(stops)
+	m.stopInWaves(ctx, terminationWaves(m.podOf(running), running), g)
 	cctx, cancel = call(ctx)
 	defer cancel()
 	if err := m.cfg.Runtime.StopPodSandbox(cctx, id); err != nil && !errors.Is(err, cri.ErrNotFound) {

@@ -137,10 +137,12 @@ func (rc *ResourceConfig) setCPUShares(shares uint64, v2 bool) {
 //     MinShares and nothing else;
 //   - Guaranteed pods get a CFS quota from their cpu limits and a memory
 //     limit;
-//   - a Burstable pod gets a CFS quota only when every app container has a
-//     cpu limit, and a memory limit only when every app container has a
-//     memory limit (init containers are not asked, but the largest init
-//     container limit raises the pod's);
+//   - a Burstable pod gets a CFS quota only when every app container and
+//     sidecar has a cpu limit, and a memory limit only when every one has
+//     a memory limit (a sidecar runs next to the app containers: a pod
+//     limit made without its share would cap it by theirs; plain init
+//     containers are not asked, but the largest init step's limit raises
+//     the pod's);
 //   - with enforceCPULimits false the quota is -1 (unlimited) wherever it
 //     would be set.
 //
@@ -150,8 +152,8 @@ func PodResources(pod *corev1.Pod, v2, enforceCPULimits bool) ResourceConfig {
 	requests := qos.PodRequests(pod)
 	limits := qos.PodLimits(pod)
 	cpuLimitsDeclared, memoryLimitsDeclared := true, true
-	for i := range pod.Spec.Containers {
-		l := pod.Spec.Containers[i].Resources.Limits
+	for _, c := range limited(pod) {
+		l := c.Resources.Limits
 		if l.Cpu().IsZero() {
 			cpuLimitsDeclared = false
 		}
@@ -256,4 +258,20 @@ func value(l corev1.ResourceList, name corev1.ResourceName) int64 {
 		return 0
 	}
 	return q.Value()
+}
+
+// limited are the containers whose limits decide whether the pod's are
+// declared: the app containers and the sidecars (init containers with
+// restartPolicy Always), which run beside them for the pod's life.
+func limited(pod *corev1.Pod) []*corev1.Container {
+	out := make([]*corev1.Container, 0, len(pod.Spec.Containers)+len(pod.Spec.InitContainers))
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; qos.IsSidecar(pod, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -142,6 +142,19 @@ func TestPodResources(t *testing.T) {
 			want:    ResourceConfig{CPUShares: ptrU(2), Memory: ptrI(100 * mi)},
 		},
 		{
+			name: "a sidecar's limit adds to the app containers' in the pod's",
+			pod: pod([]corev1.Container{sidecar(ctr("s", res("cpu", "100m", "memory", "10Mi"), res("cpu", "500m", "memory", "50Mi")))},
+				ctr("a", res("cpu", "100m", "memory", "10Mi"), res("cpu", "1", "memory", "100Mi"))),
+			enforce: true,
+			want:    ResourceConfig{CPUShares: ptrU(204), CPUQuota: ptrI(150000), CPUPeriod: ptrU(100000), Memory: ptrI(150 * mi)},
+		},
+		{
+			name:    "a sidecar without limits leaves the pod without a limit, as an app container would",
+			pod:     pod([]corev1.Container{sidecar(ctr("s", res("memory", "10Mi"), nil))}, ctr("a", res("memory", "10Mi"), res("cpu", "1", "memory", "100Mi"))),
+			enforce: true,
+			want:    ResourceConfig{CPUShares: ptrU(1024)},
+		},
+		{
 			name:    "the largest init cpu request sets the shares",
 			pod:     pod([]corev1.Container{ctr("i", res("cpu", "2"), nil)}, ctr("a", res("cpu", "1"), nil)),
 			enforce: true,
@@ -254,4 +267,10 @@ func TestKubepodsResources(t *testing.T) {
 			}
 		})
 	}
+}
+
+func sidecar(c corev1.Container) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	c.RestartPolicy = &always
+	return c
 }

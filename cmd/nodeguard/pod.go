@@ -382,42 +382,60 @@ func printPodTable(w io.Writer, pods []corev1.Pod, now time.Time) error {
 			qc = qos.Class(pod)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n",
-			pod.Namespace, pod.Name, r.ready, len(pod.Spec.Containers), r.status, r.restarts, age(pod.CreationTimestamp, now), ip, qc)
+			pod.Namespace, pod.Name, r.ready, r.total, r.status, r.restarts, age(pod.CreationTimestamp, now), ip, qc)
 	}
 	return tw.Flush()
 }
 
 // row is what printPodTable derives from a pod's status.
 type row struct {
-	ready    int
-	status   string
-	restarts string
+	// ready of total containers: the app containers and the sidecars.
+	ready, total int
+	status       string
+	restarts     string
 }
 
 // podRow derives READY, STATUS and RESTARTS as kubectl's printPod does
-// (k8s.io/kubernetes/pkg/printers/internalversion), without its cases for
-// sidecar init containers (nodeguard refuses them) and unreachable nodes.
+// (k8s.io/kubernetes/pkg/printers/internalversion), sidecar init
+// containers included (they count in READY; once the pod is initialized
+// RESTARTS is theirs plus the app containers'), without its case for
+// unreachable nodes.
 func podRow(pod *corev1.Pod, now time.Time) row {
 	st := &pod.Status
 	reason := string(st.Phase)
 	if st.Reason != "" {
 		reason = st.Reason
 	}
-	restarts := 0
-	var lastRestart metav1.Time
-	noteRestart := func(c *corev1.ContainerStatus) {
-		restarts += int(c.RestartCount)
-		if t := c.LastTerminationState.Terminated; t != nil && lastRestart.Before(&t.FinishedAt) {
-			lastRestart = t.FinishedAt
+	restarts, sidecarRestarts := 0, 0
+	var lastRestart, lastSidecarRestart metav1.Time
+	note := func(n *int, last *metav1.Time, c *corev1.ContainerStatus) {
+		*n += int(c.RestartCount)
+		if t := c.LastTerminationState.Terminated; t != nil && last.Before(&t.FinishedAt) {
+			*last = t.FinishedAt
+		}
+	}
+	noteRestart := func(c *corev1.ContainerStatus) { note(&restarts, &lastRestart, c) }
+	sidecars := map[string]bool{}
+	for i := range pod.Spec.InitContainers {
+		if c := &pod.Spec.InitContainers[i]; qos.IsSidecar(pod, c) {
+			sidecars[c.Name] = true
 		}
 	}
 
-	initializing := false
+	ready, initializing := 0, false
 	for i := range st.InitContainerStatuses {
 		c := &st.InitContainerStatuses[i]
 		noteRestart(c)
+		if sidecars[c.Name] {
+			note(&sidecarRestarts, &lastSidecarRestart, c)
+		}
 		switch {
 		case c.State.Terminated != nil && c.State.Terminated.ExitCode == 0:
+			continue
+		case sidecars[c.Name] && c.Started != nil && *c.Started:
+			if c.Ready {
+				ready++
+			}
 			continue
 		case c.State.Terminated != nil:
 			reason = "Init:" + terminatedReason(c.State.Terminated)
@@ -430,9 +448,8 @@ func podRow(pod *corev1.Pod, now time.Time) row {
 		break
 	}
 
-	ready := 0
-	if !initializing {
-		restarts, lastRestart = 0, metav1.Time{}
+	if !initializing || initializedCondition(st) {
+		restarts, lastRestart = sidecarRestarts, lastSidecarRestart
 		hasRunning := false
 		for i := len(st.ContainerStatuses) - 1; i >= 0; i-- {
 			c := &st.ContainerStatuses[i]
@@ -465,7 +482,16 @@ func podRow(pod *corev1.Pod, now time.Time) row {
 	if restarts > 0 && !lastRestart.IsZero() {
 		rs = fmt.Sprintf("%d (%s ago)", restarts, age(lastRestart, now))
 	}
-	return row{ready: ready, status: reason, restarts: rs}
+	return row{ready: ready, total: len(pod.Spec.Containers) + len(sidecars), status: reason, restarts: rs}
+}
+
+func initializedCondition(st *corev1.PodStatus) bool {
+	for _, c := range st.Conditions {
+		if c.Type == corev1.PodInitialized {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func terminatedReason(t *corev1.ContainerStateTerminated) string {

@@ -536,3 +536,52 @@ func TestPodIsWiredIntoTheRoot(t *testing.T) {
 		t.Fatalf("got %v items, %v", len(l.Items), err)
 	}
 }
+
+// TestPodColumnsCountSidecars: kubectl's READY counts sidecars next to the
+// app containers, and once the pod is initialized RESTARTS is the
+// sidecars' and app containers' (a finished init container's no longer).
+func TestPodColumnsCountSidecars(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	always := corev1.ContainerRestartPolicyAlways
+	yes := true
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	completed := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}
+	lastExit := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(now.Add(-time.Minute))}}
+	initialized := []corev1.PodCondition{{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	spec := corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "proxy", RestartPolicy: &always}, {Name: "setup"}},
+		Containers:     []corev1.Container{{Name: "app"}},
+	}
+	cases := []struct {
+		name          string
+		status        corev1.PodStatus
+		ready         int
+		want, restart string
+	}{
+		{"while the next init container runs, a started sidecar is ready and counted", corev1.PodStatus{Phase: corev1.PodPending,
+			InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "proxy", State: running, Started: &yes, Ready: true},
+				{Name: "setup", State: running, RestartCount: 1}}},
+			1, "Init:1/2", "1"},
+		{"an initialized pod counts the sidecar's restarts and not the init container's", corev1.PodStatus{Phase: corev1.PodRunning, Conditions: initialized,
+			InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "proxy", State: running, Started: &yes, Ready: true, RestartCount: 2, LastTerminationState: lastExit},
+				{Name: "setup", State: completed, RestartCount: 3}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", State: running, Ready: true}}},
+			2, "Running", "2 (60s ago)"},
+		{"a sidecar crash-looping after initialization shows, and the app still counts", corev1.PodStatus{Phase: corev1.PodRunning, Conditions: initialized,
+			InitContainerStatuses: []corev1.ContainerStatus{
+				{Name: "proxy", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}, RestartCount: 4},
+				{Name: "setup", State: completed}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", State: running, Ready: true}}},
+			1, "Init:CrashLoopBackOff", "4"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := podRow(&corev1.Pod{Spec: spec, Status: tc.status}, now)
+			if r.ready != tc.ready || r.total != 2 || r.status != tc.want || r.restarts != tc.restart {
+				t.Fatalf("got %d/%d %q restarts %q, want %d/2 %q %q", r.ready, r.total, r.status, r.restarts, tc.ready, tc.want, tc.restart)
+			}
+		})
+	}
+}

@@ -78,7 +78,10 @@
 //     terminationGracePeriodSeconds seconds; tcpSocket accepted with a
 //     warning, as the API server does, and failed when it runs, as the
 //     kubelet does; not on an init container without restartPolicy
-//     Always);
+//     Always), restartPolicy Always on an init container only (a sidecar,
+//     KEP-753: it may have probes, the other init containers may not; an
+//     app container may not set restartPolicy, as with
+//     ContainerRestartRules off);
 //   - volumes: emptyDir (medium "" or Memory; sizeLimit sizes a Memory
 //     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
@@ -115,7 +118,7 @@
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
 // windowsOptions, and per container: lifecycle.stopSignal,
 // resourceFieldRef of hugepages, resizePolicy,
-// restartPolicy (sidecar init containers), stdin/tty,
+// restartPolicyRules, stdin/tty,
 // seLinuxOptions, windowsOptions, extended resources and
 // hugepages; and every volume type other than the seven above (ephemeral
 // among them: its claim is made by a control plane's controller).

@@ -87,6 +87,8 @@ var fieldUse = map[reflect.Type]map[string]use{
 		"terminationMessagePath": honoured, "terminationMessagePolicy": honoured,
 		"livenessProbe": honoured, "readinessProbe": honoured, "startupProbe": honoured,
 		"lifecycle": honoured,
+		// Only Always on an init container (a sidecar) passes Validate.
+		"restartPolicy": honoured,
 	},
 	reflect.TypeFor[corev1.Lifecycle](): {"postStart": honoured, "preStop": honoured},
 	reflect.TypeFor[corev1.LifecycleHandler](): {

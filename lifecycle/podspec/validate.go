@@ -144,12 +144,17 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 	for i := range s.Containers {
 		errs = append(errs, validateContainer(&s.Containers[i], names, volumes, opts, sp.Child("containers").Index(i))...)
 		errs = append(errs, validateLifecycle(&s.Containers[i], s.TerminationGracePeriodSeconds, sp.Child("containers").Index(i))...)
+		errs = append(errs, validateRestartPolicy(&s.Containers[i], false, sp.Child("containers").Index(i))...)
 	}
 	for i := range s.InitContainers {
-		errs = append(errs, validateContainer(&s.InitContainers[i], names, volumes, opts, sp.Child("initContainers").Index(i))...)
-		errs = append(errs, noInitProbes(&s.InitContainers[i], sp.Child("initContainers").Index(i))...)
-		errs = append(errs, noInitLifecycle(&s.InitContainers[i], sp.Child("initContainers").Index(i))...)
-		errs = append(errs, validateLifecycle(&s.InitContainers[i], s.TerminationGracePeriodSeconds, sp.Child("initContainers").Index(i))...)
+		c, cp := &s.InitContainers[i], sp.Child("initContainers").Index(i)
+		errs = append(errs, validateContainer(c, names, volumes, opts, cp)...)
+		errs = append(errs, validateRestartPolicy(c, true, cp)...)
+		if !isSidecar(c) {
+			errs = append(errs, noInitProbes(c, cp)...)
+		}
+		errs = append(errs, noInitLifecycle(c, cp)...)
+		errs = append(errs, validateLifecycle(c, s.TerminationGracePeriodSeconds, cp)...)
 	}
 	claims := map[string]bool{}
 	for _, v := range s.Volumes {
@@ -1095,4 +1100,28 @@ func dns1123Label(v string, p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p, v, msg))
 	}
 	return errs
+}
+
+// isSidecar: an init container with restartPolicy Always, a sidecar
+// (KEP-753) that keeps running next to the app containers.
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// validateRestartPolicy checks a container's own restartPolicy as the API
+// server does with the ContainerRestartRules gate off: an init container
+// may set it only to Always (making it a sidecar), an app container not at
+// all; restartPolicyRules is refused by the field table.
+func validateRestartPolicy(c *corev1.Container, init bool, cp *field.Path) field.ErrorList {
+	if c.RestartPolicy == nil {
+		return nil
+	}
+	fp := cp.Child("restartPolicy")
+	if !init {
+		return field.ErrorList{field.Forbidden(fp, "may not be set for non-init containers: nodeguard honours a container's own restartPolicy only on init containers (sidecars), not the per-container restart rules of ContainerRestartRules")}
+	}
+	if *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		return field.ErrorList{field.NotSupported(fp, *c.RestartPolicy, []corev1.ContainerRestartPolicy{corev1.ContainerRestartPolicyAlways})}
+	}
+	return nil
 }

@@ -1,8 +1,9 @@
 // Package prober runs a pod's liveness, readiness and startup probes the
 // way the kubelet's pkg/kubelet/prober does, and keeps their results.
 //
-// One worker runs per container per probe type. Its rules are the
-// kubelet's:
+// One worker runs per container per probe type, for the app containers
+// and the sidecars (init containers with restartPolicy Always: Containers),
+// as the kubelet's prober manager. Its rules are the kubelet's:
 //
 //   - nothing is probed before the container runs, nor before
 //     initialDelaySeconds have passed since it started;

@@ -130,8 +130,7 @@ func (m *Manager) AddPod(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	var ws []*worker
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
+	for _, c := range Containers(pod) {
 		for _, k := range []Kind{Startup, Liveness, Readiness} {
 			if k.spec(c) != nil {
 				ws = append(ws, newWorker(m, pod, c, k))

@@ -21,9 +21,13 @@
 //   - pkg/kubelet/types/pod_update.go (IsCriticalPod, IsNodeCriticalPod):
 //     critical means priority >= 2000000000; node-critical additionally needs
 //     priorityClassName system-node-critical.
-//   - k8s.io/component-helpers/resource (PodRequests, PodLimits): a pod's
-//     requests are the sum over app containers and sidecars, or the largest
-//     init-container step when that is larger.
+//   - k8s.io/component-helpers/resource (PodRequests, PodLimits), which
+//     PodRequests and PodLimits call on the defaulted pod: a pod's requests
+//     are the sum over app containers and sidecars, or the largest
+//     init-container step (an init container plus the sidecars before it)
+//     when that is larger. component-helpers has no QoS class function
+//     (ComputePodQOS lives in k8s.io/kubernetes), so Class is the kubelet's
+//     rule written out: sidecars count like every init container.
 //
 // Invariants and deliberate differences:
 //

@@ -1,7 +1,10 @@
 package qos
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 // qosResources are the only resources that decide a QoS class
@@ -90,62 +93,42 @@ func IsSidecar(pod *corev1.Pod, c *corev1.Container) bool {
 	return false
 }
 
-// PodRequests returns the pod's effective requests as
-// k8s.io/component-helpers/resource.PodRequests computes them (without pod
-// overhead and pod-level resources, which nodeguard refuses): the sum over
-// app containers and sidecars, or, per resource, the largest amount any init
-// container step needs while it runs (itself plus the sidecars started before
-// it) when that is larger.
+// podResources are the options under which PodRequests and PodLimits call
+// component-helpers: no pod overhead (nodeguard has no RuntimeClass) and
+// no pod-level resources (refused at validation), the spec's resources
+// rather than the status' (no in-place resize).
+var podResources = resourcehelper.PodResourcesOptions{ExcludeOverhead: true, SkipPodLevelResources: true}
+
+// PodRequests returns the pod's effective requests as the scheduler and
+// the kubelet's admission compute them, by
+// k8s.io/component-helpers/resource.PodRequests on the defaulted pod: the
+// sum over app containers and sidecars, or, per resource, the largest
+// amount any init container step needs while it runs (itself plus the
+// sidecars started before it) when that is larger.
 func PodRequests(pod *corev1.Pod) corev1.ResourceList {
-	return aggregate(pod, EffectiveRequests)
+	return resourcehelper.PodRequests(defaulted(pod), podResources)
 }
 
 // PodLimits is PodRequests for limits (component-helpers PodLimits). A
 // resource is present only if some container limits it; whether every
 // container does is the caller's question (see kubepods.PodResources).
 func PodLimits(pod *corev1.Pod) corev1.ResourceList {
-	return aggregate(pod, func(c *corev1.Container) corev1.ResourceList { return c.Resources.Limits })
+	return resourcehelper.PodLimits(pod, podResources)
 }
 
-func aggregate(pod *corev1.Pod, of func(*corev1.Container) corev1.ResourceList) corev1.ResourceList {
-	sum := corev1.ResourceList{}
-	for i := range pod.Spec.Containers {
-		addTo(sum, of(&pod.Spec.Containers[i]))
-	}
-	sidecars := corev1.ResourceList{}
-	initMax := corev1.ResourceList{}
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		step := corev1.ResourceList{}
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			// A sidecar keeps running next to the app containers.
-			addTo(sum, of(c))
-			addTo(sidecars, of(c))
-			addTo(step, sidecars)
-		} else {
-			addTo(step, of(c))
-			addTo(step, sidecars)
-		}
-		maxInto(initMax, step)
-	}
-	maxInto(sum, initMax)
-	return sum
-}
-
-func addTo(dst, src corev1.ResourceList) {
-	for name, q := range src {
-		v := dst[name].DeepCopy()
-		v.Add(q)
-		dst[name] = v
-	}
-}
-
-func maxInto(dst, src corev1.ResourceList) {
-	for name, q := range src {
-		if cur, ok := dst[name]; !ok || q.Cmp(cur) > 0 {
-			dst[name] = q.DeepCopy()
+// defaulted returns pod with every container's requests replaced by
+// EffectiveRequests, as the API server would have stored it; pod is not
+// modified (its containers are copied, their lists are not shared).
+func defaulted(pod *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec}
+	out.Spec.Containers = slices.Clone(pod.Spec.Containers)
+	out.Spec.InitContainers = slices.Clone(pod.Spec.InitContainers)
+	for _, list := range [][]corev1.Container{out.Spec.Containers, out.Spec.InitContainers} {
+		for i := range list {
+			list[i].Resources.Requests = EffectiveRequests(&list[i])
 		}
 	}
+	return out
 }
 
 // memoryRequest is the container's defaulted memory request in bytes.

@@ -105,6 +105,22 @@ func TestPodRequestsAndLimits(t *testing.T) {
 			wantRequests: res("cpu", "1100m", "memory", "100Mi"),
 			wantLimits:   res("memory", "100Mi"),
 		},
+		{
+			name:         "a sidecar after an init container does not add to that init step",
+			pod:          pod([]corev1.Container{ctr("i", res("cpu", "1"), nil), sidecar}, ctr("a", res("cpu", "200m"), nil)),
+			wantRequests: res("cpu", "1", "memory", "100Mi"),
+			wantLimits:   res("memory", "100Mi"),
+		},
+		{
+			name: "two sidecars and an app container add up, a sidecar's limit defaulting its request",
+			pod: func() *corev1.Pod {
+				limitOnly := ctr("t", nil, res("cpu", "300m", "memory", "50Mi"))
+				limitOnly.RestartPolicy = always()
+				return pod([]corev1.Container{sidecar, limitOnly}, ctr("a", res("cpu", "200m", "memory", "10Mi"), nil))
+			}(),
+			wantRequests: res("cpu", "600m", "memory", "160Mi"),
+			wantLimits:   res("cpu", "300m", "memory", "150Mi"),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
