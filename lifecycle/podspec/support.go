@@ -127,8 +127,9 @@ var fieldUse = map[reflect.Type]map[string]use{
 	},
 	reflect.TypeFor[corev1.Volume](): {
 		"name": honoured, "hostPath": honoured, "emptyDir": honoured, "configMap": honoured,
-		"secret": honoured, "projected": honoured, "downwardAPI": honoured,
+		"secret": honoured, "projected": honoured, "downwardAPI": honoured, "nfs": honoured,
 	},
+	reflect.TypeFor[corev1.NFSVolumeSource]():      {"server": honoured, "path": honoured, "readOnly": honoured},
 	reflect.TypeFor[corev1.EmptyDirVolumeSource](): {"medium": honoured, "sizeLimit": honoured},
 	reflect.TypeFor[corev1.HostPathVolumeSource](): {"path": honoured, "type": honoured},
 	reflect.TypeFor[corev1.ConfigMapVolumeSource](): {
@@ -191,7 +192,7 @@ func volumeSourcesRefused() map[string]string {
 		"gitRepo":               "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
 	}
 	for _, plugin := range []string{
-		"gcePersistentDisk", "awsElasticBlockStore", "nfs", "iscsi", "glusterfs", "rbd", "flexVolume",
+		"gcePersistentDisk", "awsElasticBlockStore", "iscsi", "glusterfs", "rbd", "flexVolume",
 		"cinder", "cephfs", "flocker", "fc", "azureFile", "vsphereVolume", "quobyte", "azureDisk",
 		"photonPersistentDisk", "portworxVolume", "scaleIO", "storageos",
 	} {
