@@ -369,3 +369,29 @@ func (m *Manager) setupNFS(podsFd int, pod *corev1.Pod, name string, s *corev1.N
 	}
 	return vol, nil
 }
+
+// Plugin is the kubelet's plugin directory of nfs volumes: with a
+// PersistentVolume of type nfs the volume is mounted at
+// RootDir/pods/<uid>/volumes/kubernetes.io~nfs/<persistent volume name>,
+// as the kubelet's nfs plugin mounts it.
+func (c *nfsClient) Plugin() string { return PluginNFS }
+
+// mountPV mounts a PersistentVolume of type nfs on dir, an existing
+// directory beneath the pod's: the export with the volume's
+// spec.mountOptions, read-only when the volume's source or the pod's
+// claim (readOnly) says so. It leaves an NFS mount already there as it
+// is, and is bounded as an inline volume's mount (ensureNFS).
+func (c *nfsClient) mountPV(dir string, pv *corev1.PersistentVolume, readOnly bool) error {
+	if pv.Spec.NFS == nil {
+		return fmt.Errorf("mount persistentvolume %s on %s: not of type nfs", pv.Name, dir)
+	}
+	if errs := validateNFS(pv.Spec.NFS, field.NewPath("spec", "nfs")); len(errs) > 0 {
+		return fmt.Errorf("mount persistentvolume %s: %w", pv.Name, errs.ToAggregate())
+	}
+	s := *pv.Spec.NFS
+	s.ReadOnly = s.ReadOnly || readOnly
+	if _, err := c.ensureNFS(dir, &s, pv.Spec.MountOptions); err != nil {
+		return fmt.Errorf("mount persistentvolume %s: %w", pv.Name, err)
+	}
+	return nil
+}

@@ -336,3 +336,36 @@ func newTestNetNS(t *testing.T) string {
 	})
 	return p
 }
+
+func TestNFSPersistentVolumeMountsWithItsMountOptions(t *testing.T) {
+	fake := newFakeNFS()
+	c, err := newNFSClient(Config{NFSMounter: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pv := &corev1.PersistentVolume{}
+	pv.Name = "pv-nfs"
+	pv.Spec.MountOptions = []string{"nfsvers=4.1", "hard"}
+	pv.Spec.NFS = &corev1.NFSVolumeSource{Server: "10.0.0.2", Path: "/exports/pv"}
+	if c.Plugin() != "kubernetes.io~nfs" {
+		t.Errorf("plugin directory %q", c.Plugin())
+	}
+	if err := c.mountPV(dir, pv, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(fake.MountPoints) != 1 || fake.MountPoints[0].Device != "10.0.0.2:/exports/pv" || fake.MountPoints[0].Path != dir ||
+		!slices.Equal(fake.MountPoints[0].Opts, []string{"nfsvers=4.1", "hard", "ro"}) {
+		t.Errorf("mounted %+v, want 10.0.0.2:/exports/pv on %s with nfsvers=4.1,hard,ro (a read-only claim)", fake.MountPoints, dir)
+	}
+	if pv.Spec.NFS.ReadOnly {
+		t.Error("the claim's readOnly was written into the PersistentVolume")
+	}
+	t.Run("a volume without a path is refused with its field", func(t *testing.T) {
+		bad := pv.DeepCopy()
+		bad.Spec.NFS.Path = ""
+		if err := c.mountPV(dir, bad, false); err == nil || !strings.Contains(err.Error(), "spec.nfs.path: Required value") {
+			t.Errorf("mountPV: %v", err)
+		}
+	})
+}
