@@ -324,9 +324,31 @@ func (n *node) nfs(t *testing.T) {
 		}
 		requireAgent(t)
 		t.Logf("%s: %s %q", nfsUnreachablePod, pod.Status.Reason, pod.Status.Message)
+		// Deleted, the pod stays listed (VolumeTeardownFailed, naming the
+		// mount still running) until mount.nfs gives up: its directory
+		// is kept for it, as the kubelet's volume manager runs no unmount
+		// of a volume whose mount has not returned.
 		uid := string(pod.UID)
-		deletePod(t, nfsUnreachablePod)
-		d := waitUnmounted(t, rootDir, uid, nfsGiveUpBound)
-		t.Logf("deleted: its directory went %s after the pod (once mount.nfs gave up)", d.Round(time.Millisecond))
+		t0 := time.Now()
+		if out, err := nodeguard(cmdTimeout, "pod", "rm", "-n", nfsUnreachablePod.Namespace, nfsUnreachablePod.Name); err != nil {
+			t.Fatalf("nodeguard pod rm %s: %v %s", nfsUnreachablePod, err, out)
+		}
+		var last string
+		if _, err := waitFor(nfsUnreachablePod.String()+" gone", nfsGiveUpBound, func() (bool, string, error) {
+			l, err := listPods()
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			if p := findPod(l, nfsUnreachablePod.Namespace, nfsUnreachablePod.Name); p != nil {
+				last = p.Status.Reason + " " + p.Status.Message
+				return false, describePods(l), nil
+			}
+			return true, "", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitUnmounted(t, rootDir, uid, leftoverBound)
+		requireAgent(t)
+		t.Logf("deleted: gone with its directory %s after pod rm (once mount.nfs gave up); meanwhile %q", time.Since(t0).Round(time.Millisecond), last)
 	})
 }
