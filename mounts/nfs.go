@@ -181,7 +181,7 @@ func (c *nfsClient) ensureNFS(dir string, s *corev1.NFSVolumeSource, mountOption
 	if fstype, ok, err := mountedFSType(dir); err != nil {
 		return false, err
 	} else if ok {
-		if !strings.HasPrefix(fstype, "nfs") {
+		if !isNFS(fstype) {
 			return false, fmt.Errorf("%s: a file system other than NFS (%s) is mounted there", dir, fstype)
 		}
 		return false, nil
