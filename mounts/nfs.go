@@ -54,7 +54,7 @@ type NFSMounter interface {
 // ErrMountInProgress is wrapped by Setup while an earlier mount(8) of the
 // same volume has not returned (its server does not answer): no second
 // one is started, and the pod waits for the next sync.
-var ErrMountInProgress = errors.New("an earlier mount of the volume has not returned")
+var ErrMountInProgress = errors.New("NFS mount still in progress")
 
 // nfsClient runs the NFS mounts of one Manager: in the node's network
 // namespace, bounded, one at a time per target.
@@ -202,7 +202,7 @@ func (c *nfsClient) ensureNFS(dir string, s *corev1.NFSVolumeSource, mountOption
 		}
 		return true, nil
 	case <-t.C:
-		return false, fmt.Errorf("mount %s on %s: no answer after %s (the server may be unreachable; still trying): %w", src, dir, c.mountTimeout, ErrMountInProgress)
+		return false, fmt.Errorf("mount %s on %s: no answer after %s (the server may be unreachable; mount.nfs keeps trying): %w", src, dir, c.mountTimeout, ErrMountInProgress)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,12 @@ func (f *fakeNFS) UnmountWithForce(target string, _ time.Duration) error {
 		return hook(target)
 	}
 	return f.FakeMounter.Unmount(target)
+}
+
+func (f *fakeNFS) unmountCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.unmounts)
 }
 
 func nfsVol(name, server, path string, ro bool) corev1.Volume {
@@ -166,12 +173,11 @@ func umask() os.FileMode {
 func TestNFSMountThatDoesNotReturnHoldsNoWorker(t *testing.T) {
 	fake := newFakeNFS()
 	release := make(chan struct{})
-	var calls sync.WaitGroup
-	n := 0
+	returned := make(chan struct{}, 8)
+	var n atomic.Int32
 	fake.mountHook = func(string, string) error {
-		n++
-		calls.Add(1)
-		defer calls.Done()
+		n.Add(1)
+		defer func() { returned <- struct{}{} }()
 		<-release
 		return errors.New("mount.nfs: Connection timed out")
 	}
@@ -191,8 +197,8 @@ func TestNFSMountThatDoesNotReturnHoldsNoWorker(t *testing.T) {
 		if _, err := env.m.Setup(ctx, pod); !errors.Is(err, ErrMountInProgress) {
 			t.Fatalf("second Setup: %v, want ErrMountInProgress", err)
 		}
-		if n != 1 {
-			t.Errorf("%d mount calls, want 1", n)
+		if got := n.Load(); got != 1 {
+			t.Errorf("%d mount calls, want 1", got)
 		}
 	})
 	t.Run("teardown keeps the directory a late mount would land on", func(t *testing.T) {
@@ -205,7 +211,7 @@ func TestNFSMountThatDoesNotReturnHoldsNoWorker(t *testing.T) {
 		}
 	})
 	close(release)
-	calls.Wait()
+	<-returned
 	t.Run("once mount(8) gave up, the next sync reports its error", func(t *testing.T) {
 		_, err := env.m.Setup(ctx, pod)
 		if err == nil || errors.Is(err, ErrMountInProgress) || !strings.Contains(err.Error(), "Connection timed out") {
@@ -269,8 +275,8 @@ func TestNFSUnmountThatDoesNotReturnIsDetached(t *testing.T) {
 				if got, err := c.unmount(p); !got || err != nil {
 					t.Errorf("second unmount: detached %v, %v", got, err)
 				}
-				if len(fake.unmounts) != 1 {
-					t.Errorf("umount ran %d times, want once", len(fake.unmounts))
+				if n := fake.unmountCalls(); n != 1 {
+					t.Errorf("umount ran %d times, want once", n)
 				}
 			}
 		})

@@ -39,6 +39,9 @@ const (
 	// minutes (its retry= default) before it returns; only then may the
 	// volume's directory go.
 	nfsGiveUpBound = 200 * time.Second
+	// nfsHungBound: umount(8) waits DefaultNFSUnmountTimeout (10 s),
+	// umount -f as long again, then the mount is detached; under TCG.
+	nfsHungBound = 90 * time.Second
 	// nfsLease is the server's NFSv4 lease and grace time (the kernel's
 	// minimum): a fresh server refuses new opens for its grace period,
 	// 90 s by default.
@@ -350,5 +353,36 @@ func (n *node) nfs(t *testing.T) {
 		waitUnmounted(t, rootDir, uid, leftoverBound)
 		requireAgent(t)
 		t.Logf("deleted: gone with its directory %s after pod rm (once mount.nfs gave up); meanwhile %q", time.Since(t0).Round(time.Millisecond), last)
+	})
+
+	t.Run("a pod whose server stopped answering is deleted: the unmount is forced or detached, bounded", func(t *testing.T) {
+		if out, err := applyPods(nfsWriterPod.File); err != nil {
+			t.Fatalf("nodeguard pod apply -f %s: %v %s", nfsWriterPod.File, err, out)
+		}
+		pod := waitPodRunning(t, nfsWriterPod, nfsMountBound)
+		uid := string(pod.UID)
+		if mi, err := nfsMount(rootDir, uid, "data"); err != nil || mi == nil {
+			t.Fatalf("no NFS mount for the pod (%v)", err)
+		}
+		// The server's link goes down: every RPC of the hard mount now
+		// waits for it, as with a server that crashed.
+		if out, err := run(cmdTimeout, "ip", "-n", nfsNetNS, "link", "set", nfsVethServer, "down"); err != nil {
+			t.Fatalf("cut the server off: %v %s", err, out)
+		}
+		defer run(cmdTimeout, "ip", "-n", nfsNetNS, "link", "set", nfsVethServer, "up")
+		cursor, _ := journalCursor()
+		t0 := time.Now()
+		deletePod(t, nfsWriterPod)
+		d := waitUnmounted(t, rootDir, uid, nfsHungBound)
+		requireAgent(t)
+		how := "unmounted"
+		if es, err := journal("nodeguard", cursor); err == nil {
+			for _, e := range agentEntries(es) {
+				if strings.Contains(e["MESSAGE"], "detached nfs mount") {
+					how = "detached (MNT_DETACH) after umount and umount -f did not return"
+				}
+			}
+		}
+		t.Logf("the pod and its volume went %s after pod rm (%s after the pod), %s", time.Since(t0).Round(time.Millisecond), d.Round(time.Millisecond), how)
 	})
 }
