@@ -33,9 +33,9 @@ const (
 	// a few.
 	DefaultNFSMountTimeout = 30 * time.Second
 	// DefaultNFSUnmountTimeout is how long Teardown waits for umount(8)
-	// before umount -f (mount-utils' UnmountWithForce), and as long again
-	// for that before it detaches the mount (MNT_DETACH), which never
-	// waits for the server.
+	// before umount -f (mount-utils' UnmountWithForce), as long again
+	// for that before it detaches the mount (MNT_DETACH), and as long
+	// again for the detach.
 	DefaultNFSUnmountTimeout = 10 * time.Second
 )
 
@@ -293,8 +293,24 @@ func (c *nfsClient) unmount(p string) (detached bool, err error) {
 	}
 }
 
+// detachErr detaches p. MNT_DETACH itself returns at once, but the last
+// reference it drops may tear the NFS superblock down in the calling
+// thread, which waits for the server: it is bounded like the rest, and a
+// detach still running is reported, never waited for.
 func (c *nfsClient) detachErr(p string) error {
-	err := c.detach(p)
+	done := make(chan error, 1)
+	go func() { done <- c.detach(p) }()
+	t := time.NewTimer(c.unmountTimeout)
+	defer t.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-t.C:
+		if _, ok, merr := mountedFSType(p); merr == nil && !ok {
+			return nil // detached; the superblock goes when the server answers
+		}
+		return fmt.Errorf("%w: detach NFS %s: no answer after %s", ErrMountsRemain, p, c.unmountTimeout)
+	}
 	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 		return nil
 	}

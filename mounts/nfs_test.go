@@ -375,3 +375,25 @@ func TestNFSPersistentVolumeMountsWithItsMountOptions(t *testing.T) {
 		}
 	})
 }
+
+func TestNFSDetachThatDoesNotReturnIsReported(t *testing.T) {
+	cgtest.RequirePrivileged(t) // a real mount point that stays mounted
+	hung := make(chan struct{})
+	t.Cleanup(func() { close(hung) })
+	fake := newFakeNFS()
+	fake.unmountErr = func(string) error { <-hung; return nil }
+	c, err := newNFSClient(Config{NFSMounter: fake, NFSUnmountTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.detach = func(string) error { <-hung; return nil }
+	p := t.TempDir()
+	if err := unix.Mount("tmpfs", p, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { detachAll(t, p) })
+	detached, err := c.unmount(p)
+	if !detached || !errors.Is(err, ErrMountsRemain) || !strings.Contains(err.Error(), "no answer") {
+		t.Fatalf("unmount with umount, umount -f and the detach all hung: detached %v, %v; want ErrMountsRemain saying so", detached, err)
+	}
+}
