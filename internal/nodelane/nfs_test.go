@@ -24,7 +24,8 @@ import (
 // nodeguard mounts from the node's namespace, as the kubelet's nfs plugin
 // does. NFSv4 only: no rpcbind, no statd (nodevm masks their units).
 const (
-	nfsNetNS      = "ngnfs"
+	nfsNetNSDir   = "/run/nfs-lane"
+	nfsNetNSFile  = nfsNetNSDir + "/net"
 	nfsVethNode   = "ngnfs0"
 	nfsVethServer = "ngnfs1"
 	nfsNodeAddr   = "10.251.0.1/29"
@@ -54,7 +55,7 @@ var (
 	nfsUnreachablePod = podRef{Namespace: "lane", Name: "nfs-unreachable", File: "testdata/nfs-unreachable.yaml", QOS: corev1.PodQOSBestEffort}
 )
 
-// nfsServerScript runs in the server's namespace (ip netns exec, which
+// nfsServerScript runs in the server's namespace (under unshare --mount, which
 // gives it a mount namespace of its own): the nfsd file system of this
 // network namespace, short lease and grace times, the export, rpc.mountd
 // in the foreground (its pid printed; the check kills it), then the
@@ -74,25 +75,36 @@ cat /proc/fs/nfsd/versions
 `
 
 // nfsServer starts the server and returns a function that stops it and
-// removes its namespace.
+// removes its namespace. The namespace is kept by a file of the check's
+// own (nfsNetNSFile), not in /run/netns: nodeguard's network collection
+// removes every netns file in its netnsDirs (/var/run/netns) that no
+// sandbox uses.
 func nfsServer(t *testing.T) (stop func()) {
 	t.Helper()
 	if out, err := run(cmdTimeout, "modprobe", "-a", "nfsd", "nfs", "nfsv4"); err != nil {
 		t.Fatalf("load the NFS modules (the root filesystem keeps kernel/fs and kernel/net): %v %s", err, out)
 	}
-	for _, dir := range []string{nfsExport, filepath.Join(nfsExport, "ro")} {
+	for _, dir := range []string{nfsExport, filepath.Join(nfsExport, "ro"), nfsNetNSDir} {
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// unshare(1) binds the namespace on a file only on a mount that is
+	// not shared: a private bind mount of the directory, as ip-netns
+	// makes of /run/netns.
 	steps := [][]string{
-		{"ip", "netns", "add", nfsNetNS},
-		{"ip", "link", "add", nfsVethNode, "type", "veth", "peer", "name", nfsVethServer, "netns", nfsNetNS},
+		{"mount", "--bind", nfsNetNSDir, nfsNetNSDir},
+		{"mount", "--make-private", nfsNetNSDir},
+		{"touch", nfsNetNSFile},
+		{"unshare", "--net=" + nfsNetNSFile, "true"},
+		// The pair is made in the server's namespace, its peer moved to
+		// the node's (the check's own).
+		inServerNS("ip", "link", "add", nfsVethServer, "type", "veth", "peer", "name", nfsVethNode, "netns", strconv.Itoa(os.Getpid())),
 		{"ip", "addr", "add", nfsNodeAddr, "dev", nfsVethNode},
 		{"ip", "link", "set", nfsVethNode, "up"},
-		{"ip", "-n", nfsNetNS, "addr", "add", nfsServerAddr, "dev", nfsVethServer},
-		{"ip", "-n", nfsNetNS, "link", "set", nfsVethServer, "up"},
-		{"ip", "-n", nfsNetNS, "link", "set", "lo", "up"},
+		inServerNS("ip", "addr", "add", nfsServerAddr, "dev", nfsVethServer),
+		inServerNS("ip", "link", "set", nfsVethServer, "up"),
+		inServerNS("ip", "link", "set", "lo", "up"),
 	}
 	stop = func() {
 		if b, err := os.ReadFile("/run/nfs-lane-mountd.pid"); err == nil {
@@ -100,10 +112,18 @@ func nfsServer(t *testing.T) (stop func()) {
 				_ = syscall.Kill(pid, syscall.SIGTERM)
 			}
 		}
-		// Threads to 0 stops the namespace's nfsd; deleting the namespace
-		// removes the veth pair.
-		_, _ = run(cmdTimeout, "ip", "netns", "exec", nfsNetNS, "sh", "-c", "mount -t nfsd nfsd /proc/fs/nfsd 2>/dev/null; rpc.nfsd 0")
-		_, _ = run(cmdTimeout, "ip", "netns", "del", nfsNetNS)
+		// Threads to 0 stops the namespace's nfsd; the veth pair goes
+		// with either end.
+		for _, s := range [][]string{
+			inServerNS("unshare", "--mount", "sh", "-c", "mount -t nfsd nfsd /proc/fs/nfsd && rpc.nfsd 0"),
+			{"ip", "link", "del", nfsVethNode},
+			{"umount", nfsNetNSFile},
+			{"umount", nfsNetNSDir},
+		} {
+			if out, err := run(cmdTimeout, s[0], s[1:]...); err != nil {
+				t.Logf("stop the NFS server: %v %s", err, out)
+			}
+		}
 	}
 	for _, s := range steps {
 		if out, err := run(cmdTimeout, s[0], s[1:]...); err != nil {
@@ -111,14 +131,23 @@ func nfsServer(t *testing.T) (stop func()) {
 			t.Fatalf("set up the NFS server's network: %v %s", err, out)
 		}
 	}
-	out, err := run(cmdTimeout, "ip", "netns", "exec", nfsNetNS, "sh", "-c", nfsServerScript)
+	// A mount namespace of its own (unshare --mount: private
+	// propagation) for the namespace's nfsd file system.
+	srv := inServerNS("unshare", "--mount", "sh", "-c", nfsServerScript)
+	out, err := run(cmdTimeout, srv[0], srv[1:]...)
 	if err != nil {
 		mountd, _ := os.ReadFile("/run/nfs-lane-mountd.log")
 		stop()
-		t.Fatalf("start the NFS server in %s: %v %s; rpc.mountd: %s", nfsNetNS, err, out, mountd)
+		t.Fatalf("start the NFS server in %s: %v %s; rpc.mountd: %s", nfsNetNSFile, err, out, mountd)
 	}
-	t.Logf("NFS server in netns %s at %s, exporting %s; nfsd versions %s", nfsNetNS, nfsServerAddr, nfsExport, strings.TrimSpace(out))
+	t.Logf("NFS server in netns %s at %s, exporting %s; nfsd versions %s", nfsNetNSFile, nfsServerAddr, nfsExport, strings.TrimSpace(out))
 	return stop
+}
+
+// inServerNS is the command line that runs args in the server's network
+// namespace.
+func inServerNS(args ...string) []string {
+	return append([]string{"nsenter", "--net=" + nfsNetNSFile, "--"}, args...)
 }
 
 // ensureAgent starts nodeguard with the node's values unless it runs
@@ -366,10 +395,11 @@ func (n *node) nfs(t *testing.T) {
 		}
 		// The server's link goes down: every RPC of the hard mount now
 		// waits for it, as with a server that crashed.
-		if out, err := run(cmdTimeout, "ip", "-n", nfsNetNS, "link", "set", nfsVethServer, "down"); err != nil {
+		down, up := inServerNS("ip", "link", "set", nfsVethServer, "down"), inServerNS("ip", "link", "set", nfsVethServer, "up")
+		if out, err := run(cmdTimeout, down[0], down[1:]...); err != nil {
 			t.Fatalf("cut the server off: %v %s", err, out)
 		}
-		defer run(cmdTimeout, "ip", "-n", nfsNetNS, "link", "set", nfsVethServer, "up")
+		defer run(cmdTimeout, up[0], up[1:]...)
 		cursor, _ := journalCursor()
 		t0 := time.Now()
 		deletePod(t, nfsWriterPod)
