@@ -40,9 +40,10 @@ const (
 	// minutes (its retry= default) before it returns; only then may the
 	// volume's directory go.
 	nfsGiveUpBound = 200 * time.Second
-	// nfsHungBound: umount(8) waits DefaultNFSUnmountTimeout (10 s),
-	// umount -f as long again, then the mount is detached; under TCG.
-	nfsHungBound = 90 * time.Second
+	// nfsHungBound: the container stopped, then for each of the pod's two
+	// nfs volumes umount(8) waits DefaultNFSUnmountTimeout (10 s), umount
+	// -f as long again, and the detach at most as long; under TCG.
+	nfsHungBound = 180 * time.Second
 	// nfsLease is the server's NFSv4 lease and grace time (the kernel's
 	// minimum): a fresh server refuses new opens for its grace period,
 	// 90 s by default.
@@ -402,8 +403,19 @@ func (n *node) nfs(t *testing.T) {
 		defer run(cmdTimeout, up[0], up[1:]...)
 		cursor, _ := journalCursor()
 		t0 := time.Now()
-		deletePod(t, nfsWriterPod)
-		d := waitUnmounted(t, rootDir, uid, nfsHungBound)
+		if out, err := nodeguard(cmdTimeout, "pod", "rm", "-n", nfsWriterPod.Namespace, nfsWriterPod.Name); err != nil {
+			t.Fatalf("nodeguard pod rm %s: %v %s", nfsWriterPod, err, out)
+		}
+		if _, err := waitFor(nfsWriterPod.String()+" gone", nfsHungBound, func() (bool, string, error) {
+			l, err := listPods()
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			return findPod(l, nfsWriterPod.Namespace, nfsWriterPod.Name) == nil, describePods(l), nil
+		}); err != nil {
+			t.Fatalf("%v; journal:\n%s", err, journalText("nodeguard", 20))
+		}
+		d := waitUnmounted(t, rootDir, uid, leftoverBound)
 		requireAgent(t)
 		how := "unmounted"
 		if es, err := journal("nodeguard", cursor); err == nil {
