@@ -396,7 +396,10 @@ func (c *nfsClient) Plugin() string { return PluginNFS }
 // directory beneath the pod's: the export with the volume's
 // spec.mountOptions, read-only when the volume's source or the pod's
 // claim (readOnly) says so. It leaves an NFS mount already there as it
-// is, and is bounded as an inline volume's mount (ensureNFS).
+// is, and is bounded as an inline volume's mount (ensureNFS). It is the
+// body of the PersistentVolumeMounter's MountPV that block15's
+// persistentVolumeClaim support dispatches nfs volumes to (pvMounter):
+// that interface lands with it.
 func (c *nfsClient) mountPV(dir string, pv *corev1.PersistentVolume, readOnly bool) error {
 	if pv.Spec.NFS == nil {
 		return fmt.Errorf("mount persistentvolume %s on %s: not of type nfs", pv.Name, dir)
