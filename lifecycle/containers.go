@@ -224,6 +224,10 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	if err != nil {
 		return err
 	}
+	devs, err := m.containerDevices(st, c)
+	if err != nil {
+		return err
+	}
 	if hm, err := m.hostsMount(st, c); err != nil {
 		return err
 	} else if hm != nil {
@@ -231,7 +235,7 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	}
 	opts := cri.ContainerOptions{
 		Image: image, Attempt: attempt, OOMScoreAdj: int64(adj), PodIP: st.ip,
-		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true, Mounts: ms,
+		CgroupV2: m.cfg.CgroupV2, EnforceCPULimits: true, Mounts: ms, Devices: devs,
 		SeccompProfileRoot: cri.SeccompProfileRoot(m.cfg.RootDir),
 		Node:               m.cfg.Node,
 	}

@@ -40,6 +40,22 @@ func (m *Manager) containerMounts(st *podState, c *corev1.Container) ([]*runtime
 	return ms, nil
 }
 
+// containerDevices are the CRI devices of one container: its raw block
+// volumes.
+func (m *Manager) containerDevices(st *podState, c *corev1.Container) ([]*runtimeapi.Device, error) {
+	if len(c.VolumeDevices) == 0 {
+		return nil, nil
+	}
+	if st.volumes == nil {
+		return nil, fmt.Errorf("container %s: volumes are not set up", c.Name)
+	}
+	ds, err := st.volumes.Devices(c)
+	if err != nil {
+		return nil, fmt.Errorf("container %s: %w", c.Name, err)
+	}
+	return ds, nil
+}
+
 // teardownVolumes unmounts and removes a pod's volumes.
 func (m *Manager) teardownVolumes(ctx context.Context, uid types.UID) error {
 	if m.cfg.Volumes == nil {

@@ -4,14 +4,35 @@
 // The layout is the kubelet's, beneath Config.RootDir:
 //
 //	pods/<uid>/volumes/<plugin>/<name>                 emptyDir, configMap, secret, projected, downwardAPI, nfs
+//	pods/<uid>/volumes/<plugin>/<pv name>              persistentVolumeClaim (volumeMode Filesystem)
+//	pods/<uid>/volumeDevices/<plugin>/<pv name>        persistentVolumeClaim (volumeMode Block), a bind-mounted device node
 //	pods/<uid>/volume-subpaths/<volume>/<container>/<i> bind mounts of volumeMounts[i].subPath
 //
-// with plugin directories such as "kubernetes.io~empty-dir". hostPath
-// volumes have no directory there: they are validated and handed to the
-// runtime as they are.
+// with plugin directories such as "kubernetes.io~empty-dir" and
+// "kubernetes.io~local-volume". hostPath volumes (inline or
+// PersistentVolumes) have no directory there: they are validated and
+// handed to the runtime as they are.
+//
+// # PersistentVolumeClaims
+//
+// Standalone, there is no control plane to bind claims: a claim is read
+// from SourceDir/persistentvolumeclaims/<namespace>/<name>.yaml and its
+// volume from SourceDir/persistentvolumes/<name>.yaml, bound by the
+// claim's spec.volumeName or the volume's spec.claimRef, and checked as
+// the PV controller checks a binding (Claim, Satisfies). A missing or
+// unbound claim is a *ClaimError with a scheduler's message, and the pod
+// waits for it. The volume's source is mounted by the
+// PersistentVolumeMounter of its type (pvMounter): local volumes by
+// k8s.io/mount-utils' SafeFormatAndMount (a block device formatted only if
+// blkid finds no file system on it, then mounted with the PV's
+// mountOptions; a directory bind mounted), read-only when the claim's
+// readOnly says so. A raw block volume is the local device bind mounted
+// beneath volumeDevices, handed to the runtime as a CRI device (Devices).
+// Teardown and GC unmount these like any other mount beneath the pod's
+// directory, so nothing is left after a kill either.
 //
 // The lifecycle of a pod's volumes is Validate (at admission), Setup (on
-// every sync; idempotent), PodVolumes.Mounts (per container, for
+// every sync; idempotent), PodVolumes.Mounts and PodVolumes.Devices (per container, for
 // CreateContainer), Usage (for eviction), and Teardown (after the pod's
 // sandbox is gone) or GC (for pods the agent no longer knows).
 //

@@ -97,12 +97,24 @@ type Manager struct {
 	log        *slog.Logger
 	now        func() time.Time
 	nfs        *nfsClient
+	local      *localMounter
 
 	// owned holds the volume directories whose fsGroup ownership was set
 	// since this Manager started (ownVolume), until their pod's Teardown.
 	ownedMu sync.Mutex
 	owned   map[string]bool
+
+	// claimed holds the claim volumes set up since this Manager started,
+	// by pod directory and volume name, until their pod's Teardown: a
+	// volume in use keeps its binding, whatever becomes of the claim's
+	// and the PV's files meanwhile (the control plane's PVC protection
+	// keeps an in-use claim from going away), and a sync reads no
+	// manifests for it.
+	claimedMu sync.Mutex
+	claimed   map[claimKey]*volume
 }
+
+type claimKey struct{ podDir, volume string }
 
 // New checks cfg, makes RootDir/pods if it is missing and returns a
 // Manager.
@@ -167,6 +179,7 @@ func New(cfg Config) (*Manager, error) {
 		nodeMemory: mem,
 		log:        log,
 		now:        now,
+		local:      newLocalMounter(log),
 	}, nil
 }
 

@@ -1,6 +1,7 @@
 package mounts
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -397,9 +398,7 @@ func (c *nfsClient) Plugin() string { return PluginNFS }
 // spec.mountOptions, read-only when the volume's source or the pod's
 // claim (readOnly) says so. It leaves an NFS mount already there as it
 // is, and is bounded as an inline volume's mount (ensureNFS). It is the
-// body of the PersistentVolumeMounter's MountPV that block15's
-// persistentVolumeClaim support dispatches nfs volumes to (pvMounter):
-// that interface lands with it.
+// body of MountPV.
 func (c *nfsClient) mountPV(dir string, pv *corev1.PersistentVolume, readOnly bool) error {
 	if pv.Spec.NFS == nil {
 		return fmt.Errorf("mount persistentvolume %s on %s: not of type nfs", pv.Name, dir)
@@ -413,4 +412,10 @@ func (c *nfsClient) mountPV(dir string, pv *corev1.PersistentVolume, readOnly bo
 		return fmt.Errorf("mount persistentvolume %s: %w", pv.Name, err)
 	}
 	return nil
+}
+
+// MountPV implements PersistentVolumeMounter for PersistentVolumes of type
+// nfs.
+func (c *nfsClient) MountPV(_ context.Context, req PVMount) error {
+	return c.mountPV(req.Dir, req.PV, req.ReadOnly)
 }

@@ -397,3 +397,28 @@ func TestNFSDetachThatDoesNotReturnIsReported(t *testing.T) {
 		t.Fatalf("unmount with umount, umount -f and the detach all hung: detached %v, %v; want ErrMountsRemain saying so", detached, err)
 	}
 }
+func TestNFSPersistentVolumeOfAClaimIsMountedAtTheKubeletsPath(t *testing.T) {
+	fake := newFakeNFS()
+	env := newEnv(t, func(c *Config) { c.NFSMounter = fake })
+	env.writeClaim(t, "data", testClaim)
+	env.writePV(t, "nfs1", strings.NewReplacer("name: disk1", "name: nfs1", "local: {path: PATH}",
+		"nfs: {server: 10.0.0.2, path: /exports/pv}\n  mountOptions: [nfsvers=4.2]").Replace(testPV))
+	pod := newPod("pvnfs", []corev1.Volume{claimVol("data", "data", true)},
+		mountAll(corev1.Container{Name: "app"}, corev1.VolumeMount{Name: "data", MountPath: "/data"}))
+	pv, err := env.m.Setup(testCtx(t), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := env.m.VolumeDir("pvnfs", PluginNFS, "nfs1")
+	if len(fake.MountPoints) != 1 || fake.MountPoints[0].Path != dir || fake.MountPoints[0].Device != "10.0.0.2:/exports/pv" ||
+		!slices.Equal(fake.MountPoints[0].Opts, []string{"nfsvers=4.2", "ro"}) {
+		t.Errorf("mounted %+v, want 10.0.0.2:/exports/pv on %s with nfsvers=4.2,ro", fake.MountPoints, dir)
+	}
+	ms, err := pv.Mounts(&pod.Spec.Containers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || ms[0].HostPath != dir || !ms[0].Readonly {
+		t.Errorf("CRI mounts %v, want %s read-only", ms, dir)
+	}
+}

@@ -43,6 +43,9 @@ type volume struct {
 	// kubelet does) only in volumes the pod writes; in API data volumes it
 	// is an error.
 	createSubPaths bool
+	// block volumes (a claim of volumeMode Block) are devices for
+	// volumeDevices, never mounts; path is the mapped device.
+	block bool
 }
 
 // volumePlugin returns the plugin directory name of a volume source, or ""
@@ -78,6 +81,8 @@ func volumePlugin(s *corev1.VolumeSource) string {
 //     against the allowlist and its type, and the OrCreate types are made;
 //   - nfs: the export mounted with mount(8) on a 0750 directory, from the
 //     node's network namespace, within NFSMountTimeout (setupNFS);
+//   - persistentVolumeClaim: the claim's bound volume, mounted (or mapped,
+//     for volumeMode Block) by setupClaim;
 //   - configMap and downwardAPI: a directory on disk; secret and projected
 //     (which may carry secrets) a tmpfs, so that secrets never reach the
 //     disk; each is filled by the atomic writer, which rewrites it only when
@@ -112,7 +117,7 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (*PodVolumes, erro
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		v, err := m.setupVolume(podsFd, pod, &pod.Spec.Volumes[i])
+		v, err := m.setupVolume(ctx, podsFd, pod, &pod.Spec.Volumes[i])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
@@ -125,8 +130,11 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (*PodVolumes, erro
 // field.ErrorList aggregate is wrapped as well.
 var ErrInvalid = errors.New("invalid pod volumes")
 
-func (m *Manager) setupVolume(podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
+func (m *Manager) setupVolume(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	s := &v.VolumeSource
+	if s.PersistentVolumeClaim != nil {
+		return m.setupClaim(ctx, podsFd, pod, v)
+	}
 	plugin := volumePlugin(s)
 	if s.HostPath != nil {
 		typ := corev1.HostPathUnset

@@ -38,6 +38,9 @@ func (pv *PodVolumes) Mounts(c *corev1.Container) ([]*runtimeapi.Mount, error) {
 		if !ok {
 			return nil, fmt.Errorf("mounts of container %s: volumeMounts[%d]: %w: %q", c.Name, i, ErrUnknownVolume, vm.Name)
 		}
+		if v.block {
+			return nil, fmt.Errorf("mounts of container %s: volumeMounts[%d]: volume %q is a raw block volume (volumeMode Block): use it in volumeDevices", c.Name, i, vm.Name)
+		}
 		prop, err := propagation(c, vm.MountPropagation)
 		if err != nil {
 			return nil, fmt.Errorf("mounts of container %s: volumeMounts[%d]: %w", c.Name, i, volumeErr("mount", vm.Name, v.path, err))
@@ -56,6 +59,31 @@ func (pv *PodVolumes) Mounts(c *corev1.Container) ([]*runtimeapi.Mount, error) {
 			Propagation:    prop,
 			SelinuxRelabel: false,
 		})
+	}
+	return out, nil
+}
+
+// Devices returns the CRI devices of container c, one per volumeDevice in
+// order: the raw block volume's mapped path beneath the pod's
+// volumeDevices directory as the host path (containerd makes the device
+// node in the container from its type and numbers), the devicePath in the
+// container, and the kubelet's permissions: "mrw", or "r" for a claim
+// mounted readOnly.
+func (pv *PodVolumes) Devices(c *corev1.Container) ([]*runtimeapi.Device, error) {
+	out := make([]*runtimeapi.Device, 0, len(c.VolumeDevices))
+	for i, vd := range c.VolumeDevices {
+		v, ok := pv.volumes[vd.Name]
+		if !ok {
+			return nil, fmt.Errorf("devices of container %s: volumeDevices[%d]: %w: %q", c.Name, i, ErrUnknownVolume, vd.Name)
+		}
+		if !v.block {
+			return nil, fmt.Errorf("devices of container %s: volumeDevices[%d]: volume %q is not a raw block volume: its claim's volume has volumeMode Filesystem; use it in volumeMounts", c.Name, i, vd.Name)
+		}
+		perm := "mrw"
+		if v.readOnly {
+			perm = "r"
+		}
+		out = append(out, &runtimeapi.Device{ContainerPath: vd.DevicePath, HostPath: v.path, Permissions: perm})
 	}
 	return out, nil
 }

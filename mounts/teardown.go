@@ -63,6 +63,7 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 	}
 	dir := m.PodDir(uid)
 	m.forgetOwned(dir)
+	m.forgetClaims(dir)
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 var (
 	supportedMedia        = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
 	supportedPropagations = []string{string(corev1.MountPropagationNone), string(corev1.MountPropagationHostToContainer), string(corev1.MountPropagationBidirectional)}
-	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "nfs", "projected", "secret"}
+	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "nfs", "persistentVolumeClaim", "projected", "secret"}
 )
 
 // Validate checks what only the node can check about pod's volumes, before
@@ -31,6 +31,8 @@ var (
 //   - items[].path and downwardAPI paths: ValidatePayloadPath, no two files
 //     at one path or at a path that is another's directory;
 //   - downwardAPI fields: the ones Setup can fill in;
+//   - persistentVolumeClaim: the claim's name only; the claim and its
+//     volume are read at Setup, and until they exist the pod waits;
 //   - volumeMounts of init and app containers: an existing volume, a
 //     subPath that passes ValidateSubPath, a known mountPropagation, and
 //     Bidirectional only in privileged containers.
@@ -96,6 +98,13 @@ func (m *Manager) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *fi
 	if nfs := s.NFS; nfs != nil {
 		n++
 		errs = append(errs, validateNFS(nfs, ip.Child("nfs"))...)
+	}
+	if c := s.PersistentVolumeClaim; c != nil {
+		n++
+		// Only the name: the claim itself may appear in SourceDir later,
+		// and until it does the pod waits (setupClaim), as a kubelet's
+		// pod waits for its claim to be bound.
+		errs = append(errs, objectName(c.ClaimName, ip.Child("persistentVolumeClaim", "claimName"))...)
 	}
 	if c := s.ConfigMap; c != nil {
 		n++

@@ -15,11 +15,15 @@ have iptables       || need+=(iptables)
 # package; systemd need not run as PID 1).
 have systemd-analyze || need+=(systemd)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+# Local block volumes are formatted and probed as the kubelet does it
+# (k8s.io/mount-utils runs blkid, mkfs.ext4 and fsck).
+have mkfs.ext4      || need+=(e2fsprogs)
+have blkid          || need+=(util-linux)
 # netplumb's tests and bench net run the CNI plugins directly.
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/portmap ] && [ -x /usr/lib/cni/bandwidth ] || need+=(containernetworking-plugins)
 
 if [ ${#need[@]} -eq 0 ]; then
-	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng, prometheus, iptables, systemd-analyze, CNI plugins)"
+	echo "deps: all present (clang-19, llvm-19, bpftool, libbpf-dev, stress-ng, prometheus, iptables, systemd-analyze, CNI plugins, e2fsprogs)"
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
@@ -312,6 +313,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			// leases and netns are not listed yet.
 			GCMinAge: time.Minute}
 	}
+	// k8s.io/mount-utils (the format and mount of local volumes) logs
+	// through klog: into the daemon's log with the rest.
+	klog.SetSlogLogger(log.With("component", "mount-utils"))
 	vols, err := mounts.New(mounts.Config{
 		RootDir: cfg.RootDir, HostPathAllow: cfg.Volumes.HostPathAllow, SourceDir: cfg.Volumes.SourceDir,
 		NodeMemory: int64(mi.MemTotal), Logger: log,

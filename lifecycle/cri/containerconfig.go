@@ -39,6 +39,9 @@ type ContainerOptions struct {
 	LogPath string
 	// Mounts are the container's volumes, prepared by the volume code.
 	Mounts []*runtimeapi.Mount
+	// Devices are the container's raw block volumes (volumeDevices),
+	// mapped by the volume code.
+	Devices []*runtimeapi.Device
 	// OOMScoreAdj is the container's oom_score_adj (qos.OOMScoreAdj).
 	OOMScoreAdj int64
 	// PodIP is the sandbox's IP, for the status.podIP(s) fieldRefs.
@@ -129,6 +132,7 @@ func ContainerConfig(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions
 		WorkingDir:  c.WorkingDir,
 		Envs:        env,
 		Mounts:      opts.Mounts,
+		Devices:     opts.Devices,
 		Labels:      containerLabels(pod, c),
 		Annotations: containerAnnotations(pod, c, opts.Attempt),
 		LogPath:     logPath,

@@ -62,7 +62,9 @@
 //     prefix, exactly one of configMapRef and secretRef), resources (cpu, memory and ephemeral-storage; requests
 //     <= limits; an ephemeral-storage limit is enforced by eviction, see
 //     lifecycle's localstorage.go), volumeMounts (existing volume, absolute unique mountPath,
-//     relative subPath without ".."), imagePullPolicy (Always refused
+//     relative subPath without ".."), volumeDevices (a persistentVolumeClaim
+//     volume used once and not also in volumeMounts, at a unique absolute
+//     devicePath without ".." that no volumeMount uses), imagePullPolicy (Always refused
 //     unless Options.ImagePull: a node that does not pull cannot honour
 //     it), securityContext
 //     (runAsUser, runAsGroup, runAsNonRoot, privileged (refused unless
@@ -73,10 +75,12 @@
 //   - volumes: emptyDir (medium "" or Memory; sizeLimit sizes a Memory
 //     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
-//     secret and downwardAPI sources) and downwardAPI (fieldRef of metadata
+//     secret and downwardAPI sources), downwardAPI (fieldRef of metadata
 //     name, namespace, uid, labels, annotations), nfs (server, an absolute
-//     path, readOnly); checked structurally here,
-//     the volume code checks the rest.
+//     path, readOnly) and persistentVolumeClaim (claimName a DNS
+//     subdomain, readOnly; standalone the claim and its volume come from
+//     the node's source directory); checked structurally here, the volume
+//     code checks the rest.
 //
 // Accepted only with their harmless or default values (anything else is an
 // error): hostUsers true, setHostnameAsFQDN false,
@@ -105,9 +109,10 @@
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
 // windowsOptions, and per container: gRPC probes, lifecycle hooks,
 // resourceFieldRef of hugepages, resizePolicy,
-// restartPolicy (sidecar init containers), volumeDevices, stdin/tty,
+// restartPolicy (sidecar init containers), stdin/tty,
 // seLinuxOptions, windowsOptions, extended resources and
-// hugepages; and every volume type other than the six above.
+// hugepages; and every volume type other than the seven above (ephemeral
+// among them: its claim is made by a control plane's controller).
 //
 // Deliberate differences from Kubernetes: errors put the path first for
 // unknown fields and decoding errors (the API server names no path for a

@@ -82,7 +82,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.Container](): {
 		"name": honoured, "image": honoured, "command": honoured, "args": honoured,
 		"workingDir": honoured, "ports": honoured, "env": honoured, "envFrom": honoured, "resources": honoured,
-		"volumeMounts": honoured, "securityContext": honoured, "imagePullPolicy": honoured,
+		"volumeMounts": honoured, "volumeDevices": honoured, "securityContext": honoured, "imagePullPolicy": honoured,
 		// Only their defaults pass Validate.
 		"terminationMessagePath": honoured, "terminationMessagePolicy": honoured,
 		"livenessProbe": honoured, "readinessProbe": honoured, "startupProbe": honoured,
@@ -128,10 +128,15 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.Volume](): {
 		"name": honoured, "hostPath": honoured, "emptyDir": honoured, "configMap": honoured,
 		"secret": honoured, "projected": honoured, "downwardAPI": honoured, "nfs": honoured,
+		// Standalone, the claim and its volume come from the node's
+		// source directory (mounts.Manager.Claim).
+		"persistentVolumeClaim": honoured,
 	},
-	reflect.TypeFor[corev1.NFSVolumeSource]():      {"server": honoured, "path": honoured, "readOnly": honoured},
-	reflect.TypeFor[corev1.EmptyDirVolumeSource](): {"medium": honoured, "sizeLimit": honoured},
-	reflect.TypeFor[corev1.HostPathVolumeSource](): {"path": honoured, "type": honoured},
+	reflect.TypeFor[corev1.NFSVolumeSource]():                   {"server": honoured, "path": honoured, "readOnly": honoured},
+	reflect.TypeFor[corev1.PersistentVolumeClaimVolumeSource](): {"claimName": honoured, "readOnly": honoured},
+	reflect.TypeFor[corev1.VolumeDevice]():                      {"name": honoured, "devicePath": honoured},
+	reflect.TypeFor[corev1.EmptyDirVolumeSource]():              {"medium": honoured, "sizeLimit": honoured},
+	reflect.TypeFor[corev1.HostPathVolumeSource]():              {"path": honoured, "type": honoured},
 	reflect.TypeFor[corev1.ConfigMapVolumeSource](): {
 		"name": honoured, "items": honoured, "defaultMode": honoured, "optional": honoured,
 	},
@@ -166,11 +171,10 @@ var refusedWhy = map[reflect.Type]map[string]string{
 	// Container fields other helpers' items decide on (probes, lifecycle
 	// hooks, envFrom, the security context) are not listed here.
 	reflect.TypeFor[corev1.Container](): {
-		"stdin":         "nodeguard's API has no attach, so nothing could write to the container's stdin",
-		"stdinOnce":     "nodeguard's API has no attach, so nothing could write to the container's stdin",
-		"tty":           "nodeguard's API has no attach, so nothing could read a terminal",
-		"volumeDevices": "raw block volumes come from PersistentVolumeClaims, a control plane's objects",
-		"resizePolicy":  "in-place resize goes through a control plane's pods/resize subresource",
+		"stdin":        "nodeguard's API has no attach, so nothing could write to the container's stdin",
+		"stdinOnce":    "nodeguard's API has no attach, so nothing could write to the container's stdin",
+		"tty":          "nodeguard's API has no attach, so nothing could read a terminal",
+		"resizePolicy": "in-place resize goes through a control plane's pods/resize subresource",
 	},
 	reflect.TypeFor[corev1.VolumeSource](): volumeSourcesRefused(),
 	reflect.TypeFor[corev1.VolumeProjection](): {
@@ -185,11 +189,10 @@ var refusedWhy = map[reflect.Type]map[string]string{
 // nodeguard has not.
 func volumeSourcesRefused() map[string]string {
 	why := map[string]string{
-		"persistentVolumeClaim": "a PersistentVolumeClaim is a control plane's object, bound to a volume by its controllers",
-		"ephemeral":             "a generic ephemeral volume is a PersistentVolumeClaim that a control plane makes",
-		"csi":                   "CSI drivers register with a kubelet's CSI volume plugin, which nodeguard has not",
-		"image":                 "nodeguard cannot mount an image as a volume (no ImageVolume feature)",
-		"gitRepo":               "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
+		"ephemeral": "a generic ephemeral volume is a PersistentVolumeClaim that a control plane's ephemeral volume controller makes and a provisioner binds; standalone, write the claim and its PersistentVolume in the source directory and use persistentVolumeClaim",
+		"csi":       "CSI drivers register with a kubelet's CSI volume plugin, which nodeguard has not",
+		"image":     "nodeguard cannot mount an image as a volume (no ImageVolume feature)",
+		"gitRepo":   "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
 	}
 	for _, plugin := range []string{
 		"gcePersistentDisk", "awsElasticBlockStore", "iscsi", "glusterfs", "rbd", "flexVolume",

@@ -147,6 +147,18 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 		errs = append(errs, validateContainer(&s.InitContainers[i], names, volumes, opts, sp.Child("initContainers").Index(i))...)
 		errs = append(errs, noInitProbes(&s.InitContainers[i], sp.Child("initContainers").Index(i))...)
 	}
+	claims := map[string]bool{}
+	for _, v := range s.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims[v.Name] = true
+		}
+	}
+	for i := range s.Containers {
+		errs = append(errs, validateDevices(&s.Containers[i], volumes, claims, sp.Child("containers").Index(i))...)
+	}
+	for i := range s.InitContainers {
+		errs = append(errs, validateDevices(&s.InitContainers[i], volumes, claims, sp.Child("initContainers").Index(i))...)
+	}
 	errs = append(errs, uniqueHostPorts(s.Containers, sp.Child("containers"))...)
 	if s.HostNetwork {
 		for _, list := range []struct {
@@ -717,6 +729,55 @@ func validateMounts(mounts []corev1.VolumeMount, volumes map[string]bool, privil
 	return errs
 }
 
+// validateDevices checks a container's volumeDevices as the API server's
+// ValidateVolumeDevices: an existing volume that is a
+// persistentVolumeClaim, used once and not also in volumeMounts, at a
+// unique absolute devicePath that no volumeMount uses. Whether the claim's
+// volume has volumeMode Block is known only once it is bound (Devices).
+func validateDevices(c *corev1.Container, volumes, claims map[string]bool, cp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	mounted := map[string]bool{}
+	mountPaths := map[string]bool{}
+	for _, vm := range c.VolumeMounts {
+		mounted[vm.Name] = true
+		mountPaths[path.Clean(vm.MountPath)] = true
+	}
+	names, paths := map[string]bool{}, map[string]bool{}
+	for i, vd := range c.VolumeDevices {
+		ip := cp.Child("volumeDevices").Index(i)
+		np := ip.Child("name")
+		switch {
+		case vd.Name == "":
+			errs = append(errs, field.Required(np, ""))
+		case !volumes[vd.Name]:
+			errs = append(errs, field.NotFound(np, vd.Name))
+		case !claims[vd.Name]:
+			errs = append(errs, field.Invalid(np, vd.Name, "can only use volume source type of PersistentVolumeClaim for block mode"))
+		case names[vd.Name]:
+			errs = append(errs, field.Invalid(np, vd.Name, "must be unique"))
+		case mounted[vd.Name]:
+			errs = append(errs, field.Invalid(np, vd.Name, "can not be used in both volumeMounts and volumeDevices"))
+		}
+		names[vd.Name] = true
+		dp := ip.Child("devicePath")
+		switch p := path.Clean(vd.DevicePath); {
+		case vd.DevicePath == "":
+			errs = append(errs, field.Required(dp, ""))
+		case !path.IsAbs(vd.DevicePath):
+			errs = append(errs, field.Invalid(dp, vd.DevicePath, "must be an absolute path"))
+		case slices.Contains(strings.Split(vd.DevicePath, "/"), ".."):
+			errs = append(errs, field.Invalid(dp, vd.DevicePath, "can not contain '..'"))
+		case paths[p]:
+			errs = append(errs, field.Invalid(dp, vd.DevicePath, "must be unique"))
+		case mountPaths[p]:
+			errs = append(errs, field.Invalid(dp, vd.DevicePath, "must not be used as a mountPath as well"))
+		default:
+			paths[p] = true
+		}
+	}
+	return errs
+}
+
 // localDescendingPath is validateLocalDescendingPath: relative, no "..".
 func localDescendingPath(p string, fp *field.Path) field.ErrorList {
 	var errs field.ErrorList
@@ -891,6 +952,11 @@ func validateVolumeSource(s *corev1.VolumeSource, ip *field.Path) field.ErrorLis
 			if h.Type != nil && !slices.Contains(supportedHostPathTypes, string(*h.Type)) {
 				errs = append(errs, field.NotSupported(hp.Child("type"), *h.Type, supportedHostPathTypes))
 			}
+		}
+	}
+	if c := s.PersistentVolumeClaim; c != nil {
+		if n++; n == 1 {
+			errs = append(errs, objectName(c.ClaimName, ip.Child("persistentVolumeClaim", "claimName"))...)
 		}
 	}
 	if c := s.ConfigMap; c != nil {
