@@ -56,9 +56,11 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 		}
 	}
 	// Volumes before the sandbox, as the kubelet mounts before it
-	// creates: a pod whose volume cannot be set up gets no sandbox.
+	// creates: a pod whose volume cannot be set up gets no sandbox,
+	// and the kubelet's reason for it (FailedMount, its event's: an NFS
+	// server that does not answer, a missing configMap).
 	if err := m.setupVolumes(ctx, st); err != nil {
-		m.setError(st, "VolumeSetupFailed", err)
+		m.setError(st, "FailedMount", err)
 		return
 	}
 	if current != nil && st.sandboxID != current.Id && m.cfg.Network != nil && !pod.Spec.HostNetwork {

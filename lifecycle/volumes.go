@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
 // setupVolumes makes the pod's volumes ready; it runs on every sync, so a
@@ -66,7 +68,11 @@ func (m *Manager) teardownVolumes(ctx context.Context, uid types.UID) error {
 // desired: what a crash between a pod's removal and its teardown left.
 // The directories are listed before the desired pods are read, so a pod
 // applied in between (whose directory is made after it is desired) is
-// never taken.
+// never taken. A pod that still has a sandbox is left alone: its
+// containers may still run and use the volumes (the kubelet unmounts
+// only the volumes of pods whose containers have terminated); the
+// teardown of its orphaned sandbox (teardownOrphans) removes them after
+// it, or a later collection does.
 func (m *Manager) gcVolumes(ctx context.Context) error {
 	if m.cfg.Volumes == nil {
 		return nil
@@ -75,10 +81,23 @@ func (m *Manager) gcVolumes(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("volume gc: %w", err)
 	}
+	if len(uids) == 0 {
+		return nil
+	}
+	cctx, cancel := call(ctx)
+	sandboxes, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.ManagedLabel: "true"})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("volume gc: list sandboxes: %w", err)
+	}
+	hasSandbox := make(map[types.UID]bool, len(sandboxes))
+	for _, sb := range sandboxes {
+		hasSandbox[types.UID(sb.GetMetadata().GetUid())] = true
+	}
 	m.mu.Lock()
 	var orphans []types.UID
 	for _, uid := range uids {
-		if _, ok := m.pods[uid]; !ok {
+		if _, ok := m.pods[uid]; !ok && !hasSandbox[uid] {
 			orphans = append(orphans, uid)
 		}
 	}

@@ -3,7 +3,7 @@
 //
 // The layout is the kubelet's, beneath Config.RootDir:
 //
-//	pods/<uid>/volumes/<plugin>/<name>                 emptyDir, configMap, secret, projected, downwardAPI
+//	pods/<uid>/volumes/<plugin>/<name>                 emptyDir, configMap, secret, projected, downwardAPI, nfs
 //	pods/<uid>/volumes/<plugin>/<pv name>              persistentVolumeClaim (volumeMode Filesystem)
 //	pods/<uid>/volumeDevices/<plugin>/<pv name>        persistentVolumeClaim (volumeMode Block), a bind-mounted device node
 //	pods/<uid>/volume-subpaths/<volume>/<container>/<i> bind mounts of volumeMounts[i].subPath
@@ -61,6 +61,16 @@
 //     every mount), OnRootMismatch only when the root's group or bits are
 //     wrong; API volumes are walked whenever their payload is written.
 //     hostPath volumes are never touched.
+//   - nfs volumes are mounted as the kubelet's nfs plugin mounts them:
+//     k8s.io/mount-utils runs mount -t nfs server:path (mount.nfs from
+//     nfs-common) on pods/<uid>/volumes/kubernetes.io~nfs/<name>, with
+//     "ro" for a read-only volume (and a PersistentVolume's mountOptions),
+//     from Config.NodeNetNS, where the client's socket is made. No NFS
+//     call holds a pod worker: a mount waits NFSMountTimeout and goes on
+//     in the background (ErrMountInProgress until it returns; no second
+//     one, and Teardown keeps its directory), an unmount is umount(8),
+//     umount -f, then MNT_DETACH; an NFS mount point is found in
+//     mountinfo, never stat'ed.
 //   - Teardown never deletes across a mount it could not unmount and never
 //     follows a symlink: it errs with ErrMountsRemain rather than lose data
 //     that is not the pod's.

@@ -26,6 +26,7 @@ const (
 	PluginSecret      = "kubernetes.io~secret"
 	PluginProjected   = "kubernetes.io~projected"
 	PluginDownwardAPI = "kubernetes.io~downward-api"
+	// PluginNFS is in nfs.go.
 )
 
 // Directory names beneath a pod's directory, as the kubelet names them.
@@ -71,6 +72,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Now names payload generations; time.Now when nil.
 	Now func() time.Time
+	// NodeNetNS is the network namespace NFS volumes are mounted from
+	// (their client sockets are made there): the node's, where the pod
+	// network is (lifecycle's Network.NodeNetNS). Empty is the agent's
+	// own.
+	NodeNetNS string
+	// NFSMounter mounts NFS volumes; nil is k8s.io/mount-utils' mounter,
+	// which runs mount(8) (mount.nfs from nfs-common).
+	NFSMounter NFSMounter
+	// NFSMountTimeout and NFSUnmountTimeout bound the NFS client calls;
+	// zero is DefaultNFSMountTimeout and DefaultNFSUnmountTimeout.
+	NFSMountTimeout, NFSUnmountTimeout time.Duration
 }
 
 // Manager prepares, measures and removes pod volumes beneath one root. Its
@@ -84,6 +96,7 @@ type Manager struct {
 	nodeMemory int64
 	log        *slog.Logger
 	now        func() time.Time
+	nfs        *nfsClient
 	local      *localMounter
 
 	// owned holds the volume directories whose fsGroup ownership was set
@@ -153,7 +166,12 @@ func New(cfg Config) (*Manager, error) {
 	if now == nil {
 		now = time.Now
 	}
+	nfs, err := newNFSClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new volume manager: %w", err)
+	}
 	return &Manager{
+		nfs:        nfs,
 		root:       root,
 		podsDir:    filepath.Join(root, podsDirName),
 		allow:      allow,

@@ -328,8 +328,10 @@ func (m *Manager) pvMounter(pv *corev1.PersistentVolume) (PersistentVolumeMounte
 	switch {
 	case s.Local != nil:
 		return m.local, nil
+	case s.NFS != nil:
+		return m.nfs, nil
 	}
-	return nil, fmt.Errorf("persistentvolume %q: %w: its source (%s) has no mounter in nodeguard, which mounts local and hostPath volumes",
+	return nil, fmt.Errorf("persistentvolume %q: %w: its source (%s) has no mounter in nodeguard, which mounts local, nfs and hostPath volumes",
 		pv.Name, ErrUnsupported, pvSourceName(s))
 }
 

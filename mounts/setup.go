@@ -64,6 +64,8 @@ func volumePlugin(s *corev1.VolumeSource) string {
 		return PluginProjected
 	case s.DownwardAPI != nil:
 		return PluginDownwardAPI
+	case s.NFS != nil:
+		return PluginNFS
 	}
 	return ""
 }
@@ -77,6 +79,8 @@ func volumePlugin(s *corev1.VolumeSource) string {
 //     nodev) sized by memoryVolumeSize is mounted on it once;
 //   - hostPath: nothing is made beneath the pod; the path is checked
 //     against the allowlist and its type, and the OrCreate types are made;
+//   - nfs: the export mounted with mount(8) on a 0750 directory, from the
+//     node's network namespace, within NFSMountTimeout (setupNFS);
 //   - persistentVolumeClaim: the claim's bound volume, mounted (or mapped,
 //     for volumeMode Block) by setupClaim;
 //   - configMap and downwardAPI: a directory on disk; secret and projected
@@ -141,6 +145,10 @@ func (m *Manager) setupVolume(ctx context.Context, podsFd int, pod *corev1.Pod, 
 			return nil, volumeErr("set up", v.Name, s.HostPath.Path, err)
 		}
 		return &volume{name: v.Name, plugin: plugin, path: filepath.Clean(s.HostPath.Path), hostPath: true, createSubPaths: true}, nil
+	}
+
+	if s.NFS != nil {
+		return m.setupNFS(podsFd, pod, v.Name, s.NFS, nil)
 	}
 
 	rel := filepath.Join(string(pod.UID), volumesDirName, plugin, v.Name)

@@ -67,6 +67,11 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	// A mount(8) that has not returned would land on a directory being
+	// removed: wait for the next teardown.
+	if t, busy := m.nfs.busy(dir); busy {
+		return fmt.Errorf("tear down pod %s: %w: %s: %w", uid, ErrMountsRemain, t, ErrMountInProgress)
+	}
 	infos, err := m.podMounts(uid)
 	if err != nil {
 		return fmt.Errorf("tear down pod %s: %w", uid, err)
@@ -74,6 +79,12 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 	for _, mi := range infos {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("tear down pod %s: %w", uid, err)
+		}
+		if isNFS(mi.FSType) {
+			if err := m.unmountNFS(mi.Mountpoint); err != nil {
+				return fmt.Errorf("tear down pod %s: %w", uid, err)
+			}
+			continue
 		}
 		if err := m.unmount(mi.Mountpoint); err != nil {
 			return fmt.Errorf("tear down pod %s: %w", uid, err)
@@ -123,6 +134,20 @@ func (m *Manager) unmount(p string) error {
 	default:
 		return fmt.Errorf("%w: unmount %s: %w", ErrMountsRemain, p, err)
 	}
+}
+
+// unmountNFS unmounts an NFS volume, bounded (nfsClient.unmount).
+func (m *Manager) unmountNFS(p string) error {
+	detached, err := m.nfs.unmount(p)
+	switch {
+	case err != nil:
+		return err
+	case detached:
+		m.log.Warn("detached nfs mount whose unmount did not return (server not answering)", "path", p, "timeout", 2*m.nfs.unmountTimeout)
+	default:
+		m.log.Info("unmounted nfs", "path", p)
+	}
+	return nil
 }
 
 // removeBeneath removes name in the directory parentFd and everything

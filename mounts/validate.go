@@ -14,7 +14,7 @@ import (
 var (
 	supportedMedia        = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
 	supportedPropagations = []string{string(corev1.MountPropagationNone), string(corev1.MountPropagationHostToContainer), string(corev1.MountPropagationBidirectional)}
-	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "persistentVolumeClaim", "projected", "secret"}
+	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "nfs", "persistentVolumeClaim", "projected", "secret"}
 )
 
 // Validate checks what only the node can check about pod's volumes, before
@@ -27,6 +27,7 @@ var (
 //     without a symlink leading out of it, and of the volume's type when it
 //     exists (Directory, File, Socket, CharDevice and BlockDevice must
 //     exist; the OrCreate types must not exist as another type);
+//   - nfs: a server and an absolute export path;
 //   - items[].path and downwardAPI paths: ValidatePayloadPath, no two files
 //     at one path or at a path that is another's directory;
 //   - downwardAPI fields: the ones Setup can fill in;
@@ -93,6 +94,10 @@ func (m *Manager) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *fi
 	if h := s.HostPath; h != nil {
 		n++
 		errs = append(errs, m.validateHostPath(h, ip.Child("hostPath"))...)
+	}
+	if nfs := s.NFS; nfs != nil {
+		n++
+		errs = append(errs, validateNFS(nfs, ip.Child("nfs"))...)
 	}
 	if c := s.PersistentVolumeClaim; c != nil {
 		n++

@@ -330,6 +330,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	vols, err := mounts.New(mounts.Config{
 		RootDir: cfg.RootDir, HostPathAllow: cfg.Volumes.HostPathAllow, SourceDir: cfg.Volumes.SourceDir,
 		NodeMemory: int64(mi.MemTotal), Logger: log,
+		// NFS clients dial from the pod network's namespace, as probes do.
+		NodeNetNS: cfg.Network.NodeNetNS,
 	})
 	if err != nil {
 		return err

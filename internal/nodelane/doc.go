@@ -105,7 +105,8 @@
 //   - node/rootfs-<key>.img and node/initrd-<key>.cpio: `mmdebstrap
 //     --mode=root --variant=essential --include=systemd,systemd-sysv,udev,
 //     dbus,kmod,containerd,runc,iproute2,containernetworking-plugins,
-//     util-linux,mount,procps,iptables bookworm DIR
+//     util-linux,mount,procps,iptables,nfs-common,nfs-kernel-server
+//     bookworm DIR
 //     /etc/apt/sources.list.d/debian.sources` (the host's deb822 sources
 //     file is the MIRROR, so no archive host is named anywhere; docs, man
 //     pages and locales are left out); the kernel's modules for file
@@ -207,6 +208,25 @@
 //     no mount beneath <rootDir>/pods, no veth, no IP lease under
 //     nodeguard's IPAM directory (<rootDir>/cni/networks), and nothing in
 //     containerd, each a subtest;
+//   - nfs volumes (nfs_test.go): the check loads nfsd and nfs, makes a
+//     network namespace (ngnfs) linked to the guest's own by a veth pair
+//     (10.251.0.1/29 on the node, .2 in the namespace: the guest has no
+//     network device, nothing leaves it), and runs the kernel's NFSv4
+//     server there (the namespace's own nfsd file system, lease and grace
+//     10 s, exportfs of /srv/nfs-lane, rpc.mountd -N 2 -N 3, rpc.nfsd -N 3
+//     --no-udp: no rpcbind or statd, their units are masked). A pod with
+//     a writable and a readOnly nfs volume of it runs; the volume is an
+//     nfs mount at <rootDir>/pods/<uid>/volumes/kubernetes.io~nfs/data
+//     from 10.251.0.2:/srv/nfs-lane, the container's file is in the
+//     export and its write to the readOnly one failed; deleted, its
+//     mounts and directory go. A static pod with an nfs volume runs,
+//     nodeguard is killed with -9 and the manifest removed before systemd
+//     restarts it: the new agent unmounts the volume and removes the
+//     directory. A pod whose server does not answer (10.251.0.3) stays
+//     Pending, ContainerCreating, with reason FailedMount naming the
+//     server and no sandbox; deleted, its directory goes once mount.nfs
+//     has given up (2 min). With -run TestNode/nfs the check starts the
+//     agent itself;
 //   - nodeguard restarted with cgroupDriver: cgroupfs on containerd's
 //     systemd driver. Where RuntimeConfig reports the driver (containerd
 //     2.x), the start is refused: `systemctl restart nodeguard` fails

@@ -75,6 +75,18 @@ var Masked = []struct{ Unit, Why string }{
 	{"dpkg-db-backup.timer", "a throwaway guest's package database needs no backup"},
 	{"fstrim.timer", "throwaway disks"},
 	{"systemd-tmpfiles-clean.timer", "a run lasts minutes, not a day"},
+	// nfs-kernel-server and nfs-common enable these; the NFS check runs
+	// its own NFSv4 server in a network namespace it makes, and the
+	// client (mount.nfs, v4) needs none of them.
+	{"nfs-server.service", "the NFS check starts its own server in its own network namespace, never in the node's"},
+	{"nfs-mountd.service", "the NFS check starts its server's rpc.mountd itself"},
+	{"nfs-idmapd.service", "NFSv4 with AUTH_SYS uses numeric ids: no id mapping"},
+	{"nfsdcld.service", "the check's server keeps no client records across restarts"},
+	{"rpcbind.service", "NFSv4 needs no portmapper"},
+	{"rpcbind.socket", "NFSv4 needs no portmapper"},
+	{"rpc-statd.service", "NFSv4 has locking in the protocol: no statd"},
+	{"rpc-statd-notify.service", "no NFSv3 clients to notify"},
+	{"proc-fs-nfsd.mount", "the check's server mounts the nfsd file system of its own network namespace"},
 }
 
 // ContainerdConfig renders /etc/containerd/config.toml (version 2, the

@@ -36,11 +36,16 @@ const DefaultSources = "/etc/apt/sources.list.d/debian.sources"
 // as PID 1 (with udev, dbus for runc's systemd cgroup driver, kmod for the
 // kernel's module requests), containerd with runc and the CNI plugins, and
 // the tools the checks run (ip, mount, ps, iptables for the CNI plugins'
-// rules).
+// rules), and NFS: nfs-common's mount.nfs, which nodeguard's nfs volumes
+// run as the kubelet's do, and nfs-kernel-server's rpc.nfsd, exportfs and
+// rpc.mountd for the server the NFS check starts in a network namespace of
+// its own (the kernel's nfs and nfsd modules are in kernel/fs, sunrpc in
+// kernel/net: moduleTrees has them).
 var Packages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "kmod",
 	"containerd", "runc", "iproute2", "containernetworking-plugins",
 	"util-linux", "mount", "procps", "iptables",
+	"nfs-common", "nfs-kernel-server",
 }
 
 // rootfsLayoutVersion changes whenever the build lays the image out

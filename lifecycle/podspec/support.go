@@ -137,11 +137,12 @@ var fieldUse = map[reflect.Type]map[string]use{
 	},
 	reflect.TypeFor[corev1.Volume](): {
 		"name": honoured, "hostPath": honoured, "emptyDir": honoured, "configMap": honoured,
-		"secret": honoured, "projected": honoured, "downwardAPI": honoured,
+		"secret": honoured, "projected": honoured, "downwardAPI": honoured, "nfs": honoured,
 		// Standalone, the claim and its volume come from the node's
 		// source directory (mounts.Manager.Claim).
 		"persistentVolumeClaim": honoured,
 	},
+	reflect.TypeFor[corev1.NFSVolumeSource]():                   {"server": honoured, "path": honoured, "readOnly": honoured},
 	reflect.TypeFor[corev1.PersistentVolumeClaimVolumeSource](): {"claimName": honoured, "readOnly": honoured},
 	reflect.TypeFor[corev1.VolumeDevice]():                      {"name": honoured, "devicePath": honoured},
 	reflect.TypeFor[corev1.EmptyDirVolumeSource]():              {"medium": honoured, "sizeLimit": honoured},
@@ -207,7 +208,7 @@ func volumeSourcesRefused() map[string]string {
 		"gitRepo":   "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
 	}
 	for _, plugin := range []string{
-		"gcePersistentDisk", "awsElasticBlockStore", "nfs", "iscsi", "glusterfs", "rbd", "flexVolume",
+		"gcePersistentDisk", "awsElasticBlockStore", "iscsi", "glusterfs", "rbd", "flexVolume",
 		"cinder", "cephfs", "flocker", "fc", "azureFile", "vsphereVolume", "quobyte", "azureDisk",
 		"photonPersistentDisk", "portworxVolume", "scaleIO", "storageos",
 	} {

@@ -980,6 +980,11 @@ func validateVolumeSource(s *corev1.VolumeSource, ip *field.Path) field.ErrorLis
 			errs = append(errs, validateItems(c.Items, cp.Child("items"))...)
 		}
 	}
+	if nfs := s.NFS; nfs != nil {
+		if n++; n == 1 {
+			errs = append(errs, validateNFS(nfs, ip.Child("nfs"))...)
+		}
+	}
 	if d := s.DownwardAPI; d != nil {
 		if n++; n == 1 {
 			dp := ip.Child("downwardAPI")
@@ -997,6 +1002,22 @@ func validateVolumeSource(s *corev1.VolumeSource, ip *field.Path) field.ErrorLis
 		errs = append(errs, field.Required(ip, "must specify a volume type"))
 	case n > 1:
 		errs = append(errs, field.Forbidden(ip, "may not specify more than 1 volume type"))
+	}
+	return errs
+}
+
+// validateNFS checks an nfs volume as the API server does: a server and an
+// absolute export path (the volume code checks the server's form).
+func validateNFS(s *corev1.NFSVolumeSource, np *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Server == "" {
+		errs = append(errs, field.Required(np.Child("server"), ""))
+	}
+	switch pp := np.Child("path"); {
+	case s.Path == "":
+		errs = append(errs, field.Required(pp, ""))
+	case !path.IsAbs(s.Path):
+		errs = append(errs, field.Invalid(pp, s.Path, "must be an absolute path"))
 	}
 	return errs
 }
