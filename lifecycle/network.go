@@ -62,7 +62,9 @@ func (m *Manager) verifyNetwork(ctx context.Context, pod *corev1.Pod, s *cri.San
 }
 
 // gcNetwork releases IPs, veths and netns files of sandboxes that no
-// longer exist. Sandbox creation is held off meanwhile (createMu), so a
+// longer exist; of the netns files only those named as the runtime names
+// its sandboxes' (netplumb.RuntimeNetNSName), never another program's in
+// the same directory. Sandbox creation is held off meanwhile (createMu), so a
 // sandbox whose CNI ADD has run but which the runtime does not list yet
 // cannot lose its address.
 func (m *Manager) gcNetwork(ctx context.Context) error {
@@ -87,7 +89,8 @@ func (m *Manager) gcNetwork(ctx context.Context) error {
 		}
 		live = append(live, netplumb.Live{ID: sb.Id, NetNS: s.NetNS})
 	}
-	rep, err := netplumb.GC(ctx, netplumb.GCConfig{Config: n.Config, NodeNetNS: n.NodeNetNS, NetNSDirs: n.NetNSDirs, MinAge: n.GCMinAge, Logger: m.log}, live)
+	rep, err := netplumb.GC(ctx, netplumb.GCConfig{Config: n.Config, NodeNetNS: n.NodeNetNS, NetNSDirs: n.NetNSDirs,
+		Owned: netplumb.RuntimeNetNSName, MinAge: n.GCMinAge, Logger: m.log}, live)
 	if err != nil {
 		return fmt.Errorf("network gc: %w", err)
 	}

@@ -229,13 +229,15 @@ func TestNetworkGCAfterContainerdCrash(t *testing.T) {
 	// sandbox leaves (containerd 1.6 recovers most of it itself, so the
 	// crash above may leave nothing): an attachment made behind its back,
 	// with a netns file in its netns directory, a veth on the bridge and
-	// an IP lease, for a sandbox it has never heard of.
+	// an IP lease, for a sandbox it has never heard of. Its netns is named
+	// as containerd names its own (cni-<uuid>): a namespace of another
+	// name there is someone else's, and collection leaves it.
 	ctx := context.Background()
 	d, err := netplumb.NewDirect(ctx, r.env.NetworkConfig(), r.env.NetNS(), r.env.NetNSDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Add(ctx, "crashed-sandbox-0001", netplumb.AddOptions{}); err != nil {
+	if _, err := d.Add(ctx, "cni-c4a5ed00-0000-4000-8000-000000000001", netplumb.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	before := r.leftovers(t)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -27,6 +28,13 @@ type GCConfig struct {
 	// NetNSDirs hold sandbox netns files, e.g. containerd's <state>/netns
 	// or a Direct's netnsDir. Only files in them are ever removed.
 	NetNSDirs []string
+	// Owned, when set, says which file names in NetNSDirs a sandbox's
+	// netns can have (RuntimeNetNSName for a runtime's); other files are
+	// never removed. A shared directory such as /var/run/netns also holds
+	// `ip netns add`'s namespaces and other programs': they are not ours
+	// to collect. nil: every file, for a directory nothing else uses (a
+	// Direct's).
+	Owned func(name string) bool
 	// MinAge protects what a concurrent ADD is creating: leases and netns
 	// files younger than this are left alone even if no live sandbox
 	// claims them, and so are veths into such a netns. 0 protects
@@ -66,7 +74,8 @@ type GCReport struct {
 //     removed directly and the error is reported.
 //  3. files in NetNSDirs that are not a live sandbox's netns: unmounted
 //     (MNT_DETACH) and removed. Only nsfs bind mounts and empty regular
-//     files (a netns file whose mount is gone) are touched.
+//     files (a netns file whose mount is gone) are touched, and with
+//     Owned set only the names it owns.
 //
 // live must list every sandbox the runtime knows, ready or not. GC must
 // not run concurrently with itself. The error is non-nil only when GC
@@ -164,7 +173,7 @@ func (gc *collector) scanNetNSDirs(live map[fileID]bool) (stale, young []string,
 			return nil, nil, fmt.Errorf("netplumb: gc: list %s: %w", dir, err)
 		}
 		for _, e := range ents {
-			if e.IsDir() {
+			if e.IsDir() || (gc.g.Owned != nil && !gc.g.Owned(e.Name())) {
 				continue
 			}
 			p := filepath.Join(dir, e.Name())
@@ -361,4 +370,29 @@ func readLease(path string) (lease, error) {
 		return lease{}, fmt.Errorf("netplumb: gc: lease %s names no container: %w", path, ErrInvalidConfig)
 	}
 	return l, nil
+}
+
+// RuntimeNetNSName reports whether name is one a CRI runtime gives the
+// netns files it makes for its sandboxes: containerd's "cni-" and a
+// random UUID (pkg/netns), CRI-O's bare UUID. A namespace someone made
+// with `ip netns add NAME` in the same directory has another name.
+func RuntimeNetNSName(name string) bool {
+	name = strings.TrimPrefix(name, "cni-")
+	// 8-4-4-4-12 hex digits.
+	if len(name) != 36 {
+		return false
+	}
+	for i, r := range name {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }

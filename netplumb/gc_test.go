@@ -212,3 +212,49 @@ func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
 }
+
+// A shared netns directory (/var/run/netns) also holds namespaces other
+// programs made (`ip netns add`): with Owned, GC removes only the names
+// the runtime gives its sandboxes' namespaces.
+func TestGCLeavesNetNSFilesItDoesNotOwn(t *testing.T) {
+	n := newTestNode(t, nil)
+	if err := os.MkdirAll(n.netnsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(n.netnsDir, "ngnfs")
+	ours := filepath.Join(n.netnsDir, "cni-0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b")
+	for _, p := range []string{theirs, ours} {
+		if err := os.WriteFile(p, nil, 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := GC(t.Context(), GCConfig{Config: n.d.Config(), NodeNetNS: n.nodeNS, NetNSDirs: []string{n.netnsDir}, Owned: RuntimeNetNSName}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.NetNSRemoved != 1 || len(rep.Errors) != 0 {
+		t.Errorf("report %+v, want only the runtime's leftover removed", rep)
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("another program's netns file was removed: %v", err)
+	}
+	if _, err := os.Stat(ours); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the runtime's leftover netns file is kept: %v", err)
+	}
+}
+
+func TestRuntimeNetNSName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"cni-0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b": true, // containerd
+		"0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b":     true, // CRI-O
+		"ngnfs":                                    false,
+		"cni-0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5":  false,
+		"cni-0F1E2D3C-4B5A-6978-8A9B-0C1D2E3F4A5B": false,
+		"cni-0f1e2d3c04b5a-6978-8a9b-0c1d2e3f4a5b": false,
+		"": false,
+	} {
+		if got := RuntimeNetNSName(name); got != want {
+			t.Errorf("RuntimeNetNSName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
