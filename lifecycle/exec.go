@@ -1,34 +1,82 @@
-// Exec in a pod's container, through the CRI.
+// Exec in a pod's container, attach to it and forward ports to the pod,
+// through the CRI.
 
 package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
-// containerID finds the running (or newest) container of a pod.
-func (m *Manager) containerID(ctx context.Context, namespace, name, container string) (string, error) {
+// defaultContainerAnnotation names the container kubectl exec, attach and
+// logs pick when none is given.
+const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
+
+// Streamer is the part of the CRI that prepares interactive sessions: the
+// runtime answers with the URL of its streaming server. *cri.Client is
+// one; a Runtime without it has no exec -i/-t, attach or port-forward.
+type Streamer interface {
+	ExecURL(ctx context.Context, req *runtimeapi.ExecRequest) (*url.URL, error)
+	AttachURL(ctx context.Context, req *runtimeapi.AttachRequest) (*url.URL, error)
+	PortForwardURL(ctx context.Context, req *runtimeapi.PortForwardRequest) (*url.URL, error)
+}
+
+var _ Streamer = (*cri.Client)(nil)
+
+// ErrNoStreaming: the Runtime the Manager was given cannot prepare
+// streaming sessions (it is not a Streamer).
+var ErrNoStreaming = errors.New("the runtime client has no streaming calls (CRI Exec, Attach, PortForward)")
+
+// podSandbox returns the sandbox of a desired pod and the container a
+// request names, or the pod's default one: the
+// kubectl.kubernetes.io/default-container annotation when it names one of
+// the pod's containers, else the first, as kubectl chooses.
+func (m *Manager) podSandbox(namespace, name, container string) (sandboxID, ctr string, err error) {
 	m.mu.Lock()
-	var st *podState
+	defer m.mu.Unlock()
+	var pod *corev1.Pod
 	for _, s := range m.pods {
 		if s.pod.Namespace == namespace && s.pod.Name == name {
-			st = s
+			pod, sandboxID = s.pod, s.sandboxID
 		}
 	}
-	sandboxID := ""
-	if st != nil {
-		sandboxID = st.sandboxID
+	if pod == nil {
+		return "", "", fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
 	}
-	m.mu.Unlock()
 	if sandboxID == "" {
-		return "", fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
+		return "", "", fmt.Errorf("%w: pod %s/%s has no sandbox yet", ErrNotFound, namespace, name)
 	}
 	if container == "" {
-		container = st.pod.Spec.Containers[0].Name
+		container = defaultContainer(pod)
+	}
+	return sandboxID, container, nil
+}
+
+func defaultContainer(pod *corev1.Pod) string {
+	if want := pod.Annotations[defaultContainerAnnotation]; want != "" {
+		for _, c := range pod.Spec.Containers {
+			if c.Name == want {
+				return want
+			}
+		}
+	}
+	return pod.Spec.Containers[0].Name
+}
+
+// containerID finds the newest instance of a pod's container.
+func (m *Manager) containerID(ctx context.Context, namespace, name, container string) (string, error) {
+	sandboxID, container, err := m.podSandbox(namespace, name, container)
+	if err != nil {
+		return "", err
 	}
 	cctx, cancel := call(ctx)
 	defer cancel()
@@ -50,4 +98,52 @@ func (m *Manager) Exec(ctx context.Context, namespace, name, container string, c
 		return cri.ExecResult{}, err
 	}
 	return m.cfg.Runtime.ExecSync(ctx, id, cmd, timeout)
+}
+
+// Stream prepares an exec, attach or port-forward session with the
+// runtime and returns where its streaming server serves it, with the dial
+// that reaches it: from the node's network namespace (Network.NodeNetNS),
+// where the runtime's streaming server listens (on the host's loopback in
+// production; in the tests' runtime namespace), the dial the probes use.
+// The session itself goes through the runtime: an exec or attach enters
+// the container, a port-forward the pod's network namespace, as for
+// kubectl through the kubelet.
+func (m *Manager) Stream(ctx context.Context, namespace, name string, req api.StreamRequest) (api.StreamTarget, error) {
+	st, ok := m.cfg.Runtime.(Streamer)
+	if !ok {
+		return api.StreamTarget{}, fmt.Errorf("%s of pod %s/%s: %w", req.Kind, namespace, name, ErrNoStreaming)
+	}
+	var u *url.URL
+	switch req.Kind {
+	case api.StreamExec, api.StreamAttach:
+		id, err := m.containerID(ctx, namespace, name, req.Container)
+		if err != nil {
+			return api.StreamTarget{}, err
+		}
+		cctx, cancel := call(ctx)
+		defer cancel()
+		if req.Kind == api.StreamExec {
+			u, err = st.ExecURL(cctx, &runtimeapi.ExecRequest{ContainerId: id, Cmd: req.Command,
+				Tty: req.TTY, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr})
+		} else {
+			u, err = st.AttachURL(cctx, &runtimeapi.AttachRequest{ContainerId: id,
+				Tty: req.TTY, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr})
+		}
+		if err != nil {
+			return api.StreamTarget{}, err
+		}
+	case api.StreamPortForward:
+		sandboxID, _, err := m.podSandbox(namespace, name, "")
+		if err != nil {
+			return api.StreamTarget{}, err
+		}
+		cctx, cancel := call(ctx)
+		defer cancel()
+		if u, err = st.PortForwardURL(cctx, &runtimeapi.PortForwardRequest{PodSandboxId: sandboxID, Port: req.Ports}); err != nil {
+			return api.StreamTarget{}, err
+		}
+	default:
+		return api.StreamTarget{}, fmt.Errorf("stream to pod %s/%s: unknown session kind %q", namespace, name, req.Kind)
+	}
+	return api.StreamTarget{URL: u, Dial: api.DialFunc(m.dial)}, nil
 }

@@ -167,6 +167,9 @@ type Manager struct {
 	// go of what their dials hold (the node's network namespace).
 	probes      *prober.Manager
 	closeProbes func() error
+	// dial reaches the node's network namespace: the probes' dial, and
+	// the one to the runtime's streaming server (exec.go).
+	dial prober.DialFunc
 }
 
 type podState struct {
@@ -251,7 +254,7 @@ func New(cfg Config) (*Manager, error) {
 	m.probes = prober.NewManager(prober.Config{
 		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, Logger: log, Now: cfg.Now,
 	})
-	m.closeProbes = closeDial
+	m.closeProbes, m.dial = closeDial, dial
 	if err := m.loadPersisted(); err != nil {
 		closeDial()
 		return nil, err
