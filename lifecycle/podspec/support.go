@@ -86,6 +86,8 @@ var fieldUse = map[reflect.Type]map[string]use{
 		// Only their defaults pass Validate.
 		"terminationMessagePath": honoured, "terminationMessagePolicy": honoured,
 		"livenessProbe": honoured, "readinessProbe": honoured, "startupProbe": honoured,
+		// For `nodeguard pod attach` (lifecycle/api).
+		"stdin": honoured, "stdinOnce": honoured, "tty": honoured,
 	},
 	reflect.TypeFor[corev1.Probe](): {
 		"exec": honoured, "httpGet": honoured, "tcpSocket": honoured,
@@ -165,9 +167,6 @@ var refusedWhy = map[reflect.Type]map[string]string{
 	// Container fields other helpers' items decide on (probes, lifecycle
 	// hooks, envFrom, the security context) are not listed here.
 	reflect.TypeFor[corev1.Container](): {
-		"stdin":         "nodeguard's API has no attach, so nothing could write to the container's stdin",
-		"stdinOnce":     "nodeguard's API has no attach, so nothing could write to the container's stdin",
-		"tty":           "nodeguard's API has no attach, so nothing could read a terminal",
 		"volumeDevices": "raw block volumes come from PersistentVolumeClaims, a control plane's objects",
 		"resizePolicy":  "in-place resize goes through a control plane's pods/resize subresource",
 	},
