@@ -46,7 +46,9 @@ type StreamIO struct {
 // a non-zero exit code.
 type ExitError struct{ Code int }
 
-func (e *ExitError) Error() string { return fmt.Sprintf("command terminated with exit code %d", e.Code) }
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("command terminated with exit code %d", e.Code)
+}
 
 // ExecStream runs cmd in a container with the streams of sio, as `kubectl
 // exec`, and returns when it ends: nil for exit code 0, *ExitError for
