@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/prober"
 )
 
 // defaultContainerAnnotation names the container kubectl exec, attach and
@@ -145,5 +148,64 @@ func (m *Manager) Stream(ctx context.Context, namespace, name string, req api.St
 	default:
 		return api.StreamTarget{}, fmt.Errorf("stream to pod %s/%s: unknown session kind %q", namespace, name, req.Kind)
 	}
-	return api.StreamTarget{URL: u, Dial: api.DialFunc(m.dial)}, nil
+	dial, err := m.streamDial(ctx, st)
+	if err != nil {
+		return api.StreamTarget{}, fmt.Errorf("%s of pod %s/%s: %w", req.Kind, namespace, name, err)
+	}
+	return api.StreamTarget{URL: u, Dial: dial}, nil
+}
+
+// runtimeNetNS is a runtime client that can say which network namespace
+// its runtime runs in; *cri.Client is one.
+type runtimeNetNS interface {
+	RuntimeNetNS(ctx context.Context) (string, error)
+}
+
+// streamDial is how the agent reaches the runtime's streaming server: from
+// the runtime's own network namespace, where the server listens (the
+// host's in production; the tests' private containerd has its own). A
+// runtime that does not say is reached from the node's network namespace
+// (Network.NodeNetNS), as the probes reach pods.
+func (m *Manager) streamDial(ctx context.Context, st Streamer) (api.DialFunc, error) {
+	rn, ok := st.(runtimeNetNS)
+	if !ok {
+		return api.DialFunc(m.dial), nil
+	}
+	cctx, cancel := call(ctx)
+	defer cancel()
+	path, err := rn.RuntimeNetNS(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("find the runtime's network namespace: %w", err)
+	}
+	if path == "" {
+		return api.DialFunc(m.dial), nil
+	}
+	if same, err := sameNetNS(path, "/proc/self/ns/net"); err != nil {
+		return nil, err
+	} else if same {
+		return nil, nil // ours: a plain dial, which needs no CAP_SYS_ADMIN
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		// Opened per dial, and let go after it: the connection keeps its
+		// namespace, and a session is seldom.
+		dial, closeNS, err := prober.NetNSDialer(path)
+		if err != nil {
+			return nil, err
+		}
+		defer closeNS()
+		return dial(ctx, network, addr)
+	}, nil
+}
+
+// sameNetNS says whether two namespace files name one namespace.
+func sameNetNS(a, b string) (bool, error) {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, fmt.Errorf("the runtime's network namespace: %w", err)
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false, fmt.Errorf("this process's network namespace: %w", err)
+	}
+	return os.SameFile(fa, fb), nil
 }

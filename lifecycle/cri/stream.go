@@ -57,3 +57,21 @@ func streamURL(op, raw string) (*url.URL, error) {
 	}
 	return u, nil
 }
+
+// RuntimeNetNS returns the network namespace of the process that serves
+// the CRI socket now, /proc/<pid>/ns/net: where the runtime's streaming
+// server listens (its URLs name the runtime's loopback or node address).
+// The pid is read afresh (SO_PEERCRED of a new connection), so a runtime
+// restarted since Dial is found. "" with a nil error when the kernel does
+// not name the peer.
+func (c *Client) RuntimeNetNS(ctx context.Context) (string, error) {
+	path, err := socketPath(c.endpoint)
+	if err != nil {
+		return "", err
+	}
+	pid, err := probeSocket(ctx, c.endpoint, path)
+	if err != nil || pid == 0 {
+		return "", err
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", pid), nil
+}
