@@ -37,7 +37,7 @@ func newPodCmd(_ *globalFlags) *cobra.Command {
 func podCommand(p *podCLI) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pod",
-		Short: "Apply, list, show and remove the node's pods, read their logs and run commands in them",
+		Short: "Apply, list, show and remove the node's pods, read their logs, run commands in them, attach and port-forward",
 		Long: `Talks to a running agent (nodeguard run) through its API socket, which only
 root and the agent's own user may use. Machine-readable output speaks
 Kubernetes: "ls -o json" prints a v1 PodList, "get -o json|yaml" a v1 Pod.`,
