@@ -62,7 +62,8 @@
 //     prefix, exactly one of configMapRef and secretRef), resources (cpu, memory and ephemeral-storage; requests
 //     <= limits; an ephemeral-storage limit is enforced by eviction, see
 //     lifecycle's localstorage.go), volumeMounts (existing volume, absolute unique mountPath,
-//     relative subPath without ".."), imagePullPolicy (Always refused
+//     relative subPath without ".."), stdin, stdinOnce and tty (given to
+//     the runtime, for `nodeguard pod attach`), imagePullPolicy (Always refused
 //     unless Options.ImagePull: a node that does not pull cannot honour
 //     it), securityContext
 //     (runAsUser, runAsGroup, runAsNonRoot, privileged (refused unless
@@ -104,7 +105,7 @@
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
 // windowsOptions, and per container: gRPC probes, lifecycle hooks,
 // resourceFieldRef of hugepages, resizePolicy,
-// restartPolicy (sidecar init containers), volumeDevices, stdin/tty,
+// restartPolicy (sidecar init containers), volumeDevices,
 // seLinuxOptions, windowsOptions, extended resources and
 // hugepages; and every volume type other than the six above.
 //
