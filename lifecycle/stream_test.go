@@ -54,7 +54,7 @@ spec:
   containers:
   - name: httpd
     image: BUSYBOX
-    command: [sh, -c, "mkdir -p /www && echo hello from the pod > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    command: [sh, -c, "mkdir -p /www && echo hello from the pod > /www/index.html && dd if=/dev/zero of=/www/big bs=1M count=16 2>/dev/null && exec httpd -f -p 8080 -h /www"]
     ports: [{containerPort: 8080}]
 `
 
@@ -156,6 +156,26 @@ func TestStreamingSessionsInRealContainers(t *testing.T) {
 		}
 	})
 
+	t.Run("measured: a session's cost next to ExecSync's", func(t *testing.T) {
+		// Logged, not asserted: a session costs a CRI Exec, a dial in
+		// the runtime's netns and an SPDY handshake on top of the command.
+		const n = 20
+		start := time.Now()
+		for range n {
+			if err := c.ExecStream(ctx, "default", "shell", "", []string{"true"}, api.StreamIO{Stdout: io.Discard}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		session := time.Since(start) / n
+		start = time.Now()
+		for range n {
+			if _, err := c.Exec(ctx, "default", "shell", "", []string{"true"}, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("exec of true: %v a session (pod exec -i), %v an ExecSync (pod exec), mean of %d", session.Round(time.Millisecond), (time.Since(start) / n).Round(time.Millisecond), n)
+	})
+
 	t.Run("a missing pod or container is not found, before any stream", func(t *testing.T) {
 		err := c.ExecStream(ctx, "default", "nosuch", "", []string{"true"}, api.StreamIO{Stdout: io.Discard})
 		if !errors.Is(err, api.ErrNotFound) {
@@ -211,6 +231,21 @@ func TestStreamingSessionsInRealContainers(t *testing.T) {
 				t.Fatalf("GET %d through the forward: %s %q", i, resp.Status, body)
 			}
 		}
+		// Measured, not asserted: one 16 MiB response through the
+		// forward (client-go, the API socket, the agent's proxy, the
+		// runtime's streaming server, the pod's netns).
+		start := time.Now()
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/big", local))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || n != 16<<20 {
+			t.Fatalf("16 MiB through the forward: %d bytes, %v", n, err)
+		}
+		el := time.Since(start)
+		t.Logf("port-forward: 16 MiB in %v (%.0f MiB/s)", el.Round(time.Millisecond), 16/el.Seconds())
 		if !strings.Contains(out.String(), fmt.Sprintf("Forwarding from 127.0.0.1:%d -> 8080", local)) {
 			t.Errorf("port-forward printed %q", out.String())
 		}
