@@ -60,6 +60,10 @@ func (s apiService) Logs(ctx context.Context, ns, name string, o api.LogOptions,
 	}
 	return mapErr(s.m.Logs(ctx, ns, name, opts, w))
 }
+func (s apiService) Stream(ctx context.Context, ns, name string, req api.StreamRequest) (api.StreamTarget, error) {
+	t, err := s.m.Stream(ctx, ns, name, req)
+	return t, mapErr(err)
+}
 func (s apiService) Exec(ctx context.Context, ns, name, c string, cmd []string, timeout time.Duration) (api.ExecResult, error) {
 	r, err := s.m.Exec(ctx, ns, name, c, cmd, timeout)
 	return api.ExecResult{Stdout: r.Stdout, Stderr: r.Stderr, ExitCode: r.ExitCode}, mapErr(err)

@@ -102,9 +102,12 @@
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
 // victim's oom_score_adj, local-storage limits); images.go (pull policy,
-// pulls with credentials), containerlogs.go (logs and rotation), exec.go,
-// probes.go (the prober, lifecycle/prober), hooks.go (lifecycle hooks) and
-// events.go (pod events, with the kubelet's spam filter); network.go, volumes.go,
+// pulls with credentials), containerlogs.go (logs and rotation), exec.go
+// (exec, and the streaming sessions: exec -i/-t, attach and port-forward
+// through the runtime's streaming server, dialled in the runtime's network
+// namespace), probes.go (the prober, lifecycle/prober), hooks.go
+// (lifecycle hooks) and events.go (pod events, with the kubelet's spam
+// filter); network.go, volumes.go,
 // storage.go, dns.go, hosts.go (the pods' /etc/hosts); nodelabels.go
 // (nodeSelector admission) and deadline.go (activeDeadlineSeconds);
 // apiservice.go (the Manager as the local API's

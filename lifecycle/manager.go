@@ -190,6 +190,9 @@ type Manager struct {
 	hookHTTP prober.Handlers
 	// events filters the pod events of Config.Events (events.go).
 	events eventFilter
+	// dial reaches the node's network namespace: the probes' dial, and
+	// the one to the runtime's streaming server (exec.go).
+	dial prober.DialFunc
 }
 
 type podState struct {
@@ -282,7 +285,7 @@ func New(cfg Config) (*Manager, error) {
 		Prober: prober.Handlers{Exec: cfg.Runtime, Dial: dial}, OnUpdate: m.onProbe, OnEvent: m.onProbeEvent,
 		Logger: log, Now: cfg.Now,
 	})
-	m.closeProbes = closeDial
+	m.closeProbes, m.dial = closeDial, dial
 	m.hookHTTP = prober.Handlers{Dial: dial}
 	if err := m.loadPersisted(); err != nil {
 		closeDial()

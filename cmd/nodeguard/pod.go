@@ -37,14 +37,14 @@ func newPodCmd(_ *globalFlags) *cobra.Command {
 func podCommand(p *podCLI) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pod",
-		Short: "Apply, list, show and remove the node's pods, read their logs and run commands in them",
+		Short: "Apply, list, show and remove the node's pods, read their logs, run commands in them, attach and port-forward",
 		Long: `Talks to a running agent (nodeguard run) through its API socket, which only
 root and the agent's own user may use. Machine-readable output speaks
 Kubernetes: "ls -o json" prints a v1 PodList, "get -o json|yaml" a v1 Pod.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.PersistentFlags().StringVar(&p.socket, "api-socket", api.DefaultSocket, "the agent's API socket (nodeguard run --api-socket)")
-	cmd.AddCommand(p.applyCmd(), p.lsCmd(), p.getCmd(), p.rmCmd(), p.logsCmd(), p.execCmd())
+	cmd.AddCommand(p.applyCmd(), p.lsCmd(), p.getCmd(), p.rmCmd(), p.logsCmd(), p.execCmd(), p.attachCmd(), p.portForwardCmd())
 	return cmd
 }
 
@@ -294,17 +294,23 @@ func (p *podCLI) logsCmd() *cobra.Command {
 }
 
 // execUsage is the error for an exec command line without "NAME -- CMD".
-const execUsage = "usage: nodeguard pod exec NAME [-c CONTAINER] -- COMMAND [ARG...]"
+const execUsage = "usage: nodeguard pod exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]"
 
 func (p *podCLI) execCmd() *cobra.Command {
 	var namespace, container string
 	var timeout time.Duration
+	var f sessionFlags
 	cmd := &cobra.Command{
-		Use:   "exec NAME [-c CONTAINER] -- COMMAND [ARG...]",
-		Short: "Run a command in a container and wait for it; exit with its exit code",
-		Long: `Runs COMMAND (an argv, not a shell line) in the container, prints its
-stdout and stderr when it ends, and exits with its exit code (codes outside
-1-255 exit 255). There is no terminal and no stdin.`,
+		Use:   "exec NAME [-c CONTAINER] [-i] [-t] -- COMMAND [ARG...]",
+		Short: "Run a command in a container; exit with its exit code",
+		Long: `Runs COMMAND (an argv, not a shell line) in the container and exits with its
+exit code (codes outside 1-255 exit 255).
+
+Without -i and -t it prints the command's stdout and stderr when it ends,
+and --timeout kills it. With -i (stdin sent to the command, its end closing
+the command's stdin) or -t (a terminal: with -i on a terminal, raw mode and
+resizes, as kubectl exec -it), it is a session through the runtime's
+streaming server, printing output as it comes, until the command ends.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
 				return errors.New(execUsage)
@@ -314,6 +320,14 @@ stdout and stderr when it ends, and exits with its exit code (codes outside
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := p.client()
 			defer c.Close()
+			if f.stdin || f.tty {
+				if cmd.Flags().Changed("timeout") {
+					return errors.New("--timeout with -i or -t: an interactive command runs until it ends; end it with ^C or ^D")
+				}
+				return f.run(cmd, func(ctx context.Context, sio api.StreamIO) error {
+					return c.ExecStream(ctx, namespace, args[0], container, args[1:], sio)
+				})
+			}
 			res, err := c.Exec(cmd.Context(), namespace, args[0], container, args[1:], timeout)
 			if err != nil {
 				return err
@@ -336,7 +350,8 @@ stdout and stderr when it ends, and exits with its exit code (codes outside
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", podspec.DefaultNamespace, "the pod's namespace")
 	cmd.Flags().StringVarP(&container, "container", "c", "", "container name (default: the pod's default container)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, fmt.Sprintf("kill the command after this long (whole seconds; 0 for the agent's maximum, %v)", api.MaxExecTimeout))
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, fmt.Sprintf("kill the command after this long (whole seconds; 0 for the agent's maximum, %v); not with -i or -t", api.MaxExecTimeout))
+	f.add(cmd, "send stdin to the command; its end closes the command's stdin")
 	return cmd
 }
 

@@ -585,3 +585,42 @@ func TestPodColumnsCountSidecars(t *testing.T) {
 		})
 	}
 }
+
+func TestPodStreamingCommandLines(t *testing.T) {
+	e := newPodEnv(t)
+	applyBoth(t, e)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"exec -i with --timeout is refused: a session runs until it ends", []string{"exec", "-i", "web", "--timeout", "3s", "--", "cat"}, "--timeout with -i or -t"},
+		{"exec -it without -- is refused with the usage", []string{"exec", "-it", "web", "sh"}, execUsage},
+		{"port-forward without ports is refused with the usage", []string{"port-forward", "web"}, portForwardUsage},
+		{"a named remote port is refused: nodeguard forwards numbers", []string{"port-forward", "web", "8080:http"}, `REMOTE "http": want a port number between 1 and 65535`},
+		{"remote port 0 is refused", []string{"port-forward", "web", "0"}, `REMOTE "0"`},
+		{"a local port above 65535 is refused", []string{"port-forward", "web", "70000:80"}, `LOCAL "70000"`},
+		{"attach takes one pod", []string{"attach", "web", "db"}, "accepts 1 arg(s)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := e.run(t, "", tc.args[0], tc.args[1:]...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+
+	t.Run("a session the agent cannot serve reaches the CLI as the agent's error", func(t *testing.T) {
+		// The fake has no streaming server: its refusal comes back
+		// through the upgrade, whole.
+		_, _, err := e.run(t, "", "attach", "web", "-c", "sidecar")
+		if err == nil || !strings.Contains(err.Error(), "attach of pod default/web: the fake pod service has no streaming server") {
+			t.Fatalf("got %v", err)
+		}
+		_, _, err = e.run(t, "", "exec", "-i", "nope", "--", "cat")
+		if !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("exec -i in a missing pod: %v, want ErrNotFound", err)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 // Package api is the node agent's local API: HTTP/1.1 on a unix socket,
 // for root only, through which `nodeguard pod` applies, lists, shows and
-// removes pods, reads their logs and runs commands in them.
+// removes pods, reads their logs, runs commands in them, attaches to them
+// and forwards ports to them.
 //
 // The Server serves a PodService, which the pod manager (lifecycle)
 // satisfies; the interface is declared here, by its consumer. The service
@@ -17,12 +18,33 @@
 //	GET    /v1/pods/{namespace}/{name}/log?container=C&tail=N   -> text, streamed
 //	       &follow=true&previous=true&timestamps=true&sinceSeconds=S
 //	POST   /v1/pods/{namespace}/{name}/exec?container=C         ExecRequest -> ExecResult
+//	GET|POST /v1/pods/{namespace}/{name}/exec?container=C&command=ARG...&stdin=&stdout=&stderr=&tty=   upgrade -> exec session
+//	GET|POST /v1/pods/{namespace}/{name}/attach?container=C&stdin=&stdout=&stderr=&tty=               upgrade -> attach session
+//	GET|POST /v1/pods/{namespace}/{name}/portforward?ports=P,...                                      upgrade -> port-forward session
+//
+// # Sessions
+//
+// Exec, attach and port-forward sessions are what `kubectl exec -it`,
+// `attach` and `port-forward` open on the API server: an HTTP upgrade
+// (SPDY/3.1) with the query parameters of PodExecOptions, PodAttachOptions
+// and PodPortForwardOptions (stdout and stderr default to true, stdin and
+// tty to false; with tty, stderr is false). The server asks the service
+// (PodService.Stream: the CRI's Exec, Attach or PortForward) for the
+// runtime's streaming URL, dials it as the service says (from the
+// runtime's network namespace) and proxies the upgraded connection to it,
+// as the kubelet does with redirectContainerStreaming off
+// (apimachinery's UpgradeAwareHandler): the runtime's streaming server
+// negotiates the protocol (channel.k8s.io v1-v4, portforward.k8s.io) and
+// nodeguard copies bytes. Client.ExecStream, Attach and PortForward speak
+// it with client-go's SPDY executor and port forwarder. A POST to exec
+// without an upgrade is the JSON exec above.
 //
 // Errors are {"error": "..."} with 400 (bad parameter or exec body), 404
 // (unknown pod, container or route), 405 (with Allow), 413, 422 (the
 // manifest does not parse, or ErrInvalid: the text has the field errors,
 // one per line), 503 (busy, with Retry-After; or the request was
-// cancelled), 504 (the service's deadline passed) and 500.
+// cancelled), 504 (the service's deadline passed), 502 (a session's
+// streaming server unreachable) and 500.
 //
 // # Invariants
 //
@@ -53,7 +75,14 @@
 //   - A log stream that fails after its first byte ends with the
 //     Nodeguard-Error trailer, which Client.Logs returns as an error: a cut
 //     log never looks complete.
+//   - A session holds a slot of MaxInFlight for as long as it runs. Its
+//     connection is hijacked with the server's read and write deadlines
+//     cleared (a session lasts as long as its command), is counted in
+//     Stats.Sessions, and is cut when the server stops. Sessions go
+//     through the same peer check as every request: no other socket or
+//     port is opened, and a port-forward listens on the client's
+//     127.0.0.1 only.
 //   - The server never modifies the pods the service gives it.
-//   - Every change (apply, delete, exec) logs one line with the peer's uid
+//   - Every change (apply, delete, exec, a session) logs one line with the peer's uid
 //     and pid; reads log at debug level only.
 package api

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 )
@@ -34,7 +35,16 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("GET /v1/pods/{namespace}/{name}/log", s.logs)
 	mux.HandleFunc("/v1/pods/{namespace}/{name}/log", methodNotAllowed("GET"))
 	mux.HandleFunc("POST /v1/pods/{namespace}/{name}/exec", s.exec)
-	mux.HandleFunc("/v1/pods/{namespace}/{name}/exec", methodNotAllowed("POST"))
+	mux.HandleFunc("GET /v1/pods/{namespace}/{name}/exec", s.stream(StreamExec))
+	mux.HandleFunc("/v1/pods/{namespace}/{name}/exec", methodNotAllowed("GET, POST"))
+	// Sessions are GET or POST, as the API server's pods/attach and
+	// pods/portforward (client-go's SPDY executor sends POST).
+	for _, kind := range []StreamKind{StreamAttach, StreamPortForward} {
+		route := "/v1/pods/{namespace}/{name}/" + string(kind)
+		mux.HandleFunc("GET "+route, s.stream(kind))
+		mux.HandleFunc("POST "+route, s.stream(kind))
+		mux.HandleFunc(route, methodNotAllowed("GET, POST"))
+	}
 	mux.HandleFunc("GET /v1/events", s.events)
 	mux.HandleFunc("/v1/events", methodNotAllowed("GET"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -173,8 +183,13 @@ func (sw *streamWriter) Write(b []byte) (int, error) {
 }
 
 // exec: POST /v1/pods/{namespace}/{name}/exec?container=C with an
-// ExecRequest body; answers an ExecResult, whatever the exit code.
+// ExecRequest body; answers an ExecResult, whatever the exit code. An
+// upgrade request is an interactive session instead (stream).
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+	if httpstream.IsUpgradeRequest(r) {
+		s.stream(StreamExec)(w, r)
+		return
+	}
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	var req ExecRequest
 	dec := json.NewDecoder(r.Body)

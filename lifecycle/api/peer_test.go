@@ -2,12 +2,14 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,12 +24,21 @@ import (
 // error. TestPeerCredentials runs it as another user.
 const helperEnv = "NODEGUARD_API_TEST_CLIENT"
 
+// helperSessionEnv makes the helper open an exec session instead.
+const helperSessionEnv = "NODEGUARD_API_TEST_SESSION"
+
 func TestMain(m *testing.M) {
 	if path := os.Getenv(helperEnv); path != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c := api.NewClient(path)
-		if _, err := c.List(ctx); err != nil {
+		var err error
+		if os.Getenv(helperSessionEnv) != "" {
+			err = c.ExecStream(ctx, "default", "web", "", []string{"id"}, api.StreamIO{Stdout: io.Discard})
+		} else {
+			_, err = c.List(ctx)
+		}
+		if err != nil {
 			fmt.Println(err)
 			os.Exit(1)
 		}
@@ -52,16 +63,22 @@ func TestPeerCredentials(t *testing.T) {
 	}
 	bin := filepath.Join(dir, "api.test")
 	copyExecutable(t, bin)
-	srv, path := apitest.Serve(t, newFake(), api.Options{})
+	f := newFake()
+	var sessions atomic.Int64
+	f.StreamFunc = func(context.Context, string, string, api.StreamRequest) (api.StreamTarget, error) {
+		sessions.Add(1)
+		return api.StreamTarget{}, errors.New("no streaming server in this test")
+	}
+	srv, path := apitest.Serve(t, f, api.Options{})
 	if err := os.Chmod(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	asNobody := func(t *testing.T) string {
+	asNobody := func(t *testing.T, env ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin)
-		cmd.Env = append(os.Environ(), helperEnv+"="+path)
+		cmd.Env = append(append(os.Environ(), helperEnv+"="+path), env...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 		out, err := cmd.CombinedOutput()
 		if err != nil && cmd.ProcessState == nil {
@@ -92,6 +109,19 @@ func TestPeerCredentials(t *testing.T) {
 		}
 		if n := srv.Stats().RefusedPeers; n != 1 {
 			t.Fatalf("refused peers %d, want 1", n)
+		}
+		// A session is a request on the same socket: refused alike,
+		// before the pod service is asked for a streaming URL.
+		out = asNobody(t, helperSessionEnv+"=1")
+		if out == "" || strings.Contains(out, "no streaming server") {
+			t.Fatalf("the session as uid %d got %q, want a refused connection", nobody, out)
+		}
+		t.Logf("the session as uid %d: %s", nobody, out)
+		if n := srv.Stats().RefusedPeers; n != 2 {
+			t.Fatalf("refused peers %d after a session, want 2", n)
+		}
+		if n := sessions.Load(); n != 0 {
+			t.Fatalf("the service was asked for %d sessions by another user", n)
 		}
 	})
 

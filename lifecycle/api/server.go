@@ -100,6 +100,9 @@ type Stats struct {
 	// Busy counts requests answered 503 because MaxInFlight requests
 	// were running.
 	Busy uint64
+	// Sessions is the number of exec, attach and port-forward sessions
+	// running now.
+	Sessions int
 }
 
 // Server serves a PodService on a unix socket. Use NewServer, then Listen
@@ -111,8 +114,9 @@ type Server struct {
 	euid int
 	sem  chan struct{}
 
-	refused atomic.Uint64
-	busy    atomic.Uint64
+	refused  atomic.Uint64
+	busy     atomic.Uint64
+	sessions sessions
 
 	mu   sync.Mutex
 	ln   *net.UnixListener
@@ -138,7 +142,7 @@ func NewServer(svc PodService, log *slog.Logger, opts Options) *Server {
 
 // Stats returns the refusal counters.
 func (s *Server) Stats() Stats {
-	return Stats{RefusedPeers: s.refused.Load(), Busy: s.busy.Load()}
+	return Stats{RefusedPeers: s.refused.Load(), Busy: s.busy.Load(), Sessions: s.sessions.count()}
 }
 
 // Listen creates the socket at path (mode 0600, see the package
@@ -185,6 +189,9 @@ func (s *Server) Serve(ctx context.Context) error {
 			return ctx
 		},
 	}
+	// Shutdown neither waits for nor ends hijacked connections: the
+	// sessions are cut when it starts.
+	srv.RegisterOnShutdown(s.sessions.closeAll)
 	cl := &credListener{
 		Listener: ln,
 		allow:    func(uid uint32) bool { return allowedPeer(uid, s.euid) },

@@ -45,6 +45,12 @@ type PodService interface {
 	// ExecResult.ExitCode. An empty container means the default container,
 	// as for Logs.
 	Exec(ctx context.Context, namespace, name, container string, cmd []string, timeout time.Duration) (ExecResult, error)
+	// Stream asks the runtime to prepare an exec, attach or port-forward
+	// session (the CRI's Exec, Attach, PortForward) and returns where its
+	// streaming server serves it; the server proxies the client's upgraded
+	// connection there. An empty req.Container means the default
+	// container, as for Logs.
+	Stream(ctx context.Context, namespace, name string, req StreamRequest) (StreamTarget, error)
 }
 
 // LogOptions select what PodService.Logs returns: the query parameters of

@@ -136,6 +136,11 @@ func ContainerConfig(pod *corev1.Pod, c *corev1.Container, opts ContainerOptions
 		Labels:      containerLabels(pod, c),
 		Annotations: containerAnnotations(pod, c, opts.Attempt),
 		LogPath:     logPath,
+		// What `nodeguard pod attach` connects to, as the kubelet passes
+		// them.
+		Stdin:     c.Stdin,
+		StdinOnce: c.StdinOnce,
+		Tty:       c.TTY,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       res,
 			SecurityContext: containerSecurityContext(pod, c, opts.SeccompProfileRoot),

@@ -366,3 +366,21 @@ func TestContainerSecurityContext(t *testing.T) {
 		})
 	}
 }
+
+func TestContainerConfigPassesStdinAndTTY(t *testing.T) {
+	pod := testPod()
+	for _, c := range []corev1.Container{
+		{Name: "plain", Image: "busybox:1.36"},
+		{Name: "attachable", Image: "busybox:1.36", Stdin: true, StdinOnce: true, TTY: true},
+		{Name: "stdin-only", Image: "busybox:1.36", Stdin: true},
+	} {
+		cfg, err := ContainerConfig(pod, &c, ContainerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Stdin != c.Stdin || cfg.StdinOnce != c.StdinOnce || cfg.Tty != c.TTY {
+			t.Errorf("%s: stdin %v stdinOnce %v tty %v, want the container's %v %v %v",
+				c.Name, cfg.Stdin, cfg.StdinOnce, cfg.Tty, c.Stdin, c.StdinOnce, c.TTY)
+		}
+	}
+}

@@ -30,6 +30,14 @@
 // CreateContainerConfigError. ContainerState is toKubeContainerState plus
 // the exit details. Container logs are read and rotated by lifecycle/logs.
 //
+// # Streaming
+//
+// ExecURL, AttachURL and PortForwardURL are the CRI's Exec, Attach and
+// PortForward: the runtime answers with a single-use URL of its streaming
+// server, which lifecycle/api proxies a client's session to.
+// RuntimeNetNS names the network namespace that server listens in, the
+// runtime's own, from the pid serving the CRI socket now.
+//
 // # Invariants
 //
 //   - Every sandbox and container that nodeguard creates carries the label

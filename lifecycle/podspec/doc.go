@@ -65,7 +65,9 @@
 //     lifecycle's localstorage.go), volumeMounts (existing volume, absolute unique mountPath,
 //     relative subPath without ".."), volumeDevices (a persistentVolumeClaim
 //     volume used once and not also in volumeMounts, at a unique absolute
-//     devicePath without ".." that no volumeMount uses), imagePullPolicy (Always refused
+//     devicePath without ".." that no volumeMount uses), stdin, stdinOnce
+//     and tty (given to the runtime, for `nodeguard pod attach`),
+//     imagePullPolicy (Always refused
 //     unless Options.ImagePull: a node that does not pull cannot honour
 //     it), securityContext
 //     (runAsUser, runAsGroup, runAsNonRoot, privileged (refused unless
@@ -119,7 +121,7 @@
 // the pod securityContext's seLinuxOptions, seLinuxChangePolicy and
 // windowsOptions, and per container: lifecycle.stopSignal,
 // resourceFieldRef of hugepages, resizePolicy,
-// restartPolicyRules, stdin/tty,
+// restartPolicyRules,
 // seLinuxOptions, windowsOptions, extended resources and
 // hugepages; and every volume type other than the seven above (ephemeral
 // among them: its claim is made by a control plane's controller).

@@ -89,6 +89,8 @@ var fieldUse = map[reflect.Type]map[string]use{
 		"lifecycle": honoured,
 		// Only Always on an init container (a sidecar) passes Validate.
 		"restartPolicy": honoured,
+		// For `nodeguard pod attach` (lifecycle/api).
+		"stdin": honoured, "stdinOnce": honoured, "tty": honoured,
 	},
 	reflect.TypeFor[corev1.Lifecycle](): {"postStart": honoured, "preStop": honoured},
 	reflect.TypeFor[corev1.LifecycleHandler](): {
@@ -181,9 +183,6 @@ var refusedWhy = map[reflect.Type]map[string]string{
 	// Container fields other helpers' items decide on (probes, envFrom,
 	// the security context) are not listed here.
 	reflect.TypeFor[corev1.Container](): {
-		"stdin":        "nodeguard's API has no attach, so nothing could write to the container's stdin",
-		"stdinOnce":    "nodeguard's API has no attach, so nothing could write to the container's stdin",
-		"tty":          "nodeguard's API has no attach, so nothing could read a terminal",
 		"resizePolicy": "in-place resize goes through a control plane's pods/resize subresource",
 	},
 	reflect.TypeFor[corev1.Lifecycle](): {

@@ -31,6 +31,10 @@ type Fake struct {
 	// ExecFunc, when set, replaces Exec after the pod and container were
 	// found.
 	ExecFunc func(ctx context.Context, namespace, name, container string, cmd []string, timeout time.Duration) (api.ExecResult, error)
+	// StreamFunc, when set, answers Stream after the pod (and for exec
+	// and attach the container) was found; req names the container
+	// found. Without it Stream fails: the fake has no streaming server.
+	StreamFunc func(ctx context.Context, namespace, name string, req api.StreamRequest) (api.StreamTarget, error)
 
 	mu      sync.Mutex
 	pods    map[string]*corev1.Pod // by namespace/name
@@ -239,4 +243,24 @@ func (f *Fake) Exec(ctx context.Context, namespace, name, container string, cmd 
 		return f.ExecFunc(ctx, namespace, name, c, cmd, timeout)
 	}
 	return api.ExecResult{Stdout: []byte(strings.Join(cmd, " ") + "\n")}, nil
+}
+
+// Stream finds the pod (and for exec and attach the container), then
+// answers with StreamFunc.
+func (f *Fake) Stream(ctx context.Context, namespace, name string, req api.StreamRequest) (api.StreamTarget, error) {
+	if req.Kind == api.StreamPortForward {
+		if _, ok := f.Get(namespace, name); !ok {
+			return api.StreamTarget{}, fmt.Errorf("%w: pod %s/%s", api.ErrNotFound, namespace, name)
+		}
+	} else {
+		c, err := f.container(namespace, name, req.Container)
+		if err != nil {
+			return api.StreamTarget{}, err
+		}
+		req.Container = c
+	}
+	if f.StreamFunc == nil {
+		return api.StreamTarget{}, fmt.Errorf("%s of pod %s/%s: the fake pod service has no streaming server (set StreamFunc)", req.Kind, namespace, name)
+	}
+	return f.StreamFunc(ctx, namespace, name, req)
 }
