@@ -331,10 +331,15 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	nodeLabels, err := cfg.nodeLabels()
+	if err != nil {
+		return err
+	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
 	mgr, err := lifecycle.New(lifecycle.Config{
 		Volumes: vols, Network: network, Admit: adm.admit, Node: node,
+		ClusterDomain: cfg.ClusterDomain, NodeLabels: nodeLabels,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
