@@ -55,6 +55,9 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 			}
 			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.ExitCode, Reason: reason, Message: s.Message,
 				StartedAt: metav1.Time{Time: s.StartedAt}, FinishedAt: metav1.Time{Time: s.FinishedAt}, ContainerID: cs.ContainerID}
+			if s.Message == "" && s.ExitCode != 0 && c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+				cs.State.Terminated.Message = fallbackMessage(ctx, raw.GetLogPath())
+			}
 			if b := st.backoff[c.Name]; b != nil && !b.until.IsZero() {
 				cs.LastTerminationState.Terminated = cs.State.Terminated
 				cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",

@@ -236,7 +236,9 @@ func LoadExpectations(path string) (map[string]Expectation, error) {
 // Check compares results with the expectations. Failures are the specs
 // that did not do what is expected of them today: one without an entry, one
 // whose outcome differs from an entry that waits for nothing (a regression,
-// or a change to record), and an entry for a spec the corpus lacks.
+// or a change to record), one expected to be refused for something other
+// than a control plane or a plugin, or not to run, without saying what it
+// waits for, and an entry for a spec the corpus lacks.
 // Changes are the specs waiting for a feature whose outcome now is the
 // expected one (flip them: drop the waits=) or still differs (what the
 // feature has yet to deliver).
@@ -249,6 +251,11 @@ func Check(results []Result, exp map[string]Expectation) (failures, changes []st
 		switch {
 		case !ok:
 			failures = append(failures, fmt.Sprintf("%s: %s (%s), and the expectations file has no line for it", name, r.Outcome, r.Why()))
+		case e.Waits == "" && (e.Outcome == RefusedOther || e.Outcome == NotRunning):
+			// The target: every spec that needs neither a control plane
+			// nor a plugin runs. Short of it, the line names what it waits
+			// for.
+			failures = append(failures, fmt.Sprintf("%s: expected %s, which needs neither a control plane nor a plugin: the line must say what it waits for (waits=<feature>)", name, e.Outcome))
 		case e.Waits == "" && r.Outcome != e.Outcome:
 			failures = append(failures, fmt.Sprintf("%s: expected %s, got %s: %s", name, e.Outcome, r.Outcome, r.Why()))
 		case e.Waits != "" && r.Outcome == e.Outcome:

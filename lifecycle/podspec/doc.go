@@ -79,7 +79,9 @@
 //
 // Accepted only with their harmless or default values (anything else is an
 // error): hostUsers true, setHostnameAsFQDN false,
-// terminationMessagePath /dev/termination-log, terminationMessagePolicy File,
+// terminationMessagePath /dev/termination-log, terminationMessagePolicy File
+// or FallbackToLogsOnError (a failed container's message is the end of its
+// log),
 // procMount Default (Unmasked needs hostUsers false), mountPropagation
 // None, recursiveReadOnly Disabled.
 // enableServiceLinks is accepted silently (there are no Services).

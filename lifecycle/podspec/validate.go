@@ -356,8 +356,11 @@ func validateContainer(c *corev1.Container, names map[string]bool, volumes map[s
 	if c.TerminationMessagePath != "" && c.TerminationMessagePath != DefaultTerminationMessagePath {
 		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePath"), NotSupported+": only "+DefaultTerminationMessagePath))
 	}
-	if c.TerminationMessagePolicy != "" && c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
-		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePolicy"), NotSupported+": only File"))
+	switch c.TerminationMessagePolicy {
+	case "", corev1.TerminationMessageReadFile, corev1.TerminationMessageFallbackToLogsOnError:
+	default:
+		errs = append(errs, field.NotSupported(cp.Child("terminationMessagePolicy"), c.TerminationMessagePolicy,
+			[]corev1.TerminationMessagePolicy{corev1.TerminationMessageReadFile, corev1.TerminationMessageFallbackToLogsOnError}))
 	}
 	errs = append(errs, validatePorts(c.Ports, cp.Child("ports"))...)
 	errs = append(errs, validateEnvFrom(c.EnvFrom, cp.Child("envFrom"))...)

@@ -10,8 +10,8 @@ what cannot run on a machine without a registry or the internet:
   - every image becomes BUSYBOX (the harness puts the local busybox image's
     name there);
   - a container whose command busybox cannot run gets one that behaves like
-    the workload where it matters: an httpd (busybox's) on every port a probe
-    dials, serving every path an httpGet probe asks for, then a sleep; a
+    the workload where it matters: busybox's nc answering 200 on every port a
+    probe dials, then a sleep that TERM ends; a
     container of a pod that runs to completion (restartPolicy Never or
     OnFailure) or an init container exits 0 instead;
   - an exec probe whose command busybox cannot run becomes [sh, -c, "true"];
@@ -80,7 +80,6 @@ MIRRORED = [
     ("kubernetes/examples", "_archived/elasticsearch/es-rc.yaml", ""),
     ("kubernetes/examples", "_archived/storage/hazelcast/hazelcast-deployment.yaml", ""),
     ("kubernetes/examples", "_archived/cpu-manager/exclusive-1.yaml", ""),
-    ("kubernetes/examples", "_archived/storage/vitess/vttablet-pod-template.yaml", ""),
 ]
 
 
@@ -129,15 +128,25 @@ def pods_of(doc):
 
 
 def runnable(argv):
+    """Whether busybox runs argv as the original image would: an applet,
+    not copying the original image's files (cp), not reaching out of the
+    machine (a URL). No argv is the original image's own entrypoint."""
     if not argv:
-        return True  # the image's Cmd: busybox's sh
+        return False  # the original image's entrypoint: its daemon
+    if any("://" in str(a) for a in argv):
+        return False
     exe = os.path.basename(str(argv[0]))
-    if exe not in APPLETS:
+    if exe not in APPLETS or exe == "cp":
         return False
     if exe == "sh" and len(argv) >= 3 and argv[1] == "-c":
         words = str(argv[2]).split()
-        return not words or words[0].rstrip(";") in APPLETS | SHELL_WORDS
+        return not words or (words[0].rstrip(";") in APPLETS | SHELL_WORDS and words[0] != "cp")
     return True
+
+
+def short(argv, n):
+    """argv as one header line: line breaks shown as \\n, cut at n."""
+    return shlex.join(map(str, argv)).replace("\n", "\\n")[:n]
 
 
 def argv_of(c):
@@ -168,8 +177,11 @@ def serving_command(c, completes):
     # nc answers every request with 200 and writes nothing, so it works
     # with readOnlyRootFilesystem and any user; it reads the request's
     # head first so that closing does not reset the connection.
-    script = ["nc -ll -p %d -e sh -c %s &" % (n, shlex.quote(OK_RESPONDER)) for n in ports]
-    script.append("exec sleep 2147483647")
+    # TERM ends it at once, as it ends the daemons it stands for (a sleep
+    # as PID 1 would ignore it and wait out the grace period).
+    script = ["trap 'exit 0' TERM;"]
+    script += ["nc -ll -p %d -e sh -c %s &" % (n, shlex.quote(OK_RESPONDER)) for n in ports]
+    script.append("sleep 2147483647 & wait")
     return ["sh", "-c", " ".join(script)]
 
 
@@ -185,13 +197,14 @@ def swap(pod, swaps, production):
             ends = (kind == "initContainers" and not sidecar) or (kind == "containers" and completes)
             if not runnable(argv_of(c)):
                 cmd = serving_command(c, ends)
-                swaps.append("%s: command %s -> %s" % (where, shlex.join(map(str, argv_of(c)))[:120], shlex.join(cmd)))
+                orig = short(argv_of(c), 120) if argv_of(c) else "(the image's entrypoint)"
+                swaps.append("%s: command %s -> %s" % (where, orig, shlex.join(cmd)))
                 c["command"] = cmd
                 c.pop("args", None)
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 p = c.get(probe) or {}
                 if "exec" in p and not runnable(p["exec"].get("command")):
-                    swaps.append("%s: %s exec %s -> sh -c true" % (where, probe, shlex.join(map(str, p["exec"]["command"]))[:80]))
+                    swaps.append("%s: %s exec %s -> sh -c true" % (where, probe, short(p["exec"]["command"], 80)))
                     p["exec"]["command"] = ["sh", "-c", "true"]
                 if (p.get("httpGet") or {}).get("scheme") == "HTTPS":
                     swaps.append("%s: %s httpGet scheme HTTPS -> HTTP (busybox serves no TLS)" % (where, probe))
@@ -199,8 +212,18 @@ def swap(pod, swaps, production):
             for hook in ("postStart", "preStop"):
                 h = (c.get("lifecycle") or {}).get(hook) or {}
                 if "exec" in h and not runnable(h["exec"].get("command")):
-                    swaps.append("%s: %s exec %s -> sh -c true" % (where, hook, shlex.join(map(str, h["exec"]["command"]))[:80]))
+                    swaps.append("%s: %s exec %s -> sh -c true" % (where, hook, short(h["exec"]["command"], 80)))
                     h["exec"]["command"] = ["sh", "-c", "true"]
+    # runAsNonRoot is checked against the image's user, as the kubelet
+    # does: the original images run as a non-root USER, busybox's is root.
+    psc = spec.get("securityContext") or {}
+    for kind in ("initContainers", "containers"):
+        for c in spec.get(kind) or []:
+            sc = c.get("securityContext") or {}
+            nonroot = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+            if nonroot and sc.get("runAsUser", psc.get("runAsUser")) is None:
+                c.setdefault("securityContext", {})["runAsUser"] = 65534
+                swaps.append("container %s: securityContext.runAsUser 65534 added: runAsNonRoot without runAsUser, the original image's USER is not root, busybox's is" % c["name"])
     for v in spec.get("volumes") or []:
         hp = v.get("hostPath")
         if hp:
@@ -248,6 +271,8 @@ def convert(repo, commit, path, text, production, out, names, index):
                 header.append("converted: volumeClaimTemplates -> persistentVolumeClaim volumes <template>-<set>-0, as the StatefulSet controller adds them")
             if production:
                 header.append("production: %s" % production)
+            # A header is one line a swap: scripts are cut at their first
+            # line break.
             header += ["swap: " + s for s in swaps]
             write(out, file, header, pod)
             index.append((file, repo, path, commit, kind, production))
