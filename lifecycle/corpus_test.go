@@ -245,7 +245,7 @@ func notRunningWhy(t *testing.T, m *lifecycle.Manager, p *corev1.Pod) string {
 			_ = m.Logs(t.Context(), p.Namespace, p.Name, lifecycle.LogOptions{Container: cs.Name, Tail: 2}, &out)
 			last := ""
 			if term := cs.LastTerminationState.Terminated; term != nil {
-				last = fmt.Sprintf(" after %s (exit %d)", term.Reason, term.ExitCode)
+				last = fmt.Sprintf(" after %s (exit %d) %s", term.Reason, term.ExitCode, term.Message)
 			}
 			parts = append(parts, fmt.Sprintf("%s waiting: CrashLoopBackOff%s, its log ends %q", cs.Name, last, out.String()))
 		case cs.State.Waiting != nil:
@@ -302,6 +302,9 @@ func corpusHostPaths(t *testing.T, hostRoot string, p *corev1.Pod) {
 			}
 		default:
 			err = os.MkdirAll(path, 0o755)
+		}
+		if err == nil && path == filepath.Join(hostRoot, "dev") {
+			err = corpusDevices(path)
 		}
 		if err != nil {
 			t.Fatalf("make hostPath %s: %v", path, err)
@@ -414,4 +417,19 @@ func sharedDir(t *testing.T) string {
 		t.Fatalf("make %s rshared: %v", dir, err)
 	}
 	return dir
+}
+
+// corpusDevices makes, in the stand-in of the node's /dev, the devices
+// every /dev has and a runtime needs in a container that mounts it (runc
+// opens /dev/null to set the user up).
+func corpusDevices(dir string) error {
+	for _, d := range []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
+		if err := unix.Mknod(filepath.Join(dir, d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("make %s: %w", d.name, err)
+		}
+	}
+	return nil
 }

@@ -143,7 +143,8 @@ func TestTables(t *testing.T) {
 		{Spec: Spec{Name: "pvc", Source: "https://example.com/pvc"}, Outcome: RefusedControlPlane,
 			Refusals: []Refusal{{Field: "spec.volumes[0].persistentVolumeClaim", Detail: "Forbidden: a | b"}}},
 		{Spec: Spec{Name: "hooks", Source: "https://example.com/hooks", Production: "ingress"}, Outcome: RefusedOther,
-			Refusals: []Refusal{{Field: "spec.containers[0].lifecycle", Detail: "Forbidden"}, {Field: "spec.containers[1].lifecycle", Detail: "Forbidden"}}},
+			Refusals: []Refusal{{Field: "spec.containers[0].lifecycle", Detail: "Forbidden"}, {Field: "spec.containers[1].lifecycle", Detail: "Forbidden"},
+				{Field: "spec.volumes[0]", Detail: `Unsupported value: ""`}}},
 		{Spec: Spec{Name: "slow", Source: "https://example.com/slow"}, Outcome: NotRunning, Reason: "phase Pending"},
 	}
 	c := Count(results)
@@ -172,7 +173,7 @@ func TestTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	if lines := strings.Split(strings.TrimSpace(csv.String()), "\n"); len(lines) != 6 || lines[0] != "spec,source,production,outcome,why" ||
-		lines[4] != "hooks,https://example.com/hooks,ingress,refused-other,spec.containers[0].lifecycle: Forbidden; spec.containers[1].lifecycle: Forbidden" {
+		lines[4] != `hooks,https://example.com/hooks,ingress,refused-other,"spec.containers[0].lifecycle: Forbidden; spec.containers[1].lifecycle: Forbidden; spec.volumes[0]: Unsupported value: """""` {
 		t.Errorf("CSV:\n%s", csv.String())
 	}
 }

@@ -18,8 +18,8 @@ type Counts struct {
 	ByField                     map[string]int
 }
 
-// Count totals results. ByField counts, per refused field (the path's
-// last element without indexes), how many specs named it.
+// Count totals results. ByField counts, per refused (Forbidden) field (the
+// path's last element without indexes), how many specs named it.
 func Count(results []Result) Counts {
 	c := Counts{Specs: len(results), ByField: map[string]int{}}
 	for _, r := range results {
@@ -43,9 +43,14 @@ func Count(results []Result) Counts {
 		case RefusedOther:
 			c.RefusedOther++
 		}
+		// Refused fields are Forbidden; other errors of a refused spec
+		// follow from them (an unknown volume type is also an unsupported
+		// source).
 		named := map[string]bool{}
 		for _, f := range r.Refusals {
-			named[fieldName(f.Field)] = true
+			if strings.HasPrefix(f.Detail, "Forbidden") {
+				named[fieldName(f.Field)] = true
+			}
 		}
 		for n := range named {
 			c.ByField[n]++

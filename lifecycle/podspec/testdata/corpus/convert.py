@@ -153,6 +153,13 @@ def argv_of(c):
     return list(c.get("command") or []) + list(c.get("args") or [])
 
 
+def entrypoint_args(c):
+    """Args without a command are the original image's entrypoint's (only
+    an absolute path or a shell names a program of its own)."""
+    args = c.get("args") or []
+    return not c.get("command") and args and not (str(args[0]).startswith("/") or args[0] == "sh")
+
+
 def port_number(c, port):
     if isinstance(port, int):
         return port
@@ -195,7 +202,7 @@ def swap(pod, swaps, production):
             c["image"] = "BUSYBOX"
             sidecar = kind == "initContainers" and c.get("restartPolicy") == "Always"
             ends = (kind == "initContainers" and not sidecar) or (kind == "containers" and completes)
-            if not runnable(argv_of(c)):
+            if entrypoint_args(c) or not runnable(argv_of(c)):
                 cmd = serving_command(c, ends)
                 orig = short(argv_of(c), 120) if argv_of(c) else "(the image's entrypoint)"
                 swaps.append("%s: command %s -> %s" % (where, orig, shlex.join(cmd)))
