@@ -74,7 +74,8 @@
 //     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
 //     secret and downwardAPI sources) and downwardAPI (fieldRef of metadata
-//     name, namespace, uid, labels, annotations); checked structurally here,
+//     name, namespace, uid, labels, annotations; resourceFieldRef of a named
+//     container, as env's, see ResourceFieldValue); checked structurally here,
 //     the volume code checks the rest.
 //
 // Accepted only with their harmless or default values (anything else is an
