@@ -17,7 +17,9 @@ spec:
   - name: fallback
     image: BUSYBOX
     terminationMessagePolicy: FallbackToLogsOnError
-    command: [sh, -c, 'echo starting; echo "cannot open /etc/app.conf" >&2; exit 3']
+    # One stream: the runtime copies stdout and stderr apart, so their
+    # order in the log is not the order they were written in.
+    command: [sh, -c, 'echo starting >&2; echo "cannot open /etc/app.conf" >&2; exit 3']
   - name: file
     image: BUSYBOX
     command: [sh, -c, 'echo this is not a message; exit 4']
