@@ -56,7 +56,11 @@
 //     with its grace period, never started again;
 //   - every container gets the kubelet's managed /etc/hosts (the pod's IP
 //     under its hostname, hostAliases; a host-network pod the node's file
-//     plus hostAliases);
+//     plus hostAliases); the files of pods gone while nodeguard was down
+//     are removed once the sources are loaded;
+//   - a container that fails with terminationMessagePolicy
+//     FallbackToLogsOnError has the end of its log as its message
+//     (termination.go; nodeguard mounts no termination message file);
 //   - images are resolved by imagePullPolicy as the kubelet's image manager
 //     (failed pulls back off: ErrImagePull, ImagePullBackOff) and pulled
 //     with the pod's imagePullSecrets, then the node's credentials file,

@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -146,4 +148,35 @@ func writeReplacing(p string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), p)
+}
+
+// removeStaleHostsFiles removes the hosts files of pods that are gone: not
+// desired, with no sandbox left and no teardown under way (a pod deleted
+// while nodeguard was down, its sandbox removed by hand or by the
+// runtime's own collection). The files of pods with a sandbox are the
+// orphan teardown's, which removes them with the sandbox.
+func (m *Manager) removeStaleHostsFiles(sandboxes []*runtimeapi.PodSandbox) {
+	dir := filepath.Join(m.cfg.RootDir, "hosts")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn("list hosts files", "dir", dir, "err", err)
+		}
+		return
+	}
+	live := make(map[types.UID]bool, len(sandboxes))
+	for _, sb := range sandboxes {
+		live[types.UID(sb.GetMetadata().GetUid())] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if _, desired := m.pods[uid]; desired || live[uid] || m.orphans[uid] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn("remove a stale hosts file", "uid", uid, "err", err)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"os"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -39,6 +40,7 @@ func (m *Manager) removeOrphans(ctx context.Context, wg *sync.WaitGroup) {
 		m.orphans[uid] = true
 	}
 	m.mu.Unlock()
+	m.removeStaleHostsFiles(sandboxes)
 	for uid, sbs := range byPod {
 		wg.Add(1)
 		go func() {
@@ -69,6 +71,7 @@ func (m *Manager) teardownOrphans(ctx context.Context, uid types.UID, sbs []*run
 		if err := m.teardownVolumes(ctx, uid); err != nil {
 			m.log.Warn("remove volumes of an orphaned sandbox", "uid", uid, "err", err)
 		}
+		_ = os.Remove(m.hostsPath(uid))
 	}
 	m.slots.release()
 	m.mu.Lock()

@@ -60,6 +60,8 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 				// says so in an event and its waiting reason only, both
 				// soon gone; the terminated state keeps why.
 				cs.State.Terminated.Reason, cs.State.Terminated.Message = EventFailedPostStartHook, hf.message
+			} else if s.Message == "" && s.ExitCode != 0 && c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+				cs.State.Terminated.Message = fallbackMessage(ctx, raw.GetLogPath())
 			}
 			if b := st.backoff[c.Name]; b != nil && !b.until.IsZero() {
 				cs.LastTerminationState.Terminated = cs.State.Terminated

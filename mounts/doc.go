@@ -51,7 +51,10 @@
 //   - Projected files (configMap, secret, projected, downwardAPI) change
 //     atomically: readers see the old or the new payload, never a mix
 //     (writeAtomic). Secret and projected volumes live on tmpfs and never
-//     reach the disk.
+//     reach the disk. Beside the payload, such a volume gets the
+//     directories the mounts nested beneath its mount points need (the
+//     kubelet's MakeNestedMountpoints, nested.go): the runtime cannot make
+//     them in a volume the container sees read-only.
 //   - A pod's fsGroup owns its emptyDir, configMap, secret, projected and
 //     downwardAPI volumes as the kubelet's SetVolumeOwnership makes it:
 //     group fsGroup, g+rw (g+r for the read-only API volumes), directories

@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -67,6 +70,11 @@ type Config struct {
 	// neither the volume's sizeLimit nor the pod's memory limit is known.
 	// Zero means the node's total memory.
 	NodeMemory int64
+	// Allocatable is the node's allocatable: the value of a downwardAPI
+	// resourceFieldRef to a limit its container does not set, as the
+	// kubelet's. Unset memory is NodeMemory (or the node's total), unset
+	// cpu the machine's CPUs.
+	Allocatable corev1.ResourceList
 	// Logger receives one line per mount, unmount and removal; nil
 	// discards.
 	Logger *slog.Logger
@@ -94,6 +102,7 @@ type Manager struct {
 	allow      []string
 	sourceDir  string
 	nodeMemory int64
+	alloc      corev1.ResourceList
 	log        *slog.Logger
 	now        func() time.Time
 	nfs        *nfsClient
@@ -177,6 +186,7 @@ func New(cfg Config) (*Manager, error) {
 		allow:      allow,
 		sourceDir:  cfg.SourceDir,
 		nodeMemory: mem,
+		alloc:      allocatable(cfg.Allocatable, mem),
 		log:        log,
 		now:        now,
 		local:      newLocalMounter(log),
@@ -246,3 +256,20 @@ func (m *Manager) hostPathRoot(p string) (root, rel string, ok bool) {
 	}
 	return "", "", false
 }
+
+// allocatable is cfg's Allocatable with memory and cpu filled in.
+func allocatable(cfg corev1.ResourceList, mem int64) corev1.ResourceList {
+	a := cfg.DeepCopy()
+	if a == nil {
+		a = corev1.ResourceList{}
+	}
+	if _, ok := a[corev1.ResourceMemory]; !ok {
+		a[corev1.ResourceMemory] = *resource.NewQuantity(mem, resource.BinarySI)
+	}
+	if _, ok := a[corev1.ResourceCPU]; !ok {
+		a[corev1.ResourceCPU] = *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI)
+	}
+	return a
+}
+
+func (m *Manager) allocatable() corev1.ResourceList { return m.alloc }

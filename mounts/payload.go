@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 )
 
 // defaultFileMode is the mode of payload files when the pod gives none:
@@ -71,7 +73,7 @@ func (m *Manager) volumePayload(pod *corev1.Pod, v *corev1.Volume) (payload, err
 		return pl, m.addSource(pl, sourceSecrets, pod.Namespace, s.Secret.SecretName, s.Secret.Items,
 			fileMode(s.Secret.DefaultMode), isTrue(s.Secret.Optional))
 	case s.DownwardAPI != nil:
-		return pl, addDownward(pl, pod, s.DownwardAPI.Items, fileMode(s.DownwardAPI.DefaultMode))
+		return pl, addDownward(pl, pod, s.DownwardAPI.Items, fileMode(s.DownwardAPI.DefaultMode), m.allocatable())
 	case s.Projected != nil:
 		mode := fileMode(s.Projected.DefaultMode)
 		for i, src := range s.Projected.Sources {
@@ -82,7 +84,7 @@ func (m *Manager) volumePayload(pod *corev1.Pod, v *corev1.Volume) (payload, err
 			case src.Secret != nil:
 				err = m.addSource(pl, sourceSecrets, pod.Namespace, src.Secret.Name, src.Secret.Items, mode, isTrue(src.Secret.Optional))
 			case src.DownwardAPI != nil:
-				err = addDownward(pl, pod, src.DownwardAPI.Items, mode)
+				err = addDownward(pl, pod, src.DownwardAPI.Items, mode, m.allocatable())
 			default:
 				err = fmt.Errorf("%w: projected source kind", ErrUnsupported)
 			}
@@ -208,13 +210,20 @@ func readRegular(p string, limit int) ([]byte, error) {
 // addDownward adds downward API files: metadata.name, metadata.namespace,
 // metadata.uid, metadata.labels, metadata.annotations and single
 // metadata.labels['key'] / metadata.annotations['key'] values, formatted as
-// the kubelet formats them.
-func addDownward(pl payload, pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode os.FileMode) error {
+// the kubelet formats them, and a container's limits and requests
+// (resourceFieldRef; an unset limit is the node's allocatable).
+func addDownward(pl payload, pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode os.FileMode, allocatable corev1.ResourceList) error {
 	for _, it := range items {
-		if it.FieldRef == nil {
-			return fmt.Errorf("downwardAPI item %q: %w: only fieldRef", it.Path, ErrUnsupported)
+		var val string
+		var err error
+		switch {
+		case it.ResourceFieldRef != nil:
+			val, err = podspec.ResourceFieldValue(pod, nil, it.ResourceFieldRef, allocatable)
+		case it.FieldRef != nil:
+			val, err = downwardValue(pod, it.FieldRef.FieldPath)
+		default:
+			return fmt.Errorf("downwardAPI item %q: %w: neither fieldRef nor resourceFieldRef", it.Path, ErrUnsupported)
 		}
-		val, err := downwardValue(pod, it.FieldRef.FieldPath)
 		if err != nil {
 			return fmt.Errorf("downwardAPI item %q: %w", it.Path, err)
 		}

@@ -208,6 +208,9 @@ func (m *Manager) setupVolume(ctx context.Context, podsFd int, pod *corev1.Pod, 
 	if err != nil {
 		return nil, volumeErr("write", v.Name, dir, err)
 	}
+	if err := makeNestedMountpoints(dir, v.Name, pod); err != nil {
+		return nil, volumeErr("set up", v.Name, dir, err)
+	}
 	// The kubelet sets an API volume's ownership whenever its payload is
 	// written, whatever the change policy (which it ignores for these);
 	// and so here for one written before this agent started.

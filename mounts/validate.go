@@ -265,7 +265,9 @@ func validateDownward(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, ip 
 		errs = append(errs, validateMode(it.Mode, p.Child("mode"))...)
 		switch {
 		case it.ResourceFieldRef != nil:
-			errs = append(errs, field.Forbidden(p.Child("resourceFieldRef"), ErrUnsupported.Error()))
+			if name := it.ResourceFieldRef.ContainerName; !hasContainer(pod, name) {
+				errs = append(errs, field.Invalid(p.Child("resourceFieldRef", "containerName"), name, "no container of the pod has this name"))
+			}
 		case it.FieldRef == nil:
 			errs = append(errs, field.Required(p.Child("fieldRef"), ""))
 		default:
@@ -307,4 +309,15 @@ func objectName(name string, np *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(np, name, msg))
 	}
 	return errs
+}
+
+func hasContainer(pod *corev1.Pod, name string) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }

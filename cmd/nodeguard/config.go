@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
@@ -59,6 +60,16 @@ type runConfig struct {
 	// safe set: names or prefixes ending in '*' ("net.core.*"), the
 	// kubelet's key. Only namespaced sysctls can be allowed.
 	AllowedUnsafeSysctls []string `json:"allowedUnsafeSysctls"`
+	// ClusterDomain is the kubelet's clusterDomain: a pod with a hostname
+	// and a subdomain gets its FQDN,
+	// <hostname>.<subdomain>.<namespace>.svc.<clusterDomain>, in its
+	// /etc/hosts. Empty: no FQDN, as a kubelet without one.
+	ClusterDomain string `json:"clusterDomain"`
+	// NodeLabels are added to the labels a standalone kubelet gives its
+	// node (hostname, os and arch, which they may override), the
+	// kubelet's --node-labels: a pod whose nodeSelector they do not match
+	// is rejected (NodeAffinity).
+	NodeLabels map[string]string `json:"nodeLabels"`
 	// SystemReserved and KubeReserved (e.g. {memory: 512Mi, cpu: 500m})
 	// are taken off the node's capacity; the rest, node allocatable, is
 	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
@@ -275,6 +286,19 @@ func (c runConfig) Validate() error {
 		return fmt.Errorf("backoffInitial/backoffMax: negative durations %v/%v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
 	case c.BackoffMax.Duration > 0 && c.BackoffInitial.Duration > c.BackoffMax.Duration:
 		return fmt.Errorf("backoffInitial: %v is above backoffMax %v", c.BackoffInitial.Duration, c.BackoffMax.Duration)
+	}
+	if c.ClusterDomain != "" {
+		if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
+			return fmt.Errorf("clusterDomain: %q: %s", c.ClusterDomain, strings.Join(errs, "; "))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.NodeLabels)) {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("nodeLabels: key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(c.NodeLabels[k]); len(errs) > 0 {
+			return fmt.Errorf("nodeLabels[%s]: %q: %s", k, c.NodeLabels[k], strings.Join(errs, "; "))
+		}
 	}
 	for i, p := range c.AllowedUnsafeSysctls {
 		if err := podspec.CheckUnsafeSysctlPattern(p); err != nil {
@@ -522,6 +546,22 @@ func configPath(flag string, given bool) (string, error) {
 		return "", fmt.Errorf("default config %s: %w", DefaultConfigPath, err)
 	}
 	return "", nil
+}
+
+// nodeLabels are the node's labels: the standalone kubelet's of this
+// machine with NodeLabels over them; nil (lifecycle's default, the same
+// standalone labels) when none are configured.
+func (c runConfig) nodeLabels() (map[string]string, error) {
+	if len(c.NodeLabels) == 0 {
+		return nil, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("nodeLabels: %w", err)
+	}
+	labels := lifecycle.StandaloneNodeLabels(h)
+	maps.Copy(labels, c.NodeLabels)
+	return labels, nil
 }
 
 // reloadable lists what SIGHUP applies: the logging section and the

@@ -355,6 +355,10 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			return fmt.Errorf("imageCredentialsFile: %w", err)
 		}
 	}
+	nodeLabels, err := cfg.nodeLabels()
+	if err != nil {
+		return err
+	}
 	adm := &admitter{}
 	relay := &decisionRelay{}
 	// The agent's event log: pod events (probes, lifecycle hooks) from the
@@ -363,7 +367,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	events := api.NewEventLog(4096)
 	mgr, err := lifecycle.New(lifecycle.Config{
 		Volumes: vols, Network: network, ProbeNetNS: probeNetNS(cfg.Network), Admit: adm.admit, Node: node, Events: events,
-		ImageCredentialsFile: cfg.ImageCredentialsFile,
+		ImageCredentialsFile: cfg.ImageCredentialsFile, ClusterDomain: cfg.ClusterDomain, NodeLabels: nodeLabels,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),

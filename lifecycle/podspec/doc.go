@@ -88,15 +88,18 @@
 //     one's tmpfs, and a disk one past it is evicted), hostPath (absolute
 //     path without "..", type), configMap, secret, projected (configMap,
 //     secret and downwardAPI sources), downwardAPI (fieldRef of metadata
-//     name, namespace, uid, labels, annotations), nfs (server, an absolute
-//     path, readOnly) and persistentVolumeClaim (claimName a DNS
+//     name, namespace, uid, labels, annotations; resourceFieldRef of a
+//     named container, as env's, see ResourceFieldValue), nfs (server, an
+//     absolute path, readOnly) and persistentVolumeClaim (claimName a DNS
 //     subdomain, readOnly; standalone the claim and its volume come from
 //     the node's source directory); checked structurally here, the volume
 //     code checks the rest.
 //
 // Accepted only with their harmless or default values (anything else is an
 // error): hostUsers true, setHostnameAsFQDN false,
-// terminationMessagePath /dev/termination-log, terminationMessagePolicy File,
+// terminationMessagePath /dev/termination-log, terminationMessagePolicy File
+// or FallbackToLogsOnError (a failed container's message is the end of its
+// log),
 // procMount Default (Unmasked needs hostUsers false), mountPropagation
 // None, recursiveReadOnly Disabled.
 // enableServiceLinks is accepted silently (there are no Services).

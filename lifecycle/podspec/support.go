@@ -161,7 +161,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 	reflect.TypeFor[corev1.SecretProjection]():        {"name": honoured, "items": honoured, "optional": honoured},
 	reflect.TypeFor[corev1.DownwardAPIProjection]():   {"items": honoured},
 	reflect.TypeFor[corev1.DownwardAPIVolumeSource](): {"items": honoured, "defaultMode": honoured},
-	reflect.TypeFor[corev1.DownwardAPIVolumeFile]():   {"path": honoured, "fieldRef": honoured, "mode": honoured},
+	reflect.TypeFor[corev1.DownwardAPIVolumeFile]():   {"path": honoured, "fieldRef": honoured, "resourceFieldRef": honoured, "mode": honoured},
 	reflect.TypeFor[corev1.KeyToPath]():               {"key": honoured, "path": honoured, "mode": honoured},
 }
 

@@ -373,8 +373,11 @@ func validateContainer(c *corev1.Container, names map[string]bool, volumes map[s
 	if c.TerminationMessagePath != "" && c.TerminationMessagePath != DefaultTerminationMessagePath {
 		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePath"), NotSupported+": only "+DefaultTerminationMessagePath))
 	}
-	if c.TerminationMessagePolicy != "" && c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
-		errs = append(errs, field.Forbidden(cp.Child("terminationMessagePolicy"), NotSupported+": only File"))
+	switch c.TerminationMessagePolicy {
+	case "", corev1.TerminationMessageReadFile, corev1.TerminationMessageFallbackToLogsOnError:
+	default:
+		errs = append(errs, field.NotSupported(cp.Child("terminationMessagePolicy"), c.TerminationMessagePolicy,
+			[]corev1.TerminationMessagePolicy{corev1.TerminationMessageReadFile, corev1.TerminationMessageFallbackToLogsOnError}))
 	}
 	errs = append(errs, validatePorts(c.Ports, cp.Child("ports"))...)
 	errs = append(errs, validateEnvFrom(c.EnvFrom, cp.Child("envFrom"))...)
@@ -1074,11 +1077,22 @@ func validateDownwardItems(items []corev1.DownwardAPIVolumeFile, ip *field.Path)
 		p := ip.Index(i)
 		errs = append(errs, localNonReservedPath(it.Path, p.Child("path"))...)
 		errs = append(errs, validateMode(it.Mode, p.Child("mode"))...)
-		if it.FieldRef == nil {
+		switch {
+		case it.FieldRef != nil && it.ResourceFieldRef != nil:
+			errs = append(errs, field.Invalid(p, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"))
+		case it.ResourceFieldRef != nil:
+			// A volume's reference names its container (env's is the
+			// container's own).
+			rp := p.Child("resourceFieldRef")
+			if it.ResourceFieldRef.ContainerName == "" {
+				errs = append(errs, field.Required(rp.Child("containerName"), ""))
+			}
+			errs = append(errs, validateResourceFieldRef(it.ResourceFieldRef, rp)...)
+		case it.FieldRef == nil:
 			errs = append(errs, field.Required(p, "one of `fieldRef` and `resourceFieldRef` is required"))
-			continue
+		default:
+			errs = append(errs, validateFieldRef(it.FieldRef, supportedVolumeFieldPaths, p.Child("fieldRef"))...)
 		}
-		errs = append(errs, validateFieldRef(it.FieldRef, supportedVolumeFieldPaths, p.Child("fieldRef"))...)
 	}
 	return errs
 }

@@ -1,0 +1,435 @@
+package lifecycle_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodeguard/nodeguard/internal/corpus"
+	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
+	"github.com/nodeguard/nodeguard/mounts"
+)
+
+var (
+	corpusOut  = flag.String("corpus.out", "", "write the corpus table as corpus.md and corpus.csv into this directory")
+	corpusOnly = flag.String("corpus.only", "", "run only the specs whose names contain this (the expectations of the others are not checked)")
+)
+
+const (
+	corpusDir          = "podspec/testdata/corpus"
+	corpusExpectations = "podspec/testdata/corpus/expectations.txt"
+	// corpusBatch pods run at once: the corpus in three batches, a few
+	// minutes, few enough pods for a 2-core machine that others share.
+	corpusBatch = 30
+	// corpusWait bounds how long a batch may take to be Running and
+	// Ready: the slowest readiness probe of the corpus starts after 15 s
+	// and probes every 10 s.
+	corpusWait = 75 * time.Second
+)
+
+// corpusNode is the node the corpus runs on: one that runs node agents and
+// CNI daemons (allowPrivileged, for hostNetwork and hostPID), without a
+// registry to pull from, with the label the documentation's nodeSelector
+// example asks the reader to give a node.
+func corpusNode(apparmor bool) (podspec.Options, map[string]string) {
+	opts := podspec.Options{AllowPrivileged: true, AppArmorEnabled: apparmor}
+	labels := map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": "corpus", "disktype": "ssd"}
+	return opts, labels
+}
+
+// TestCorpus applies every spec of the corpus to a real nodeguard (a
+// Manager on a real containerd, through Apply as the local API does),
+// waits for each to be Running and Ready or Succeeded, and compares what
+// happened with the expectations file: a spec that is refused, or does not
+// run, for anything but a control plane or a plugin fails the test unless
+// its line waits for a feature being merged. It prints the table (and
+// writes it with -corpus.out DIR).
+func TestCorpus(t *testing.T) {
+	specs, err := corpus.Load(corpusDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := corpus.LoadExpectations(corpusExpectations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *corpusOnly != "" {
+		specs = slices.DeleteFunc(specs, func(s corpus.Spec) bool { return !strings.Contains(s.Name, *corpusOnly) })
+		for name := range exp {
+			if !strings.Contains(name, *corpusOnly) {
+				delete(exp, name)
+			}
+		}
+	}
+	r := newRig(t)
+	hostRoot := sharedDir(t)
+	apparmor, err := lifecycle.AppArmorEnabled(lifecycle.AppArmorEnabledPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, labels := corpusNode(apparmor)
+	vols, err := mounts.New(mounts.Config{RootDir: r.root, HostPathAllow: []string{hostRoot}, SourceDir: r.sources, NodeMemory: 8 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	m, err := lifecycle.New(lifecycle.Config{
+		Runtime: r.client, Cgroups: r.cg, RootDir: r.root, MemoryCapacity: 8 << 30,
+		BackoffInitial: 300 * time.Millisecond, BackoffMax: time.Second, Resync: 200 * time.Millisecond,
+		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
+		Volumes: vols, Network: r.network(), GCInterval: time.Hour,
+		PodOptions: opts, NodeLabels: labels,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SourcesReady()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	var results []corpus.Result
+	for start := 0; start < len(specs); start += corpusBatch {
+		batch := specs[start:min(start+corpusBatch, len(specs))]
+		began := time.Now()
+		results = append(results, runCorpusBatch(t, m, r, vols, opts, hostRoot, batch)...)
+		t.Logf("corpus: specs %d to %d of %d done in %v", start+1, start+len(batch), len(specs), time.Since(began).Round(time.Second))
+	}
+
+	var md bytes.Buffer
+	if err := corpus.Markdown(&md, results); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("corpus results:\n%s", md.String())
+	if *corpusOut != "" {
+		var csv bytes.Buffer
+		if err := corpus.CSV(&csv, results); err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range map[string][]byte{"corpus.md": md.Bytes(), "corpus.csv": csv.Bytes()} {
+			if err := os.WriteFile(filepath.Join(*corpusOut, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	failures, changes := corpus.Check(results, exp)
+	for _, c := range changes {
+		t.Logf("waiting for a feature: %s", c)
+	}
+	for _, f := range failures {
+		t.Errorf("%s", f)
+	}
+	if t.Failed() {
+		t.Logf("nodeguard's warnings and errors:\n%s", logs.String())
+	}
+}
+
+// corpusPod is one pod of the batch on its way.
+type corpusPod struct {
+	result *corpus.Result
+	pod    *corev1.Pod
+}
+
+func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot string, batch []corpus.Spec) []corpus.Result {
+	t.Helper()
+	results := make([]corpus.Result, len(batch))
+	var running []corpusPod
+	for i, s := range batch {
+		results[i].Spec = s
+		res := &results[i]
+		pods, err := podspec.Parse(bytes.NewReader(s.Manifest(r.env.BusyboxImage(), hostRoot)), s.Name+".yaml")
+		if err != nil {
+			res.Outcome, res.Reason = corpus.RefusedOther, err.Error()
+			continue
+		}
+		if len(pods) != 1 {
+			t.Fatalf("%s: %d pods, want one", s.Name, len(pods))
+		}
+		p := pods[0]
+		// The objects a user puts beside the manifest: the node's paths
+		// its hostPath volumes name, its ConfigMaps and Secrets.
+		corpusHostPaths(t, hostRoot, p)
+		corpusSources(t, r, p)
+		applied, err := m.Apply(t.Context(), []*corev1.Pod{p}, lifecycle.SourceAPI)
+		if err != nil {
+			res.Refusals = corpusRefusals(p, opts, vols)
+			if errors.Is(err, lifecycle.ErrRejected) || len(res.Refusals) == 0 {
+				res.Refusals = nil
+				res.Outcome, res.Reason = corpus.RefusedOther, err.Error()
+				continue
+			}
+			res.Outcome = corpus.Classify(res.Refusals)
+			continue
+		}
+		running = append(running, corpusPod{result: res, pod: applied[0]})
+	}
+
+	deadline := time.Now().Add(corpusWait)
+	for _, cp := range running {
+		ctx, cancel := context.WithDeadline(t.Context(), deadline)
+		var last *corev1.Pod
+		err := m.Wait(ctx, cp.pod.Namespace, cp.pod.Name, func(p *corev1.Pod, ok bool) bool {
+			last = p
+			return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || runningAndReady(p))
+		})
+		cancel()
+		switch {
+		case err == nil && last.Status.Phase == corev1.PodSucceeded:
+			cp.result.Outcome = corpus.Succeeded
+		case err == nil && runningAndReady(last):
+			cp.result.Outcome = corpus.Running
+		default:
+			cp.result.Outcome, cp.result.Reason = corpus.NotRunning, notRunningWhy(t, m, last)
+		}
+	}
+	for _, cp := range running {
+		if err := m.Delete(t.Context(), cp.pod.Namespace, cp.pod.Name); err != nil {
+			t.Fatalf("delete %s: %v", cp.pod.Name, err)
+		}
+	}
+	for _, cp := range running {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		err := m.Wait(ctx, cp.pod.Namespace, cp.pod.Name, func(_ *corev1.Pod, ok bool) bool { return !ok })
+		cancel()
+		if err != nil {
+			t.Fatalf("pod %s never went away: %v", cp.pod.Name, err)
+		}
+	}
+	return results
+}
+
+func runningAndReady(p *corev1.Pod) bool {
+	if p == nil || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// notRunningWhy says what the pod's status shows: its phase and reason,
+// and each container that is not ready with its state's reason.
+func notRunningWhy(t *testing.T, m *lifecycle.Manager, p *corev1.Pod) string {
+	if p == nil {
+		return "no status"
+	}
+	parts := []string{"phase " + string(p.Status.Phase)}
+	if p.Status.Reason != "" {
+		parts = append(parts, p.Status.Reason+": "+p.Status.Message)
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		switch {
+		case cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff":
+			// What the failed container last said.
+			var out bytes.Buffer
+			_ = m.Logs(t.Context(), p.Namespace, p.Name, lifecycle.LogOptions{Container: cs.Name, Tail: 2}, &out)
+			last := ""
+			if term := cs.LastTerminationState.Terminated; term != nil {
+				last = fmt.Sprintf(" after %s (exit %d) %s", term.Reason, term.ExitCode, term.Message)
+			}
+			parts = append(parts, fmt.Sprintf("%s waiting: CrashLoopBackOff%s, its log ends %q", cs.Name, last, out.String()))
+		case cs.State.Waiting != nil:
+			parts = append(parts, fmt.Sprintf("%s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message))
+		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode != 0:
+			parts = append(parts, fmt.Sprintf("%s terminated: %s exit %d", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.ExitCode))
+		case cs.State.Running != nil && !cs.Ready:
+			parts = append(parts, cs.Name+" running, not ready")
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// corpusRefusals are the field errors Apply refused the pod for, from the
+// same checks: podspec's and the volume manager's.
+func corpusRefusals(p *corev1.Pod, opts podspec.Options, vols *mounts.Manager) []corpus.Refusal {
+	p = p.DeepCopy()
+	podspec.Default(p, lifecycle.SourceAPI)
+	_, errs := podspec.Validate(p, opts)
+	errs = append(errs, vols.Validate(p)...)
+	return corpus.Refusals(errs)
+}
+
+// corpusHostPaths makes, beneath hostRoot, what the pod's hostPath volumes
+// expect of the node: a directory, a file, or a socket (/dev/log, the
+// docker socket), as the type says; a directory when it says nothing.
+func corpusHostPaths(t *testing.T, hostRoot string, p *corev1.Pod) {
+	t.Helper()
+	for _, v := range p.Spec.Volumes {
+		hp := v.HostPath
+		if hp == nil || !strings.HasPrefix(hp.Path, hostRoot) {
+			continue
+		}
+		path := hp.Path
+		typ := corev1.HostPathUnset
+		if hp.Type != nil {
+			typ = *hp.Type
+		}
+		if _, err := os.Lstat(path); err == nil {
+			continue
+		}
+		var err error
+		switch typ {
+		case corev1.HostPathFile, corev1.HostPathFileOrCreate:
+			if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+				err = os.WriteFile(path, nil, 0o644)
+			}
+		case corev1.HostPathSocket:
+			if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+				var l net.Listener
+				if l, err = net.Listen("unix", path); err == nil {
+					t.Cleanup(func() { l.Close() })
+				}
+			}
+		default:
+			err = os.MkdirAll(path, 0o755)
+		}
+		if err == nil && path == filepath.Join(hostRoot, "dev") {
+			err = corpusDevices(path)
+		}
+		if err != nil {
+			t.Fatalf("make hostPath %s: %v", path, err)
+		}
+	}
+}
+
+// corpusSources writes every ConfigMap and Secret the pod names (volumes,
+// envFrom, key references) with the keys it names, as the documentation's
+// examples have the reader create them first.
+func corpusSources(t *testing.T, r *rig, p *corev1.Pod) {
+	t.Helper()
+	want := map[[2]string]map[string]bool{}
+	add := func(kind, name string, keys ...string) {
+		k := [2]string{kind, name}
+		if want[k] == nil {
+			want[k] = map[string]bool{}
+		}
+		for _, key := range keys {
+			want[k][key] = true
+		}
+	}
+	items := func(kind, name string, its []corev1.KeyToPath) {
+		add(kind, name)
+		for _, it := range its {
+			add(kind, name, it.Key)
+		}
+	}
+	for _, v := range p.Spec.Volumes {
+		switch {
+		case v.ConfigMap != nil:
+			items("configmaps", v.ConfigMap.Name, v.ConfigMap.Items)
+		case v.Secret != nil:
+			items("secrets", v.Secret.SecretName, v.Secret.Items)
+		case v.Projected != nil:
+			for _, src := range v.Projected.Sources {
+				if src.ConfigMap != nil {
+					items("configmaps", src.ConfigMap.Name, src.ConfigMap.Items)
+				}
+				if src.Secret != nil {
+					items("secrets", src.Secret.Name, src.Secret.Items)
+				}
+			}
+		}
+	}
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		for _, ef := range c.EnvFrom {
+			if ef.ConfigMapRef != nil {
+				add("configmaps", ef.ConfigMapRef.Name)
+			}
+			if ef.SecretRef != nil {
+				add("secrets", ef.SecretRef.Name)
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if ref := e.ValueFrom.ConfigMapKeyRef; ref != nil {
+				add("configmaps", ref.Name, ref.Key)
+			}
+			if ref := e.ValueFrom.SecretKeyRef; ref != nil {
+				add("secrets", ref.Name, ref.Key)
+			}
+		}
+	}
+	keys := make([][2]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i][0]+keys[i][1] < keys[j][0]+keys[j][1] })
+	for _, k := range keys {
+		ns := p.Namespace
+		if ns == "" {
+			ns = "default"
+		}
+		data := map[string]string{"corpus": "the corpus harness made this object"}
+		for key := range want[k] {
+			data[key] = "corpus"
+		}
+		dir := filepath.Join(r.sources, k[0], ns, k[1])
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for key, v := range data {
+			if err := os.WriteFile(filepath.Join(dir, key), []byte(v), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// sharedDir is a temporary directory bind-mounted on itself and made
+// rshared: the node's root stands for the machine's, which systemd mounts
+// shared, so that hostPath volumes with mountPropagation HostToContainer
+// or Bidirectional can be mounted (the runtime refuses them from a
+// private mount). Unmounted at the end.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mount %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		t.Fatalf("make %s rshared: %v", dir, err)
+	}
+	return dir
+}
+
+// corpusDevices makes, in the stand-in of the node's /dev, the devices
+// every /dev has and a runtime needs in a container that mounts it (runc
+// opens /dev/null to set the user up).
+func corpusDevices(dir string) error {
+	for _, d := range []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
+		if err := unix.Mknod(filepath.Join(dir, d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("make %s: %w", d.name, err)
+		}
+	}
+	return nil
+}
