@@ -199,19 +199,27 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 		running = append(running, corpusPod{result: res, pod: applied[0]})
 	}
 
+	// A pod that restarts its containers always is settled once Running
+	// and Ready. One that does not (a Job's, or a Pod run once) may be
+	// Running and Ready on its way to Succeeded: it is watched until it
+	// ends, or until the deadline finds it still Running and Ready (a
+	// restartPolicy Never pod whose command serves forever).
 	deadline := time.Now().Add(corpusWait)
 	for _, cp := range running {
 		ctx, cancel := context.WithDeadline(t.Context(), deadline)
+		completes := cp.pod.Spec.RestartPolicy == corev1.RestartPolicyNever || cp.pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure
 		var last *corev1.Pod
 		err := m.Wait(ctx, cp.pod.Namespace, cp.pod.Name, func(p *corev1.Pod, ok bool) bool {
-			last = p
-			return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || runningAndReady(p))
+			if ok {
+				last = p
+			}
+			return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !completes && runningAndReady(p))
 		})
 		cancel()
 		switch {
 		case err == nil && last.Status.Phase == corev1.PodSucceeded:
 			cp.result.Outcome = corpus.Succeeded
-		case err == nil && runningAndReady(last):
+		case runningAndReady(last) && (err == nil || completes && errors.Is(err, context.DeadlineExceeded)):
 			cp.result.Outcome = corpus.Running
 		default:
 			cp.result.Outcome, cp.result.Reason = corpus.NotRunning, notRunningWhy(t, m, last)
