@@ -92,7 +92,8 @@ func TestCorpus(t *testing.T) {
 	}
 	r := newRig(t)
 	hostRoot := sharedDir(t)
-	pullRef, credentials, pulling := corpusRegistry(t, r)
+	reg, pullRef, credentials, pulling := corpusRegistry(t, r)
+	pullsBefore := corpusManifestPulls(t, reg)
 	apparmor, err := lifecycle.AppArmorEnabled(lifecycle.AppArmorEnabledPath)
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +122,12 @@ func TestCorpus(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	var results []corpus.Result
+	rewritten := 0 // containers given the registry's image that started
 	for start := 0; start < len(specs); start += corpusBatch {
 		batch := specs[start:min(start+corpusBatch, len(specs))]
 		began := time.Now()
-		results = append(results, runCorpusBatch(t, m, r, vols, opts, hostRoot, pullRef, batch)...)
+		res, n := runCorpusBatch(t, m, r, vols, opts, hostRoot, pullRef, batch)
+		results, rewritten = append(results, res...), rewritten+n
 		t.Logf("corpus: specs %d to %d of %d done in %v", start+1, start+len(batch), len(specs), time.Since(began).Round(time.Second))
 	}
 
@@ -144,6 +147,16 @@ func TestCorpus(t *testing.T) {
 			}
 		}
 	}
+	// Every container given the registry's image pulled it when it
+	// started (the registry's access log has a 200 for the tag's
+	// manifest each time): Always was honoured, not served from the
+	// local copy.
+	if pulls := corpusManifestPulls(t, reg) - pullsBefore; pulls < rewritten {
+		t.Errorf("the registry served %s's manifest %d times, want at least once for each of the %d containers with imagePullPolicy Always that started", pullRef, pulls, rewritten)
+	} else {
+		t.Logf("corpus: %d containers with imagePullPolicy Always pulled %s (%d manifest requests served)", rewritten, pullRef, pulls)
+	}
+
 	failures, changes := corpus.Check(results, exp)
 	for _, c := range changes {
 		t.Logf("waiting for a feature: %s", c)
@@ -160,9 +173,12 @@ func TestCorpus(t *testing.T) {
 type corpusPod struct {
 	result *corpus.Result
 	pod    *corev1.Pod
+	// pulls is how many of its containers were given the registry's
+	// image (corpusPullFromRegistry).
+	pulls int
 }
 
-func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot, pullRef string, batch []corpus.Spec) []corpus.Result {
+func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot, pullRef string, batch []corpus.Spec) (_ []corpus.Result, pulled int) {
 	t.Helper()
 	results := make([]corpus.Result, len(batch))
 	var running []corpusPod
@@ -178,7 +194,7 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 			t.Fatalf("%s: %d pods, want one", s.Name, len(pods))
 		}
 		p := pods[0]
-		corpusPullFromRegistry(p, r.env.BusyboxImage(), pullRef)
+		pulls := corpusPullFromRegistry(p, r.env.BusyboxImage(), pullRef)
 		// The objects a user puts beside the manifest: the node's paths
 		// its hostPath volumes name, its ConfigMaps and Secrets, its
 		// claims and their volumes.
@@ -196,7 +212,7 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 			res.Outcome = corpus.Classify(res.Refusals)
 			continue
 		}
-		running = append(running, corpusPod{result: res, pod: applied[0]})
+		running = append(running, corpusPod{result: res, pod: applied[0], pulls: pulls})
 	}
 
 	// A pod that restarts its containers always is settled once Running
@@ -219,8 +235,10 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 		switch {
 		case err == nil && last.Status.Phase == corev1.PodSucceeded:
 			cp.result.Outcome = corpus.Succeeded
+			pulled += cp.pulls
 		case runningAndReady(last) && (err == nil || completes && errors.Is(err, context.DeadlineExceeded)):
 			cp.result.Outcome = corpus.Running
+			pulled += cp.pulls
 		default:
 			cp.result.Outcome, cp.result.Reason = corpus.NotRunning, notRunningWhy(t, m, last)
 		}
@@ -238,7 +256,7 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 			t.Fatalf("pod %s never went away: %v", cp.pod.Name, err)
 		}
 	}
-	return results
+	return results, pulled
 }
 
 func runningAndReady(p *corev1.Pod) bool {
@@ -430,9 +448,9 @@ func corpusSources(t *testing.T, r *rig, p *corev1.Pod) {
 // registry does. It returns the image reference the containers that always
 // pull are given, the credentials file (Config.ImageCredentialsFile), and
 // a runtime client that pulls.
-func corpusRegistry(t *testing.T, r *rig) (ref, credentials string, pulling *cri.Client) {
+func corpusRegistry(t *testing.T, r *rig) (reg *registry.Registry, ref, credentials string, pulling *cri.Client) {
 	t.Helper()
-	reg := registry.New(t, r.env)
+	reg = registry.New(t, r.env)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	ref = reg.Host() + "/" + corpusRepository
@@ -449,7 +467,22 @@ func corpusRegistry(t *testing.T, r *rig) (ref, credentials string, pulling *cri
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pulling.Close() })
-	return ref, credentials, pulling
+	return reg, ref, credentials, pulling
+}
+
+// corpusManifestPulls counts the requests for the corpus tag's manifest
+// the registry answered 200 (its access log: one line a request, as
+// `"HEAD /v2/corpus/busybox/manifests/1 HTTP/1.1" 200`): containerd
+// resolves the tag at each pull.
+func corpusManifestPulls(t *testing.T, reg *registry.Registry) int {
+	t.Helper()
+	b, err := os.ReadFile(reg.LogFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, tag, _ := strings.Cut(corpusRepository, ":")
+	path := "/v2/" + repo + "/manifests/" + tag + " HTTP/1.1\" 200 "
+	return strings.Count(string(b), "HEAD "+path) + strings.Count(string(b), "GET "+path)
 }
 
 // corpusPullFromRegistry gives every container of p whose imagePullPolicy
@@ -458,10 +491,11 @@ func corpusRegistry(t *testing.T, r *rig) (ref, credentials string, pulling *cri
 // is the test one. The other containers keep the local busybox, present on
 // the node, which IfNotPresent does not pull. This is the one change the
 // harness makes to a spec's images after the BUSYBOX swap (README.md).
-func corpusPullFromRegistry(p *corev1.Pod, local, ref string) {
+func corpusPullFromRegistry(p *corev1.Pod, local, ref string) (rewritten int) {
 	rewrite := func(image *string, policy corev1.PullPolicy) {
 		if policy == corev1.PullAlways && *image == local {
 			*image = ref
+			rewritten++
 		}
 	}
 	for i := range p.Spec.InitContainers {
@@ -470,6 +504,7 @@ func corpusPullFromRegistry(p *corev1.Pod, local, ref string) {
 	for i := range p.Spec.Containers {
 		rewrite(&p.Spec.Containers[i].Image, p.Spec.Containers[i].ImagePullPolicy)
 	}
+	return rewritten
 }
 
 // corpusClaims writes, for every persistentVolumeClaim volume of p, what a
