@@ -51,9 +51,9 @@ const (
 )
 
 var (
-	nfsWriterPod      = podRef{Namespace: "lane", Name: "nfs-writer", File: "testdata/nfs-writer.yaml", QOS: corev1.PodQOSBestEffort}
-	nfsStaticPod      = podRef{Namespace: "default", Name: "nfs-static", File: "testdata/nfs-static.yaml", QOS: corev1.PodQOSBestEffort, Static: true}
-	nfsUnreachablePod = podRef{Namespace: "lane", Name: "nfs-unreachable", File: "testdata/nfs-unreachable.yaml", QOS: corev1.PodQOSBestEffort}
+	nfsWriterPod      = podRef{Namespace: "lane", Name: "nfs-writer", File: "testdata/nfs-writer.yaml", QOS: corev1.PodQOSBurstable}
+	nfsStaticPod      = podRef{Namespace: "default", Name: "nfs-static", File: "testdata/nfs-static.yaml", QOS: corev1.PodQOSBurstable, Static: true}
+	nfsUnreachablePod = podRef{Namespace: "lane", Name: "nfs-unreachable", File: "testdata/nfs-unreachable.yaml", QOS: corev1.PodQOSBurstable}
 )
 
 // nfsServerScript runs in the server's namespace (under unshare --mount, which
