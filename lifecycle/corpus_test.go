@@ -44,7 +44,8 @@ const (
 	corpusBatch = 30
 	// corpusWait bounds how long a batch may take to be Running and
 	// Ready: the slowest readiness probe of the corpus starts after 15 s
-	// and probes every 10 s.
+	// and probes every 10 s. A batch with a run-once pod that serves
+	// forever (restartPolicy Never) takes all of it.
 	corpusWait = 75 * time.Second
 	// corpusClaimSize is the capacity of every PersistentVolume the
 	// harness writes and the request of its claim: the pod specs name
