@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,9 +19,14 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/internal/corpus"
+	"github.com/nodeguard/nodeguard/internal/registry"
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/mounts"
 )
@@ -38,16 +44,25 @@ const (
 	corpusBatch = 30
 	// corpusWait bounds how long a batch may take to be Running and
 	// Ready: the slowest readiness probe of the corpus starts after 15 s
-	// and probes every 10 s.
+	// and probes every 10 s. A batch with a run-once pod that serves
+	// forever (restartPolicy Never) takes all of it.
 	corpusWait = 75 * time.Second
+	// corpusClaimSize is the capacity of every PersistentVolume the
+	// harness writes and the request of its claim: the pod specs name
+	// claims, not their size.
+	corpusClaimSize = "1Gi"
+	// corpusRepository is where the corpus's busybox is pushed in the
+	// test registry, for the containers whose imagePullPolicy is Always.
+	corpusRepository = "corpus/busybox:1"
 )
 
 // corpusNode is the node the corpus runs on: one that runs node agents and
-// CNI daemons (allowPrivileged, for hostNetwork and hostPID), without a
-// registry to pull from, with the label the documentation's nodeSelector
-// example asks the reader to give a node.
+// CNI daemons (allowPrivileged, for hostNetwork and hostPID), that pulls
+// images (from the test registry, the only one it can reach), with the
+// label the documentation's nodeSelector example asks the reader to give a
+// node.
 func corpusNode(apparmor bool) (podspec.Options, map[string]string) {
-	opts := podspec.Options{AllowPrivileged: true, AppArmorEnabled: apparmor}
+	opts := podspec.Options{AllowPrivileged: true, AppArmorEnabled: apparmor, ImagePull: true}
 	labels := map[string]string{"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": "corpus", "disktype": "ssd"}
 	return opts, labels
 }
@@ -78,6 +93,8 @@ func TestCorpus(t *testing.T) {
 	}
 	r := newRig(t)
 	hostRoot := sharedDir(t)
+	reg, pullRef, credentials, pulling := corpusRegistry(t, r)
+	pullsBefore := corpusManifestPulls(t, reg)
 	apparmor, err := lifecycle.AppArmorEnabled(lifecycle.AppArmorEnabledPath)
 	if err != nil {
 		t.Fatal(err)
@@ -89,11 +106,11 @@ func TestCorpus(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	m, err := lifecycle.New(lifecycle.Config{
-		Runtime: r.client, Cgroups: r.cg, RootDir: r.root, MemoryCapacity: 8 << 30,
+		Runtime: pulling, Cgroups: r.cg, RootDir: r.root, MemoryCapacity: 8 << 30,
 		BackoffInitial: 300 * time.Millisecond, BackoffMax: time.Second, Resync: 200 * time.Millisecond,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: vols, Network: r.network(), GCInterval: time.Hour,
-		PodOptions: opts, NodeLabels: labels,
+		PodOptions: opts, NodeLabels: labels, ImageCredentialsFile: credentials,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
@@ -106,10 +123,12 @@ func TestCorpus(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	var results []corpus.Result
+	rewritten := 0 // containers given the registry's image that started
 	for start := 0; start < len(specs); start += corpusBatch {
 		batch := specs[start:min(start+corpusBatch, len(specs))]
 		began := time.Now()
-		results = append(results, runCorpusBatch(t, m, r, vols, opts, hostRoot, batch)...)
+		res, n := runCorpusBatch(t, m, r, vols, opts, hostRoot, pullRef, batch)
+		results, rewritten = append(results, res...), rewritten+n
 		t.Logf("corpus: specs %d to %d of %d done in %v", start+1, start+len(batch), len(specs), time.Since(began).Round(time.Second))
 	}
 
@@ -129,6 +148,16 @@ func TestCorpus(t *testing.T) {
 			}
 		}
 	}
+	// Every container given the registry's image pulled it when it
+	// started (the registry's access log has a 200 for the tag's
+	// manifest each time): Always was honoured, not served from the
+	// local copy.
+	if pulls := corpusManifestPulls(t, reg) - pullsBefore; pulls < rewritten {
+		t.Errorf("the registry served %s's manifest %d times, want at least once for each of the %d containers with imagePullPolicy Always that started", pullRef, pulls, rewritten)
+	} else {
+		t.Logf("corpus: %d containers with imagePullPolicy Always pulled %s (%d manifest requests served)", rewritten, pullRef, pulls)
+	}
+
 	failures, changes := corpus.Check(results, exp)
 	for _, c := range changes {
 		t.Logf("waiting for a feature: %s", c)
@@ -145,9 +174,12 @@ func TestCorpus(t *testing.T) {
 type corpusPod struct {
 	result *corpus.Result
 	pod    *corev1.Pod
+	// pulls is how many of its containers were given the registry's
+	// image (corpusPullFromRegistry).
+	pulls int
 }
 
-func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot string, batch []corpus.Spec) []corpus.Result {
+func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot, pullRef string, batch []corpus.Spec) (_ []corpus.Result, pulled int) {
 	t.Helper()
 	results := make([]corpus.Result, len(batch))
 	var running []corpusPod
@@ -163,10 +195,13 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 			t.Fatalf("%s: %d pods, want one", s.Name, len(pods))
 		}
 		p := pods[0]
+		pulls := corpusPullFromRegistry(p, r.env.BusyboxImage(), pullRef)
 		// The objects a user puts beside the manifest: the node's paths
-		// its hostPath volumes name, its ConfigMaps and Secrets.
+		// its hostPath volumes name, its ConfigMaps and Secrets, its
+		// claims and their volumes.
 		corpusHostPaths(t, hostRoot, p)
 		corpusSources(t, r, p)
+		corpusClaims(t, r, p)
 		applied, err := m.Apply(t.Context(), []*corev1.Pod{p}, lifecycle.SourceAPI)
 		if err != nil {
 			res.Refusals = corpusRefusals(p, opts, vols)
@@ -178,23 +213,33 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 			res.Outcome = corpus.Classify(res.Refusals)
 			continue
 		}
-		running = append(running, corpusPod{result: res, pod: applied[0]})
+		running = append(running, corpusPod{result: res, pod: applied[0], pulls: pulls})
 	}
 
+	// A pod that restarts its containers always is settled once Running
+	// and Ready. One that does not (a Job's, or a Pod run once) may be
+	// Running and Ready on its way to Succeeded: it is watched until it
+	// ends, or until the deadline finds it still Running and Ready (a
+	// restartPolicy Never pod whose command serves forever).
 	deadline := time.Now().Add(corpusWait)
 	for _, cp := range running {
 		ctx, cancel := context.WithDeadline(t.Context(), deadline)
+		completes := cp.pod.Spec.RestartPolicy == corev1.RestartPolicyNever || cp.pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure
 		var last *corev1.Pod
 		err := m.Wait(ctx, cp.pod.Namespace, cp.pod.Name, func(p *corev1.Pod, ok bool) bool {
-			last = p
-			return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || runningAndReady(p))
+			if ok {
+				last = p
+			}
+			return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !completes && runningAndReady(p))
 		})
 		cancel()
 		switch {
 		case err == nil && last.Status.Phase == corev1.PodSucceeded:
 			cp.result.Outcome = corpus.Succeeded
-		case err == nil && runningAndReady(last):
+			pulled += cp.pulls
+		case runningAndReady(last) && (err == nil || completes && errors.Is(err, context.DeadlineExceeded)):
 			cp.result.Outcome = corpus.Running
+			pulled += cp.pulls
 		default:
 			cp.result.Outcome, cp.result.Reason = corpus.NotRunning, notRunningWhy(t, m, last)
 		}
@@ -212,7 +257,7 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 			t.Fatalf("pod %s never went away: %v", cp.pod.Name, err)
 		}
 	}
-	return results
+	return results, pulled
 }
 
 func runningAndReady(p *corev1.Pod) bool {
@@ -391,6 +436,142 @@ func corpusSources(t *testing.T, r *rig, p *corev1.Pod) {
 		}
 		for key, v := range data {
 			if err := os.WriteFile(filepath.Join(dir, key), []byte(v), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// corpusRegistry starts the test registry (internal/registry: TLS and
+// htpasswd, in crienv's network namespace, the only registry the node can
+// reach), pushes the corpus's busybox to it, and writes the node's
+// credentials file for it, as an admin of a node that pulls from a private
+// registry does. It returns the image reference the containers that always
+// pull are given, the credentials file (Config.ImageCredentialsFile), and
+// a runtime client that pulls.
+func corpusRegistry(t *testing.T, r *rig) (reg *registry.Registry, ref, credentials string, pulling *cri.Client) {
+	t.Helper()
+	reg = registry.New(t, r.env)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	ref = reg.Host() + "/" + corpusRepository
+	if err := reg.Push(ctx, r.env.Socket(), r.env.BusyboxImage(), ref); err != nil {
+		t.Fatal(err)
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte(reg.Username() + ":" + reg.Password()))
+	credentials = filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(credentials, fmt.Appendf(nil, `{"auths":{%q:{"auth":%q}}}`, reg.Host(), auth), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pulling, err := cri.Dial(ctx, r.env.Endpoint(), 10*time.Second, cri.WithImagePull())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pulling.Close() })
+	return reg, ref, credentials, pulling
+}
+
+// corpusManifestPulls counts the requests for the corpus tag's manifest
+// the registry answered 200 (its access log: one line a request, as
+// `"HEAD /v2/corpus/busybox/manifests/1 HTTP/1.1" 200`): containerd
+// resolves the tag at each pull.
+func corpusManifestPulls(t *testing.T, reg *registry.Registry) int {
+	t.Helper()
+	b, err := os.ReadFile(reg.LogFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, tag, _ := strings.Cut(corpusRepository, ":")
+	path := "/v2/" + repo + "/manifests/" + tag + " HTTP/1.1\" 200 "
+	return strings.Count(string(b), "HEAD "+path) + strings.Count(string(b), "GET "+path)
+}
+
+// corpusPullFromRegistry gives every container of p whose imagePullPolicy
+// is Always the busybox of the test registry (ref) in place of the local
+// one: such a container pulls on every start, and the node's only registry
+// is the test one. The other containers keep the local busybox, present on
+// the node, which IfNotPresent does not pull. This is the one change the
+// harness makes to a spec's images after the BUSYBOX swap (README.md).
+func corpusPullFromRegistry(p *corev1.Pod, local, ref string) (rewritten int) {
+	rewrite := func(image *string, policy corev1.PullPolicy) {
+		if policy == corev1.PullAlways && *image == local {
+			*image = ref
+			rewritten++
+		}
+	}
+	for i := range p.Spec.InitContainers {
+		rewrite(&p.Spec.InitContainers[i].Image, p.Spec.InitContainers[i].ImagePullPolicy)
+	}
+	for i := range p.Spec.Containers {
+		rewrite(&p.Spec.Containers[i].Image, p.Spec.Containers[i].ImagePullPolicy)
+	}
+	return rewritten
+}
+
+// corpusClaims writes, for every persistentVolumeClaim volume of p, what a
+// node admin provisions for it in the source directory (mounts/pv.go): the
+// claim (ReadWriteOnce, corpusClaimSize, no storage class: the specs name
+// claims, not their size or class) and a local PersistentVolume pre-bound
+// to it (spec.claimRef, and the claim's spec.volumeName), a directory
+// beneath the test's temp dir, with the node affinity a local volume has.
+// A claim of an NFS volume in its source (examples-nfs-busybox) gets a
+// local one too: this host's kernel has no NFS client.
+func corpusClaims(t *testing.T, r *rig, p *corev1.Pod) {
+	t.Helper()
+	ns := p.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	for _, v := range p.Spec.Volumes {
+		c := v.PersistentVolumeClaim
+		if c == nil {
+			continue
+		}
+		pvName := "corpus-" + ns + "-" + c.ClaimName
+		dir := filepath.Join(r.hostDir, "persistentvolumes", pvName)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		size := resource.MustParse(corpusClaimSize)
+		class := ""
+		claim := corev1.PersistentVolumeClaim{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+			ObjectMeta: metav1.ObjectMeta{Name: c.ClaimName, Namespace: ns},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+				StorageClassName: &class,
+				VolumeName:       pvName,
+			},
+		}
+		pv := corev1.PersistentVolume{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolume"},
+			ObjectMeta: metav1.ObjectMeta{Name: pvName},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				StorageClassName:              class,
+				ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: c.ClaimName},
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: dir}},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"corpus"}}},
+				}}}},
+			},
+		}
+		for rel, obj := range map[string]any{
+			filepath.Join("persistentvolumeclaims", ns, c.ClaimName+".yaml"): &claim,
+			filepath.Join("persistentvolumes", pvName+".yaml"):               &pv,
+		} {
+			b, err := yaml.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(r.sources, rel)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -449,3 +449,40 @@ func TestPVSourcesWithoutAMounterAreRefusedByName(t *testing.T) {
 		t.Errorf("Setup of a hostPath PV in Block mode: %v", err)
 	}
 }
+
+// A subPath of a claim's volume is resolved beneath the volume's directory,
+// which is named after the PersistentVolume (volumes/<plugin>/<pv name>),
+// not after the pod's volume: MySQL's StatefulSet of the documentation
+// mounts subPath mysql of its claim "data" bound to a volume of another
+// name.
+func TestSubPathOfAClaimIsBeneathItsVolume(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := testCtx(t)
+	src := filepath.Join(env.allowed, "exported")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env.writeClaim(t, "data", testClaim)
+	env.writePV(t, "disk1", strings.Replace(testPV, "PATH", src, 1))
+
+	pod := newPod("sub1", []corev1.Volume{claimVol("data", "data", false)},
+		mountAll(corev1.Container{Name: "app"}, corev1.VolumeMount{Name: "data", MountPath: "/var/lib/mysql", SubPath: "mysql"}))
+	pv, err := env.m.Setup(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := pv.Mounts(&pod.Spec.Containers[0])
+	if err != nil {
+		t.Fatalf("Mounts with a subPath of a claim: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(ms[0].HostPath, "ibdata1"), []byte("rows"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The subPath was made in the volume, and is the node's directory.
+	if got := mustRead(t, filepath.Join(src, "mysql", "ibdata1")); got != "rows" {
+		t.Errorf("the subPath's file in the local directory reads %q", got)
+	}
+	if err := env.m.Teardown(ctx, "sub1"); err != nil {
+		t.Fatal(err)
+	}
+}

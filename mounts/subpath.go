@@ -192,17 +192,23 @@ func (pv *PodVolumes) bindSubPath(v *volume, container string, index int, subPat
 }
 
 // openVolumeRoot opens v's root directory: beneath its allowlist prefix for
-// a hostPath, beneath RootDir/pods for the others.
+// a hostPath, beneath RootDir/pods for the others. The directory is v.path,
+// not one named after the pod's volume: a claim's volume is named after its
+// PersistentVolume (volumes/<plugin>/<pv name>), as the kubelet names it.
 func (pv *PodVolumes) openVolumeRoot(v *volume) (int, error) {
 	if v.hostPath {
 		return pv.m.openHostPath(v.path, unix.O_PATH|unix.O_DIRECTORY)
+	}
+	rel, err := filepath.Rel(pv.m.podsDir, v.path)
+	if err != nil || !filepath.IsLocal(rel) {
+		return -1, fmt.Errorf("volume %q: %w: its directory %s is not beneath %s", v.name, ErrUnsafePath, v.path, pv.m.podsDir)
 	}
 	podsFd, err := pv.m.openPodsDir()
 	if err != nil {
 		return -1, err
 	}
 	defer unix.Close(podsFd)
-	return openBeneath(podsFd, filepath.Join(string(pv.uid), volumesDirName, v.plugin, v.name), unix.O_PATH|unix.O_DIRECTORY)
+	return openBeneath(podsFd, rel, unix.O_PATH|unix.O_DIRECTORY)
 }
 
 // makeTarget makes (or reuses) the bind mount target name in parent: a

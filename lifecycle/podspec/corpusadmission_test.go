@@ -22,10 +22,11 @@ func TestCorpusAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The corpus node: it runs node agents (allowPrivileged) and pulls
-	// nothing. AppArmor is off here whatever the machine has: the specs
+	// The corpus node (lifecycle's corpusNode): it runs node agents
+	// (allowPrivileged) and pulls images (from the test registry there,
+	// for the containers whose imagePullPolicy is Always). AppArmor is off here whatever the machine has: the specs
 	// that need it are the ones the expectations say wait for it.
-	opts := Options{AllowPrivileged: true}
+	opts := Options{AllowPrivileged: true, ImagePull: true}
 	for _, s := range specs {
 		e, ok := exp[s.Name]
 		if !ok {

@@ -144,6 +144,18 @@ def runnable(argv):
     return True
 
 
+def with_dirs(argv):
+    """A `sh -c` script that writes a file (`> /dir/file`) into a directory
+    the original image has and busybox may lack (nginx's /usr/share): the
+    script with `mkdir -p /dir && ` before it, or None if it writes none."""
+    if len(argv) < 3 or os.path.basename(str(argv[0])) != "sh" or argv[1] != "-c":
+        return None
+    dirs = sorted({os.path.dirname(m) for m in re.findall(r">\s*(/[^\s;&|]+)", str(argv[2]))} - {"", "/", "/tmp", "/dev"})
+    if not dirs:
+        return None
+    return list(argv[:2]) + ["mkdir -p %s && %s" % (" ".join(dirs), argv[2])] + list(argv[3:])
+
+
 def short(argv, n):
     """argv as one header line: line breaks shown as \\n, cut at n."""
     return shlex.join(map(str, argv)).replace("\n", "\\n")[:n]
@@ -221,6 +233,10 @@ def swap(pod, swaps, production):
                 if "exec" in h and not runnable(h["exec"].get("command")):
                     swaps.append("%s: %s exec %s -> sh -c true" % (where, hook, short(h["exec"]["command"], 80)))
                     h["exec"]["command"] = ["sh", "-c", "true"]
+                elif "exec" in h and with_dirs(h["exec"]["command"]):
+                    cmd = with_dirs(h["exec"]["command"])
+                    swaps.append("%s: %s exec %s -> %s (the original image has the directory, busybox's may not)" % (where, hook, short(h["exec"]["command"], 80), short(cmd, 120)))
+                    h["exec"]["command"] = cmd
     # runAsNonRoot is checked against the image's user, as the kubelet
     # does: the original images run as a non-root USER, busybox's is root.
     psc = spec.get("securityContext") or {}
