@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,73 @@ func TestFSGroupOwnsTheVolumeAndIsASupplementalGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, m, "fsgroup")
+}
+
+// strictPod runs `id -G` with supplementalGroupsPolicy Strict: its groups
+// are runAsGroup and supplementalGroups only.
+const strictPod = `
+apiVersion: v1
+kind: Pod
+metadata: {name: strict}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 1000
+    runAsGroup: 3000
+    supplementalGroups: [4000]
+    supplementalGroupsPolicy: Strict
+  containers:
+  - {name: id, image: BUSYBOX, command: [id, -G]}
+`
+
+// TestSupplementalGroupsPolicyStrictFollowsTheRuntime gives the manager
+// the real runtime's features, as the daemon does: where the runtime does
+// not report supplemental_groups_policy (containerd 1.6, this host) the
+// Strict pod is refused at admission with the kubelet's reason; where it
+// does, the pod runs with exactly its groups and its status reports them.
+func TestSupplementalGroupsPolicyStrictFollowsTheRuntime(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	features, err := r.client.Features(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.podOptions.SupplementalGroupsPolicy = features.GetSupplementalGroupsPolicy()
+	m, _ := r.manager(t)
+	_, err = m.Apply(ctx, r.pods(t, strictPod), lifecycle.SourceAPI)
+	if !features.GetSupplementalGroupsPolicy() {
+		want := "SupplementalGroupsPolicyNotSupported: SupplementalGroupsPolicy=Strict is not supported in this node: the container runtime does not report the supplemental_groups_policy feature"
+		// Refused with the field's path like the other fields the node
+		// cannot honour (sysctls, AppArmor), the kubelet's reason first.
+		if !errors.Is(err, lifecycle.ErrInvalid) || !strings.Contains(err.Error(), "spec.securityContext.supplementalGroupsPolicy: Forbidden: "+want) {
+			t.Fatalf("Apply = %v, want ErrInvalid with %q", err, want)
+		}
+		if _, ok := m.Get("default", "strict"); ok {
+			t.Error("a rejected pod is desired")
+		}
+		t.Logf("the runtime reports no supplemental_groups_policy: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("the runtime reports supplemental_groups_policy, yet Apply = %v", err)
+	}
+	p := waitPod(t, m, "strict", "succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	var out strings.Builder
+	if err := m.Logs(ctx, "default", "strict", lifecycle.LogOptions{Container: "id", Tail: -1}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out.String()); got != "3000 4000" {
+		t.Errorf("id -G = %q, want \"3000 4000\": none of the image's /etc/group", got)
+	}
+	if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].User == nil {
+		t.Fatalf("status has no user: %+v", p.Status.ContainerStatuses)
+	}
+	if u := p.Status.ContainerStatuses[0].User.Linux; u == nil || u.UID != 1000 || u.GID != 3000 {
+		t.Errorf("status user.linux = %+v, want uid 1000 gid 3000", u)
+	}
+	if err := m.Delete(ctx, "default", "strict"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, m, "strict")
 }

@@ -37,6 +37,9 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "Unknown", Message: err.Error()}
 			return cs
 		}
+		// The identity the runtime started the container with, where it
+		// reports one (the supplemental_groups_policy feature).
+		cs.User = cri.ContainerUser(raw)
 		s := cri.ContainerState(raw)
 		switch s.Phase {
 		case cri.PhaseRunning:

@@ -344,6 +344,15 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	// What the runtime says it implements decides the pod fields that
+	// need it, as the kubelet's node status.features does.
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	features, err := client.Features(fctx)
+	fcancel()
+	if err != nil {
+		return err
+	}
+	log.Info("runtime features", "supplementalGroupsPolicy", features.GetSupplementalGroupsPolicy())
 	node, err := nodeInfo(cfg.RootDir, int64(mi.MemTotal))
 	if err != nil {
 		return err
@@ -372,7 +381,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
 		DNS: lifecycle.NodeDNS(lifecycle.ResolvConf), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull,
-			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor},
+			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor,
+			SupplementalGroupsPolicy: features.GetSupplementalGroupsPolicy()},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
 		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})

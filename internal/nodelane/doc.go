@@ -227,6 +227,15 @@
 //     server and no sandbox; deleted, its directory goes once mount.nfs
 //     has given up (2 min). With -run TestNode/nfs the check starts the
 //     agent itself;
+//   - supplementalGroupsPolicy Strict (features_test.go), on containerd
+//     2.x only, whose CRI Status reports the supplemental_groups_policy
+//     feature (1.6 reports none: the check skips saying so, the host
+//     lane's TestSupplementalGroupsPolicyIsDecidedByTheRuntime checks the
+//     refusal there): a pod with runAsUser 1000, runAsGroup 3000,
+//     supplementalGroups [4000] and Strict runs, `crictl exec <id> id`
+//     says groups=3000,4000, and its status.containerStatuses[].user.linux
+//     is uid 1000, gid 3000, groups 3000 and 4000; it is deleted after. It
+//     starts the agent itself under -run;
 //   - nodeguard restarted with cgroupDriver: cgroupfs on containerd's
 //     systemd driver. Where RuntimeConfig reports the driver (containerd
 //     2.x), the start is refused: `systemctl restart nodeguard` fails

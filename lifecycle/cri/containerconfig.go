@@ -211,6 +211,7 @@ func containerSecurityContext(pod *corev1.Pod, c *corev1.Container, seccompRoot 
 			out.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
 		}
 		out.SupplementalGroups = podSupplementalGroups(psc)
+		out.SupplementalGroupsPolicy = supplementalGroupsPolicy(psc)
 	}
 	procMount := corev1.DefaultProcMount
 	if sc := c.SecurityContext; sc != nil {

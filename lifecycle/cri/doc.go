@@ -16,6 +16,12 @@
 // gRPC NotFound also wraps ErrNotFound, and the gRPC status stays reachable
 // through status.FromError.
 //
+// Features is what the runtime says it implements (StatusResponse
+// features, the kubelet's node status.features): the daemon reads it once
+// at start, and the pod fields that need a feature are admitted by it
+// (supplementalGroupsPolicy Strict needs supplemental_groups_policy),
+// never by the runtime's version.
+//
 // # Conversions
 //
 // SandboxConfig and ContainerConfig build the CRI configs exactly as the
@@ -28,7 +34,8 @@
 // (generateLinuxContainerResources) and the effective security context. Env
 // that cannot be resolved is a *ConfigError, the kubelet's
 // CreateContainerConfigError. ContainerState is toKubeContainerState plus
-// the exit details. Container logs are read and rotated by lifecycle/logs.
+// the exit details; ContainerUser is the status's user (the identity the
+// container started with), where the runtime reports one. Container logs are read and rotated by lifecycle/logs.
 //
 // # Streaming
 //

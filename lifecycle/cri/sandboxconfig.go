@@ -163,6 +163,7 @@ func sandboxLinux(pod *corev1.Pod, cgroupParent string) *runtimeapi.LinuxPodSand
 			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
 		}
 		sc.SupplementalGroups = podSupplementalGroups(psc)
+		sc.SupplementalGroupsPolicy = supplementalGroupsPolicy(psc)
 		for _, s := range psc.Sysctls {
 			// One spelling for the runtime: runc writes a dotted name
 			// to /proc/sys with the dots made slashes.

@@ -44,8 +44,9 @@
 //     securityContext: runAsUser, runAsGroup, runAsNonRoot (checked
 //     against the image's user at start, as the kubelet), fsGroup and
 //     fsGroupChangePolicy (volume ownership, see package mounts),
-//     supplementalGroups, supplementalGroupsPolicy Merge (Strict needs
-//     containerd 2.0), sysctls (the kubelet's safe set, others only if
+//     supplementalGroups, supplementalGroupsPolicy (Strict only where
+//     the runtime reports the feature, Options.SupplementalGroupsPolicy;
+//     elsewhere refused with the kubelet's reason), sysctls (the kubelet's safe set, others only if
 //     Options.AllowedUnsafeSysctls matches; never a non-namespaced one, nor
 //     a net.* one with hostNetwork), seccompProfile (RuntimeDefault,
 //     Unconfined, Localhost beneath <rootDir>/seccomp) and appArmorProfile

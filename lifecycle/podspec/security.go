@@ -80,6 +80,11 @@ func unsafeSysctlAllowed(name string, allowed []string) bool {
 	return false
 }
 
+// SupplementalGroupsPolicyNotSupported is the kubelet's admission reason
+// for a pod with supplementalGroupsPolicy Strict on a node whose runtime
+// lacks the feature; the refusal starts with it.
+const SupplementalGroupsPolicyNotSupported = "SupplementalGroupsPolicyNotSupported"
+
 // ErrUnsafeSysctlPattern is wrapped for an allowedUnsafeSysctls entry the
 // kubelet would refuse at start.
 var ErrUnsafeSysctlPattern = errors.New("invalid unsafe sysctl pattern")
@@ -134,8 +139,11 @@ func validatePodSecurityContext(s *corev1.PodSpec, opts Options, sp *field.Path)
 	case p == nil, *p == corev1.SupplementalGroupsPolicyMerge:
 	case *p == corev1.SupplementalGroupsPolicyStrict:
 		// The kubelet refuses Strict where the runtime does not report
-		// the feature; containerd before 2.0 does not.
-		errs = append(errs, field.Forbidden(sp.Child("supplementalGroupsPolicy"), NotSupported+": Strict needs a runtime that reports supplemental_groups_policy (containerd 2.0)"))
+		// the feature (its canAdmitPod, reason and message below): a
+		// runtime without it would merge the image's groups anyway.
+		if !opts.SupplementalGroupsPolicy {
+			errs = append(errs, field.Forbidden(sp.Child("supplementalGroupsPolicy"), SupplementalGroupsPolicyNotSupported+": SupplementalGroupsPolicy=Strict is not supported in this node: the container runtime does not report the supplemental_groups_policy feature"))
+		}
 	default:
 		errs = append(errs, field.NotSupported(sp.Child("supplementalGroupsPolicy"), *p,
 			[]corev1.SupplementalGroupsPolicy{corev1.SupplementalGroupsPolicyMerge, corev1.SupplementalGroupsPolicyStrict}))

@@ -56,9 +56,20 @@ func TestValidateSecurityContext(t *testing.T) {
 			mutate: podSC(corev1.PodSecurityContext{SupplementalGroups: []int64{1000, 2000}, SupplementalGroupsPolicy: &merge}),
 		},
 		{
-			name:     "the Strict policy is refused: containerd 1.x cannot do it",
+			name:     "the Strict policy is refused, with the kubelet's reason, where the runtime lacks the feature",
 			mutate:   podSC(corev1.PodSecurityContext{SupplementalGroupsPolicy: &strict}),
-			wantErrs: []string{"spec.securityContext.supplementalGroupsPolicy: Forbidden: not supported by nodeguard: Strict needs a runtime that reports supplemental_groups_policy (containerd 2.0)"},
+			wantErrs: []string{"spec.securityContext.supplementalGroupsPolicy: Forbidden: SupplementalGroupsPolicyNotSupported: SupplementalGroupsPolicy=Strict is not supported in this node: the container runtime does not report the supplemental_groups_policy feature"},
+		},
+		{
+			name:   "the Strict policy is accepted where the runtime reports the feature",
+			opts:   Options{SupplementalGroupsPolicy: true},
+			mutate: podSC(corev1.PodSecurityContext{SupplementalGroups: []int64{1000}, SupplementalGroupsPolicy: &strict}),
+		},
+		{
+			name:     "an unknown policy is refused whatever the runtime",
+			opts:     Options{SupplementalGroupsPolicy: true},
+			mutate:   podSC(corev1.PodSecurityContext{SupplementalGroupsPolicy: ptr(corev1.SupplementalGroupsPolicy("Loose"))}),
+			wantErrs: []string{`spec.securityContext.supplementalGroupsPolicy: Unsupported value: "Loose": supported values: "Merge", "Strict"`},
 		},
 		{
 			name:     "a negative supplemental group is refused",

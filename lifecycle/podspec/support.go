@@ -69,7 +69,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 		"runAsUser": honoured, "runAsGroup": honoured, "runAsNonRoot": honoured,
 		"supplementalGroups": honoured, "sysctls": honoured, "seccompProfile": honoured,
 		"appArmorProfile": honoured, "fsGroup": honoured, "fsGroupChangePolicy": honoured,
-		// Only Merge passes Validate.
+		// Strict passes Validate where the runtime reports the feature.
 		"supplementalGroupsPolicy": honoured,
 	},
 	reflect.TypeFor[corev1.Sysctl]():          {"name": honoured, "value": honoured},

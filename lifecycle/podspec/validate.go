@@ -39,6 +39,11 @@ type Options struct {
 	// (/sys/module/apparmor/parameters/enabled is "Y"); without it an
 	// appArmorProfile other than Unconfined is refused.
 	AppArmorEnabled bool
+	// SupplementalGroupsPolicy says that the runtime reports the
+	// supplemental_groups_policy feature (CRI StatusResponse features);
+	// without it supplementalGroupsPolicy Strict is refused, as the
+	// kubelet refuses it at admission.
+	SupplementalGroupsPolicy bool
 }
 
 // DNS limits from Linux libc resolution (pkg/apis/core/validation).
