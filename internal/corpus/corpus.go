@@ -12,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Placeholders a spec carries where the harness puts the machine's own
-// values: the local busybox image and the directory standing in for the
-// node's root in hostPath volumes.
+// The variables a spec names where the harness substitutes the machine's
+// own values: the local busybox image and the directory standing in for
+// the node's root in hostPath volumes.
 const (
-	BusyboxPlaceholder  = "BUSYBOX"
-	HostRootPlaceholder = "HOSTROOT"
+	BusyboxVar  = "BUSYBOX"
+	HostRootVar = "HOSTROOT"
 )
 
 // Spec is one pod of the corpus.
@@ -30,7 +30,7 @@ type Spec struct {
 	Production string
 	// Swaps are what the conversion changed, one line each.
 	Swaps []string
-	// YAML is the manifest, placeholders included.
+	// YAML is the manifest, with BusyboxVar and HostRootVar unsubstituted.
 	YAML []byte
 }
 
@@ -73,10 +73,11 @@ func Load(dir string) ([]Spec, error) {
 	return specs, nil
 }
 
-// Manifest returns the spec's YAML with the placeholders replaced.
+// Manifest returns the spec's YAML with BusyboxVar and HostRootVar
+// substituted.
 func (s Spec) Manifest(busyboxImage, hostRoot string) []byte {
-	b := bytes.ReplaceAll(s.YAML, []byte(BusyboxPlaceholder), []byte(busyboxImage))
-	return bytes.ReplaceAll(b, []byte(HostRootPlaceholder), []byte(hostRoot))
+	b := bytes.ReplaceAll(s.YAML, []byte(BusyboxVar), []byte(busyboxImage))
+	return bytes.ReplaceAll(b, []byte(HostRootVar), []byte(hostRoot))
 }
 
 // Outcome is what nodeguard did with a spec.

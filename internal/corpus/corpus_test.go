@@ -59,7 +59,7 @@ func TestLoadReadsTheHeaders(t *testing.T) {
 	}
 	m := string(b.Manifest("registry.local/busybox:1", "/tmp/root"))
 	if !strings.Contains(m, "image: registry.local/busybox:1}") || !strings.Contains(m, "path: /tmp/root/sys}") {
-		t.Errorf("placeholders not replaced:\n%s", m)
+		t.Errorf("BUSYBOX or HOSTROOT left unsubstituted:\n%s", m)
 	}
 
 	writeFile(t, dir, "c.yaml", "apiVersion: v1\n")
