@@ -104,8 +104,8 @@ type Env struct {
 	images   images.Set
 
 	cmd     *exec.Cmd
-	exited  chan struct{} // closed when cmd.Wait returns
-	waitErr error         // cmd.Wait's result, set before exited closes
+	exited  <-chan struct{} // closed when cmd.Wait returns
+	waitErr error           // cmd.Wait's result, set before exited closes
 	logFile *os.File
 	conn    *grpc.ClientConn
 	rt      runtimeapi.RuntimeServiceClient
@@ -304,27 +304,11 @@ func (e *Env) startContainerd(ctx context.Context) error {
 		// rather than run on unowned (SweepStale removes the rest).
 		Pdeathsig: syscall.SIGTERM,
 	}
-	// The death signal fires when the parent THREAD exits, and the Go
-	// runtime ends a thread whenever a goroutine exits while locked to
-	// it (code that changes a thread's namespaces does that). So
-	// containerd is started from a thread locked for its whole life.
-	e.exited = make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(e.exited)
-			return
-		}
-		started <- nil
-		e.waitErr = cmd.Wait()
-		close(e.exited)
-	}()
-	if err := <-started; err != nil {
+	exited, err := StartLocked(cmd, &e.waitErr)
+	if err != nil {
 		return fmt.Errorf("start containerd: %w", err)
 	}
+	e.exited = exited
 	e.cmd = cmd
 
 	conn, err := grpc.NewClient("unix://"+e.sock,
@@ -544,4 +528,33 @@ func (e *Env) Restart(ctx context.Context) error {
 		return errors.New("restart containerd: still running")
 	}
 	return e.startContainerd(ctx)
+}
+
+// StartLocked starts cmd, whose SysProcAttr.Pdeathsig ties the child to
+// this process, and reaps it. The death signal fires when the parent
+// THREAD exits, and the Go runtime ends a thread whenever a goroutine
+// exits while locked to it (code that changes a thread's namespaces does
+// that), so the child is started and waited for from a thread locked for
+// its whole life. The returned channel is closed once cmd.Wait has
+// returned, *waitErr set to its result before; an error means cmd did not
+// start.
+func StartLocked(cmd *exec.Cmd, waitErr *error) (exited <-chan struct{}, err error) {
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			close(done)
+			return
+		}
+		started <- nil
+		*waitErr = cmd.Wait()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return done, nil
 }

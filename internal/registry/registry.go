@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +72,7 @@ type Registry struct {
 	client   *http.Client
 
 	cmd     *exec.Cmd
-	exited  chan struct{}
+	exited  <-chan struct{}
 	waitErr error
 	logFile *os.File
 
@@ -287,25 +286,13 @@ func (r *Registry) start(ctx context.Context, bin string) error {
 	cmd := exec.Command(nsenter, "--net="+r.netns, "--", bin, "serve", r.configFile())
 	cmd.Stdout, cmd.Stderr, cmd.Dir = lf, lf, r.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	// The death signal fires when the parent thread exits: start from a
-	// thread locked for the child's whole life (as crienv's containerd).
-	r.exited = make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(r.exited)
-			return
-		}
-		started <- nil
-		r.waitErr = cmd.Wait()
-		close(r.exited)
-	}()
-	if err := <-started; err != nil {
+	// As crienv's containerd: started and reaped from a locked thread,
+	// so that the death signal means this process's end.
+	exited, err := crienv.StartLocked(cmd, &r.waitErr)
+	if err != nil {
 		return fmt.Errorf("start docker-registry: %w", err)
 	}
+	r.exited = exited
 	r.cmd = cmd
 
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
