@@ -81,6 +81,12 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 				}
 				continue
 			}
+			if s.Phase == cri.PhaseUnknown {
+				if err := m.replaceUnknown(ctx, st, c, cur); err != nil {
+					errs = append(errs, err)
+				}
+				continue
+			}
 			if s.Phase != cri.PhaseExited {
 				continue
 			}
@@ -206,6 +212,28 @@ func (m *Manager) startCreated(ctx context.Context, st *podState, c *runtimeapi.
 	}
 	m.log.Info("created container started", "pod", key(st.pod), "container", c.GetMetadata().GetName())
 	return nil
+}
+
+// replaceUnknown ends a container whose state its runtime does not know
+// and starts its next attempt, whatever the pod's restartPolicy, as the
+// kubelet's computePodActions does. containerd reports
+// CONTAINER_UNKNOWN for a container whose task it could not load when it
+// restarted (killed while the container was being started, say); such a
+// container may be running still, so it is stopped first (its preStop
+// hook, then TERM within the pod's grace period), lest two instances of
+// it run, and removed, so that the next attempt is the one the sync sees.
+// Left alone it would wait as ContainerCreating for ever.
+func (m *Manager) replaceUnknown(ctx context.Context, st *podState, c *corev1.Container, cur *runtimeapi.Container) error {
+	m.log.Warn("container in an unknown state; stopping it before its next attempt", "pod", key(st.pod), "container", c.Name, "id", cur.Id)
+	m.event(st.pod, c.Name, corev1.EventTypeNormal, ReasonKilling,
+		fmt.Sprintf("Container %s is in %q state, try killing it before restart", c.Name, "unknown"))
+	if err := m.stopContainer(ctx, st.pod, st.ip, c, cur.Id, grace(st.pod)); err != nil {
+		return fmt.Errorf("container %s in an unknown state: stop it: %w", c.Name, err)
+	}
+	if err := m.removeContainer(ctx, st.parent, cur.Id); err != nil {
+		return fmt.Errorf("container %s in an unknown state: remove it: %w", c.Name, err)
+	}
+	return m.startContainer(ctx, st, c, cur.GetMetadata().GetAttempt()+1)
 }
 
 // restart starts the next attempt of an exited container once its

@@ -73,6 +73,9 @@ const (
 	// opRestart starts its next attempt once the back-off allows
 	// (restart).
 	opRestart
+	// opReplaceUnknown stops a container in an unknown state and starts
+	// its next attempt (replaceUnknown).
+	opReplaceUnknown
 )
 
 // initStep is one init container (by index) and what to do to it.
@@ -121,6 +124,8 @@ func planInit(pod *corev1.Pod, byName map[string]*runtimeapi.Container, states m
 				plan.steps = append(plan.steps, initStep{i, opStart})
 			case s.Phase == cri.PhaseCreated:
 				plan.steps = append(plan.steps, initStep{i, opStartCreated})
+			case s.Phase == cri.PhaseUnknown:
+				plan.steps = append(plan.steps, initStep{i, opReplaceUnknown})
 			case s.Phase == cri.PhaseExited:
 				plan.steps = append(plan.steps, initStep{i, opRestart})
 			}
@@ -151,6 +156,8 @@ func planInit(pod *corev1.Pod, byName map[string]*runtimeapi.Container, states m
 	switch {
 	case s.Phase == cri.PhaseCreated:
 		return initPlan{steps: []initStep{{last, opStartCreated}}}
+	case s.Phase == cri.PhaseUnknown:
+		return initPlan{steps: []initStep{{last, opReplaceUnknown}}}
 	case isSidecar(c) && s.Phase == cri.PhaseRunning:
 		if !started(c.Name, cur.Id) {
 			return initPlan{} // its startupProbe decides; a failure kills it (killUnhealthy)
@@ -159,7 +166,7 @@ func planInit(pod *corev1.Pod, byName map[string]*runtimeapi.Container, states m
 	case isSidecar(c) && s.Phase == cri.PhaseExited:
 		return initPlan{steps: []initStep{{last, opRestart}}}
 	case s.Phase != cri.PhaseExited:
-		return initPlan{} // running (or unknown): wait for it
+		return initPlan{} // running: wait for it
 	case s.ExitCode == 0:
 		return next
 	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
@@ -187,6 +194,8 @@ func (m *Manager) syncInitContainers(ctx context.Context, st *podState, byName m
 			err = m.startCreated(ctx, st, cur)
 		case opRestart:
 			err = m.restart(ctx, st, c, cur, states[c.Name])
+		case opReplaceUnknown:
+			err = m.replaceUnknown(ctx, st, c, cur)
 		}
 		if err != nil {
 			errs = append(errs, err)

@@ -44,6 +44,7 @@ func (s scSeen) views() (map[string]*runtimeapi.Container, map[string]cri.State)
 var (
 	scRunning = cri.State{Phase: cri.PhaseRunning}
 	scCreated = cri.State{Phase: cri.PhaseCreated}
+	scUnknown = cri.State{Phase: cri.PhaseUnknown}
 	scExited0 = cri.State{Phase: cri.PhaseExited}
 	scExited1 = cri.State{Phase: cri.PhaseExited, ExitCode: 1}
 	scKilled  = cri.State{Phase: cri.PhaseExited, ExitCode: 137}
@@ -83,6 +84,10 @@ func TestPlanInit(t *testing.T) {
 			initPlan{steps: []initStep{{0, opRestart}}}},
 		{"a scCreated init container is started", pod, scSeen{"log": scCreated}, noProbe, false,
 			initPlan{steps: []initStep{{0, opStartCreated}}}},
+		{"an init container in an unknown state is replaced, not waited for", pod, scSeen{"log": scRunning, "setup": scUnknown}, noProbe, false,
+			initPlan{steps: []initStep{{1, opReplaceUnknown}}}},
+		{"once initialized, a sidecar in an unknown state is replaced", pod, scSeen{"log": scUnknown, "proxy": scRunning, "app": scRunning}, noProbe, false,
+			initPlan{initDone: true, steps: []initStep{{0, opReplaceUnknown}}}},
 		{"once initialized, exited and missing sidecars come back and plain init containers never run again", pod,
 			scSeen{"log": scExited0, "setup": scExited1, "app": scRunning}, noProbe, false,
 			initPlan{initDone: true, steps: []initStep{{0, opRestart}, {2, opStart}}}},

@@ -2,10 +2,14 @@ package lifecycle_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle"
 )
@@ -66,4 +70,123 @@ func TestARefusedContainerDoesNotKeepTheOthersFromStarting(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, m, "halfrefused")
+}
+
+// unknownOnce is a runtime that reports one container (the first it is
+// asked about whose name is name) as CONTAINER_UNKNOWN, as containerd does
+// for a container whose task it could not load when it restarted, until
+// that container is stopped. The container itself runs on underneath: what
+// an unknown state may hide.
+type unknownOnce struct {
+	lifecycle.Runtime
+	name string
+
+	mu      sync.Mutex
+	id      string // the container reported unknown
+	stopped bool
+}
+
+func (u *unknownOnce) ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+	s, err := u.Runtime.ContainerStatus(ctx, id)
+	if err != nil || s.GetMetadata().GetName() != u.name {
+		return s, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.id == "" && s.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		u.id = id
+	}
+	if id == u.id && !u.stopped {
+		s.State = runtimeapi.ContainerState_CONTAINER_UNKNOWN
+	}
+	return s, nil
+}
+
+func (u *unknownOnce) StopContainer(ctx context.Context, id string, timeout time.Duration) error {
+	err := u.Runtime.StopContainer(ctx, id, timeout)
+	u.mu.Lock()
+	if id == u.id && err == nil {
+		u.stopped = true
+	}
+	u.mu.Unlock()
+	return err
+}
+
+func (u *unknownOnce) unknown() (string, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.id, u.stopped
+}
+
+// TestAContainerInAnUnknownStateIsReplaced: a container the runtime
+// reports in an unknown state (containerd after a restart that could not
+// load its task; CI once saw a pod wait as ContainerCreating for 3 minutes
+// on it) is stopped and its next attempt started, as the kubelet does,
+// for an app container and for a sidecar, and the stopped one is gone:
+// never two instances at once.
+func TestAContainerInAnUnknownStateIsReplaced(t *testing.T) {
+	for _, tc := range []struct{ name, spec string }{
+		{"app container", `
+apiVersion: v1
+kind: Pod
+metadata: {name: lost}
+spec:
+  terminationGracePeriodSeconds: 2
+  restartPolicy: Never
+  containers:
+  - {name: c, image: BUSYBOX, command: [sleep, "3600"]}
+`},
+		{"sidecar", `
+apiVersion: v1
+kind: Pod
+metadata: {name: lost}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - {name: c, image: BUSYBOX, restartPolicy: Always, command: [sleep, "3600"]}
+  containers:
+  - {name: app, image: BUSYBOX, command: [sleep, "3600"]}
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			var u *unknownOnce
+			r.runtime = func(rt lifecycle.Runtime) lifecycle.Runtime { u = &unknownOnce{Runtime: rt, name: "c"}; return u }
+			m, _ := r.manager(t)
+			if _, err := m.Apply(context.Background(), r.pods(t, tc.spec), lifecycle.SourceAPI); err != nil {
+				t.Fatal(err)
+			}
+			p := waitPod(t, m, "lost", "ran its next attempt of c", func(p *corev1.Pod) bool {
+				for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+					if cs.Name == "c" && cs.State.Running != nil && cs.RestartCount == 1 {
+						return running(p)
+					}
+				}
+				return false
+			})
+			old, stopped := u.unknown()
+			if old == "" || !stopped {
+				t.Fatalf("the unknown container %q was not stopped (stopped %v); status %+v", old, stopped, p.Status)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctrs, err := r.client.ListContainers(ctx, "", map[string]string{"io.kubernetes.pod.uid": string(p.UID)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cs []string
+			for _, c := range ctrs {
+				if c.GetMetadata().GetName() == "c" {
+					cs = append(cs, fmt.Sprintf("%s attempt %d %v", c.Id[:12], c.GetMetadata().GetAttempt(), c.State))
+					if c.Id == old {
+						t.Errorf("the container in an unknown state is still there: %v", cs)
+					}
+				}
+			}
+			if len(cs) != 1 {
+				t.Errorf("containers named c: %v, want the next attempt alone", cs)
+			}
+			t.Logf("replaced %s: %v", old[:12], cs)
+		})
+	}
 }
