@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,14 +40,24 @@ var (
 const (
 	corpusDir          = "podspec/testdata/corpus"
 	corpusExpectations = "podspec/testdata/corpus/expectations.txt"
-	// corpusBatch pods run at once: the corpus in three batches, a few
-	// minutes, few enough pods for a 2-core machine that others share.
-	corpusBatch = 30
-	// corpusWait bounds how long a batch may take to be Running and
-	// Ready: the slowest readiness probe of the corpus starts after 15 s
-	// and probes every 10 s. A batch with a run-once pod that serves
+	// corpusInFlight is how many pods of the corpus exist at once: few
+	// enough for a 2-core machine that others share. A spec is applied
+	// as soon as a slot is free (one of the earlier pods is gone), so a
+	// slow pod holds one slot, not a whole batch.
+	corpusInFlight = 30
+	// corpusWait bounds how long a pod may take, from its apply, to be
+	// Running and Ready: the slowest readiness probe of the corpus starts
+	// after 15 s and probes every 10 s. A run-once pod that serves
 	// forever (restartPolicy Never) takes all of it.
 	corpusWait = 75 * time.Second
+	// corpusGone bounds a deleted pod's way out: its grace period (30 s
+	// by default, which a shell as PID 1, deaf to SIGTERM, takes whole),
+	// then the kill and the teardown.
+	corpusGone = 60 * time.Second
+	// corpusPoll is how often the harness reads a pod's status: Get
+	// copies the pod under the Manager's lock, so thirty pods watched at
+	// once are read no more often than this each.
+	corpusPoll = 100 * time.Millisecond
 	// corpusClaimSize is the capacity of every PersistentVolume the
 	// harness writes and the request of its claim: the pod specs name
 	// claims, not their size.
@@ -122,15 +133,9 @@ func TestCorpus(t *testing.T) {
 	go func() { m.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	var results []corpus.Result
-	rewritten := 0 // containers given the registry's image that started
-	for start := 0; start < len(specs); start += corpusBatch {
-		batch := specs[start:min(start+corpusBatch, len(specs))]
-		began := time.Now()
-		res, n := runCorpusBatch(t, m, r, vols, opts, hostRoot, pullRef, batch)
-		results, rewritten = append(results, res...), rewritten+n
-		t.Logf("corpus: specs %d to %d of %d done in %v", start+1, start+len(batch), len(specs), time.Since(began).Round(time.Second))
-	}
+	began := time.Now()
+	results, rewritten := runCorpus(t, m, r, vols, opts, hostRoot, pullRef, specs)
+	t.Logf("corpus: %d specs done in %v, at most %d pods at once", len(specs), time.Since(began).Round(time.Second), corpusInFlight)
 
 	var md bytes.Buffer
 	if err := corpus.Markdown(&md, results); err != nil {
@@ -170,20 +175,35 @@ func TestCorpus(t *testing.T) {
 	}
 }
 
-// corpusPod is one pod of the batch on its way.
+// corpusPod is one pod of the corpus on its way.
 type corpusPod struct {
 	result *corpus.Result
 	pod    *corev1.Pod
 	// pulls is how many of its containers were given the registry's
 	// image (corpusPullFromRegistry).
-	pulls int
+	pulls   int
+	applied time.Time
 }
 
-func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot, pullRef string, batch []corpus.Spec) (_ []corpus.Result, pulled int) {
+// runCorpus applies the specs in order, each once a slot of corpusInFlight
+// is free, and watches every applied pod on its own (settle, then delete
+// and wait until it is gone, which frees its slot). It returns one result
+// per spec, in the specs' order, and how many containers given the
+// registry's image started.
+func runCorpus(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot, pullRef string, specs []corpus.Spec) (_ []corpus.Result, pulled int) {
 	t.Helper()
-	results := make([]corpus.Result, len(batch))
-	var running []corpusPod
-	for i, s := range batch {
+	results := make([]corpus.Result, len(specs))
+	slots := make(chan struct{}, corpusInFlight)
+	type done struct {
+		pulled int
+		err    error
+	}
+	var watching []chan done
+	// A test that stops early (t.Fatal here) still waits for its
+	// watchers, which end with its context, before the Manager stops.
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	for i, s := range specs {
 		results[i].Spec = s
 		res := &results[i]
 		pods, err := podspec.Parse(bytes.NewReader(s.Manifest(r.env.BusyboxImage(), hostRoot)), s.Name+".yaml")
@@ -202,8 +222,14 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 		corpusHostPaths(t, hostRoot, p)
 		corpusSources(t, r, p)
 		corpusClaims(t, r, p)
+		select {
+		case slots <- struct{}{}:
+		case <-t.Context().Done():
+			t.Fatalf("%s: no slot free: %v", s.Name, t.Context().Err())
+		}
 		applied, err := m.Apply(t.Context(), []*corev1.Pod{p}, lifecycle.SourceAPI)
 		if err != nil {
+			<-slots
 			res.Refusals = corpusRefusals(p, opts, vols)
 			if errors.Is(err, lifecycle.ErrRejected) || len(res.Refusals) == 0 {
 				res.Refusals = nil
@@ -213,51 +239,88 @@ func runCorpusBatch(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Man
 			res.Outcome = corpus.Classify(res.Refusals)
 			continue
 		}
-		running = append(running, corpusPod{result: res, pod: applied[0], pulls: pulls})
-	}
-
-	// A pod that restarts its containers always is settled once Running
-	// and Ready. One that does not (a Job's, or a Pod run once) may be
-	// Running and Ready on its way to Succeeded: it is watched until it
-	// ends, or until the deadline finds it still Running and Ready (a
-	// restartPolicy Never pod whose command serves forever).
-	deadline := time.Now().Add(corpusWait)
-	for _, cp := range running {
-		ctx, cancel := context.WithDeadline(t.Context(), deadline)
-		completes := cp.pod.Spec.RestartPolicy == corev1.RestartPolicyNever || cp.pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure
-		var last *corev1.Pod
-		err := m.Wait(ctx, cp.pod.Namespace, cp.pod.Name, func(p *corev1.Pod, ok bool) bool {
-			if ok {
-				last = p
-			}
-			return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !completes && runningAndReady(p))
+		cp := corpusPod{result: res, pod: applied[0], pulls: pulls, applied: time.Now()}
+		ch := make(chan done, 1)
+		watching = append(watching, ch)
+		wg.Go(func() {
+			defer func() { <-slots }()
+			n, err := watchCorpusPod(t, m, cp)
+			ch <- done{n, err}
 		})
-		cancel()
-		switch {
-		case err == nil && last.Status.Phase == corev1.PodSucceeded:
-			cp.result.Outcome = corpus.Succeeded
-			pulled += cp.pulls
-		case runningAndReady(last) && (err == nil || completes && errors.Is(err, context.DeadlineExceeded)):
-			cp.result.Outcome = corpus.Running
-			pulled += cp.pulls
-		default:
-			cp.result.Outcome, cp.result.Reason = corpus.NotRunning, notRunningWhy(t, m, last)
+	}
+	var errs []error
+	for _, ch := range watching {
+		d := <-ch
+		pulled += d.pulled
+		if d.err != nil {
+			errs = append(errs, d.err)
 		}
 	}
-	for _, cp := range running {
-		if err := m.Delete(t.Context(), cp.pod.Namespace, cp.pod.Name); err != nil {
-			t.Fatalf("delete %s: %v", cp.pod.Name, err)
-		}
-	}
-	for _, cp := range running {
-		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-		err := m.Wait(ctx, cp.pod.Namespace, cp.pod.Name, func(_ *corev1.Pod, ok bool) bool { return !ok })
-		cancel()
-		if err != nil {
-			t.Fatalf("pod %s never went away: %v", cp.pod.Name, err)
-		}
+	if len(errs) > 0 {
+		t.Fatal(errors.Join(errs...))
 	}
 	return results, pulled
+}
+
+// watchCorpusPod waits for the pod to settle and records its outcome,
+// then deletes it and waits until it is gone. It runs beside the test's
+// goroutine: it reports what went wrong instead of failing the test.
+//
+// A pod that restarts its containers always is settled once Running and
+// Ready. One that does not (a Job's, or a Pod run once) may be Running and
+// Ready on its way to Succeeded: it is watched until it ends, or until
+// corpusWait after its apply finds it still Running and Ready (a
+// restartPolicy Never pod whose command serves forever).
+func watchCorpusPod(t *testing.T, m *lifecycle.Manager, cp corpusPod) (pulled int, _ error) {
+	ctx, cancel := context.WithDeadline(t.Context(), cp.applied.Add(corpusWait))
+	completes := cp.pod.Spec.RestartPolicy == corev1.RestartPolicyNever || cp.pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure
+	var last *corev1.Pod
+	err := corpusWatch(ctx, m, cp.pod.Namespace, cp.pod.Name, func(p *corev1.Pod, ok bool) bool {
+		if ok {
+			last = p
+		}
+		return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !completes && runningAndReady(p))
+	})
+	cancel()
+	settled := time.Since(cp.applied)
+	switch {
+	case err == nil && last.Status.Phase == corev1.PodSucceeded:
+		cp.result.Outcome = corpus.Succeeded
+		pulled = cp.pulls
+	case runningAndReady(last) && (err == nil || completes && errors.Is(err, context.DeadlineExceeded)):
+		cp.result.Outcome = corpus.Running
+		pulled = cp.pulls
+	default:
+		cp.result.Outcome, cp.result.Reason = corpus.NotRunning, notRunningWhy(t, m, last)
+	}
+	deleted := time.Now()
+	if err := m.Delete(t.Context(), cp.pod.Namespace, cp.pod.Name); err != nil {
+		return pulled, fmt.Errorf("delete %s: %w", cp.pod.Name, err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), corpusGone)
+	defer cancel()
+	if err := corpusWatch(ctx, m, cp.pod.Namespace, cp.pod.Name, func(_ *corev1.Pod, ok bool) bool { return !ok }); err != nil {
+		return pulled, fmt.Errorf("pod %s never went away: %w", cp.pod.Name, err)
+	}
+	t.Logf("corpus: %s %s %v after its apply, gone %v after its deletion", cp.result.Spec.Name, cp.result.Outcome,
+		settled.Round(100*time.Millisecond), time.Since(deleted).Round(100*time.Millisecond))
+	return pulled, nil
+}
+
+// corpusWatch is Manager.Wait at corpusPoll.
+func corpusWatch(ctx context.Context, m *lifecycle.Manager, namespace, name string, pred func(*corev1.Pod, bool) bool) error {
+	tick := time.NewTicker(corpusPoll)
+	defer tick.Stop()
+	for {
+		if p, ok := m.Get(namespace, name); pred(p, ok) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s/%s: %w", namespace, name, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 func runningAndReady(p *corev1.Pod) bool {
@@ -435,7 +498,14 @@ func corpusSources(t *testing.T, r *rig, p *corev1.Pod) {
 			t.Fatal(err)
 		}
 		for key, v := range data {
-			if err := os.WriteFile(filepath.Join(dir, key), []byte(v), 0o600); err != nil {
+			// Another spec's pod may be reading this object: what it
+			// has already is left as it is, never truncated and
+			// written again.
+			path := filepath.Join(dir, key)
+			if b, err := os.ReadFile(path); err == nil && string(b) == v {
+				continue
+			}
+			if err := os.WriteFile(path, []byte(v), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
