@@ -68,6 +68,8 @@
 //     k8s.io/mount-utils runs mount -t nfs server:path (mount.nfs from
 //     nfs-common) on pods/<uid>/volumes/kubernetes.io~nfs/<name>, with
 //     "ro" for a read-only volume (and a PersistentVolume's mountOptions),
+//     and retry=0 unless those name a retry= (one attempt per mount(8):
+//     the pod worker's syncs retry, with the error in the pod's status),
 //     from Config.NodeNetNS, where the client's socket is made. No NFS
 //     call holds a pod worker: a mount waits NFSMountTimeout and goes on
 //     in the background (ErrMountInProgress until it returns; no second

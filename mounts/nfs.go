@@ -23,11 +23,12 @@ import (
 // PluginNFS is the kubelet's nfs volume plugin directory name.
 const PluginNFS = "kubernetes.io~nfs"
 
-// Bounds of the NFS client calls. mount.nfs retries a server that does not
-// answer for 2 minutes (its retry= default) and an unmount of a mount
-// whose server is gone blocks until it answers, so nodeguard never waits
-// for either: a pod worker waits at most these, then the call goes on in
-// the background (mount) or is forced and detached (unmount).
+// Bounds of the NFS client calls. One attempt of mount.nfs (nfsRetry) can
+// still outlast a pod worker's patience (a server whose packets are
+// dropped: the kernel's RPC timeouts) and an unmount of a mount whose
+// server is gone blocks until it answers, so nodeguard never waits for
+// either: a pod worker waits at most these, then the call goes on in the
+// background (mount) or is forced and detached (unmount).
 const (
 	// DefaultNFSMountTimeout is how long Setup waits for one mount(8):
 	// a reachable server answers in well under a second; TCG guests take
@@ -115,9 +116,22 @@ func nfsSource(s *corev1.NFSVolumeSource) string {
 	return server + ":" + s.Path
 }
 
+// nfsRetry is the retry= mount option nodeguard adds unless the volume's
+// mountOptions give one: mount(8) makes a single attempt. Left to its
+// default, mount.nfs retries a server that does not answer for 2 minutes
+// inside one mount(8), hiding its error ("No route to host") behind
+// nodeguard's NFSMountTimeout and keeping a deleted pod's directory that
+// long. The pod worker retries a failed mount at its next syncs anyway,
+// each failure in the pod's status, as the kubelet's volume manager
+// retries: the server is still found once it answers. retry= concerns
+// mount(8) alone, never the I/O of a mounted export (soft, timeo and
+// retrans do, and stay the user's).
+const nfsRetry = "retry=0"
+
 // nfsOptions are the mount options of an export, as the kubelet's nfs
 // plugin joins them: the PersistentVolume's mountOptions (none for an
-// inline volume) and "ro" for a read-only volume, without duplicates.
+// inline volume) and "ro" for a read-only volume, without duplicates;
+// then nfsRetry unless they name a retry= of their own.
 func nfsOptions(s *corev1.NFSVolumeSource, mountOptions []string) []string {
 	var opts []string
 	for _, o := range mountOptions {
@@ -127,6 +141,9 @@ func nfsOptions(s *corev1.NFSVolumeSource, mountOptions []string) []string {
 	}
 	if s.ReadOnly && !slices.Contains(opts, "ro") {
 		opts = append(opts, "ro")
+	}
+	if !slices.ContainsFunc(opts, func(o string) bool { return strings.HasPrefix(o, "retry=") }) {
+		opts = append(opts, nfsRetry)
 	}
 	return opts
 }

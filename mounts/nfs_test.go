@@ -74,12 +74,14 @@ func TestNFSSourceAndOptionsAreTheKubeletPlugins(t *testing.T) {
 		source  string
 		options []string
 	}{
-		{"a host name and a path give server:path and no options", corev1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/a"}, nil, "nfs.example:/exports/a", nil},
-		{"an IPv4 address is used as it is", corev1.NFSVolumeSource{Server: "10.0.0.2", Path: "/"}, nil, "10.0.0.2:/", nil},
-		{"an IPv6 address goes in brackets", corev1.NFSVolumeSource{Server: "fd00::2", Path: "/x"}, nil, "[fd00::2]:/x", nil},
-		{"readOnly adds ro", corev1.NFSVolumeSource{Server: "s", Path: "/x", ReadOnly: true}, nil, "s:/x", []string{"ro"}},
+		{"a host name and a path give server:path and a single mount attempt", corev1.NFSVolumeSource{Server: "nfs.example", Path: "/exports/a"}, nil, "nfs.example:/exports/a", []string{"retry=0"}},
+		{"an IPv4 address is used as it is", corev1.NFSVolumeSource{Server: "10.0.0.2", Path: "/"}, nil, "10.0.0.2:/", []string{"retry=0"}},
+		{"an IPv6 address goes in brackets", corev1.NFSVolumeSource{Server: "fd00::2", Path: "/x"}, nil, "[fd00::2]:/x", []string{"retry=0"}},
+		{"readOnly adds ro", corev1.NFSVolumeSource{Server: "s", Path: "/x", ReadOnly: true}, nil, "s:/x", []string{"ro", "retry=0"}},
 		{"a PersistentVolume's mountOptions come first, once each", corev1.NFSVolumeSource{Server: "s", Path: "/x", ReadOnly: true},
-			[]string{"nfsvers=4.1", "hard", "nfsvers=4.1", "ro"}, "s:/x", []string{"nfsvers=4.1", "hard", "ro"}},
+			[]string{"nfsvers=4.1", "hard", "nfsvers=4.1", "ro"}, "s:/x", []string{"nfsvers=4.1", "hard", "ro", "retry=0"}},
+		{"a PersistentVolume's own retry= is kept", corev1.NFSVolumeSource{Server: "s", Path: "/x"},
+			[]string{"retry=2"}, "s:/x", []string{"retry=2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nfsSource(&tc.src); got != tc.source {
@@ -141,11 +143,11 @@ func TestNFSSetupMountsTheExportAtTheKubeletsPath(t *testing.T) {
 		t.Errorf("mounts %+v, want %+v", got, want)
 	}
 	for _, mp := range fake.MountPoints {
-		if mp.Path == roDir && !slices.Equal(mp.Opts, []string{"ro"}) {
-			t.Errorf("read-only export mounted with %q, want ro", mp.Opts)
+		if mp.Path == roDir && !slices.Equal(mp.Opts, []string{"ro", "retry=0"}) {
+			t.Errorf("read-only export mounted with %q, want ro,retry=0", mp.Opts)
 		}
-		if mp.Path == dataDir && len(mp.Opts) != 0 {
-			t.Errorf("writable export mounted with %q, want no options", mp.Opts)
+		if mp.Path == dataDir && !slices.Equal(mp.Opts, []string{"retry=0"}) {
+			t.Errorf("writable export mounted with %q, want retry=0 alone", mp.Opts)
 		}
 	}
 	st, err := os.Lstat(dataDir)
@@ -361,8 +363,8 @@ func TestNFSPersistentVolumeMountsWithItsMountOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(fake.MountPoints) != 1 || fake.MountPoints[0].Device != "10.0.0.2:/exports/pv" || fake.MountPoints[0].Path != dir ||
-		!slices.Equal(fake.MountPoints[0].Opts, []string{"nfsvers=4.1", "hard", "ro"}) {
-		t.Errorf("mounted %+v, want 10.0.0.2:/exports/pv on %s with nfsvers=4.1,hard,ro (a read-only claim)", fake.MountPoints, dir)
+		!slices.Equal(fake.MountPoints[0].Opts, []string{"nfsvers=4.1", "hard", "ro", "retry=0"}) {
+		t.Errorf("mounted %+v, want 10.0.0.2:/exports/pv on %s with nfsvers=4.1,hard,ro,retry=0 (a read-only claim)", fake.MountPoints, dir)
 	}
 	if pv.Spec.NFS.ReadOnly {
 		t.Error("the claim's readOnly was written into the PersistentVolume")
@@ -411,8 +413,8 @@ func TestNFSPersistentVolumeOfAClaimIsMountedAtTheKubeletsPath(t *testing.T) {
 	}
 	dir := env.m.VolumeDir("pvnfs", PluginNFS, "nfs1")
 	if len(fake.MountPoints) != 1 || fake.MountPoints[0].Path != dir || fake.MountPoints[0].Device != "10.0.0.2:/exports/pv" ||
-		!slices.Equal(fake.MountPoints[0].Opts, []string{"nfsvers=4.2", "ro"}) {
-		t.Errorf("mounted %+v, want 10.0.0.2:/exports/pv on %s with nfsvers=4.2,ro", fake.MountPoints, dir)
+		!slices.Equal(fake.MountPoints[0].Opts, []string{"nfsvers=4.2", "ro", "retry=0"}) {
+		t.Errorf("mounted %+v, want 10.0.0.2:/exports/pv on %s with nfsvers=4.2,ro,retry=0", fake.MountPoints, dir)
 	}
 	ms, err := pv.Mounts(&pod.Spec.Containers[0])
 	if err != nil {

@@ -224,9 +224,10 @@
 //     restarts it: the new agent unmounts the volume and removes the
 //     directory. A pod whose server does not answer (10.251.0.3) stays
 //     Pending, ContainerCreating, with reason FailedMount naming the
-//     server and no sandbox; deleted, its directory goes once mount.nfs
-//     has given up (2 min). With -run TestNode/nfs the check starts the
-//     agent itself;
+//     server and no sandbox; deleted, its directory goes once no mount(8)
+//     runs for it (nodeguard mounts with retry=0: one attempt, seconds,
+//     where mount.nfs's default retries for 2 minutes). With -run
+//     TestNode/nfs the check starts the agent itself;
 //   - supplementalGroupsPolicy Strict (features_test.go), on containerd
 //     2.x only, whose CRI Status reports the supplemental_groups_policy
 //     feature (1.6 reports none: the check skips saying so, the host
