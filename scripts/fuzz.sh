@@ -2,6 +2,13 @@
 # fuzz.sh GO FUZZTIME TARGET... runs each Go fuzz target (./pkg:FuzzName)
 # for FUZZTIME, one after the other, with progress.
 #
+# Each package's test binary is built once, as go test -fuzz builds it
+# (go test -c -fuzz: instrumented for coverage-guided fuzzing), and run
+# for each of its targets as go test -fuzz runs it: from the package's
+# directory (its testdata/fuzz corpus, where a failing input is written)
+# with the package's cache of generated inputs, $GOCACHE/fuzz/<import
+# path>. go test -fuzz would link the binary again for every target.
+#
 # A target fails when Go reports a failing input (it writes it under
 # <pkg>/testdata/fuzz/<FuzzName>: fix the code, keep the input as a seed)
 # or any other error. One failure is not the target's: Go 1.26's fuzzing
@@ -12,11 +19,30 @@ set -euo pipefail
 go=$1 fuzztime=$2
 shift 2
 total=$# n=0 start=$(date +%s)
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+log=$(mktemp) bins=$(mktemp -d)
+trap 'rm -rf "$log" "$bins"' EXIT
+cache=$("$go" env GOCACHE)
+
+# The test binary of each package, built once before any target runs.
+declare -A bin=() dir=() fuzzcache=()
+npkg=0
+for t in "$@"; do
+	pkg=${t%%:*}
+	[ -z "${bin[$pkg]:-}" ] || continue
+	npkg=$((npkg + 1)) bin[$pkg]=$bins/$npkg.test
+	"$go" test -c -fuzz . -o "${bin[$pkg]}" "$pkg" >"$log" 2>&1 || {
+		cat "$log"
+		echo "fuzz: building the test binary of $pkg failed" >&2
+		exit 1
+	}
+	read -r importpath pkgdir < <("$go" list -f '{{.ImportPath}} {{.Dir}}' "$pkg")
+	dir[$pkg]=$pkgdir fuzzcache[$pkg]=$cache/fuzz/$importpath
+done
+echo "fuzz: built the test binaries of $npkg packages in $(($(date +%s) - start))s"
 
 run() { # pkg name
-	"$go" test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzztime" "$1" >"$log" 2>&1
+	(cd "${dir[$1]}" && "${bin[$1]}" -test.paniconexit0 -test.run '^$' -test.fuzz "^$2\$" -test.fuzztime "$fuzztime" \
+		-test.fuzzcachedir "${fuzzcache[$1]}") >"$log" 2>&1
 }
 
 coordinator_race() { # the log shows go.dev/issue/75804 and nothing else
