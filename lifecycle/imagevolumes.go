@@ -115,20 +115,31 @@ func resolveImageMounts(c *corev1.Container, ms []*runtimeapi.Mount, images map[
 	return nil
 }
 
-// ImageVolumeImages returns the IDs of the images the image volumes of
-// the pods nodeguard runs were resolved to: in use for the image
-// collector (ImageGCConfig.InUse), as a container's image is, although no
-// container names them. The runtime keeps the mounted snapshot of a
-// removed image, but the next container of the pod would pull it again.
+// ImageVolumeImages returns the images the image volumes of the pods
+// nodeguard runs mount: in use for the image collector
+// (ImageGCConfig.InUse), as a container's image is, although no container
+// names them. The runtime keeps the mounted snapshot of a removed image,
+// but the next container of the pod would pull it again. They are the IDs
+// the volumes were resolved to and, for a pod adopted after a restart
+// whose containers have not started since, the references as written
+// (which the collector matches to an image's tags and digests).
 func (m *Manager) ImageVolumeImages() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []string
+	add := func(ref string) {
+		if ref != "" && !slices.Contains(out, ref) {
+			out = append(out, ref)
+		}
+	}
 	for _, st := range m.pods {
-		for _, id := range st.imageVolumes {
-			if !slices.Contains(out, id) {
-				out = append(out, id)
+		for _, v := range st.pod.Spec.Volumes {
+			if v.Image != nil {
+				add(v.Image.Reference)
 			}
+		}
+		for _, id := range st.imageVolumes {
+			add(id)
 		}
 	}
 	return out

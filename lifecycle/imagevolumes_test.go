@@ -90,8 +90,8 @@ func TestImageVolumesAreResolvedByTheirPullPolicy(t *testing.T) {
 		if ms[0].GetImage() != nil {
 			t.Errorf("the emptyDir mount became an image mount: %v", ms[0])
 		}
-		if got := m.ImageVolumeImages(); !slices.Equal(got, []string{"sha256:aaaa"}) {
-			t.Errorf("ImageVolumeImages = %q, want the volume's image ID", got)
+		if got, want := m.ImageVolumeImages(), []string{"registry.local/nodeguard/busybox:1.35", "sha256:aaaa"}; !slices.Equal(got, want) {
+			t.Errorf("ImageVolumeImages = %q, want the volume's reference and its image's ID %q", got, want)
 		}
 	})
 	t.Run("a missing image under Never stops the container that mounts it with ErrImageNeverPull, not the others", func(t *testing.T) {
