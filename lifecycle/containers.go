@@ -289,6 +289,10 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	if err != nil {
 		return err
 	}
+	vimages, err := m.ensureImageVolumes(ctx, st, c) // bounded as ensureImage
+	if err != nil {
+		return err
+	}
 	cctx, cancel := call(ctx)
 	defer cancel()
 	adj, err := qos.OOMScoreAdj(st.pod, c, m.cfg.MemoryCapacity)
@@ -306,6 +310,9 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	}
 	ms, err := m.containerMounts(st, c)
 	if err != nil {
+		return err
+	}
+	if err := resolveImageMounts(c, ms, vimages); err != nil {
 		return err
 	}
 	devs, err := m.containerDevices(st, c)

@@ -111,6 +111,9 @@ func TestCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts, labels := corpusNode(apparmor)
+	// As nodeguard run decides: image volumes where the runtime mounts them.
+	iv := cri.ImageVolumesOf(r.client.Runtime())
+	opts.ImageVolumes, opts.ImageVolumeSubPath, opts.Runtime = iv.Mount, iv.SubPath, iv.Runtime
 	vols, err := mounts.New(mounts.Config{RootDir: r.root, HostPathAllow: []string{hostRoot}, SourceDir: r.sources, NodeMemory: 8 << 30})
 	if err != nil {
 		t.Fatal(err)

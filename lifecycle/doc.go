@@ -67,6 +67,15 @@
 //     matched as the kubelet's keyring (lifecycle/credentials); a pull is
 //     logged when it starts, every 10 s while in flight and when done
 //     (size, duration), with the kubelet's image events as log lines;
+//   - image volumes (KEP-4639, imagevolumes.go) as the kubelet's: before
+//     a container that mounts one is created, the volume's image is
+//     resolved by the volume's pullPolicy through the same path as a
+//     container's image (credentials, events, back-off; ErrImagePull,
+//     ImagePullBackOff or ErrImageNeverPull on that container alone) and
+//     handed to the runtime as a read-only CRI image mount, named as the
+//     runtime's image store knows it; the images pods mount are in use
+//     for the image collector (ImageVolumeImages). Admission refuses them
+//     where the runtime's version mounts none (cri.ImageVolumesOf);
 //   - container logs are rotated as the kubelet's container log manager
 //     (lifecycle/logs), and a removed container's log files go with it;
 //   - every 10 s each pod's local storage is measured (emptyDirs, writable
@@ -106,7 +115,7 @@
 // imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
 // victim's oom_score_adj, local-storage limits); images.go (pull policy,
-// pulls with credentials), containerlogs.go (logs and rotation), exec.go
+// pulls with credentials), imagevolumes.go (image volumes), containerlogs.go (logs and rotation), exec.go
 // (exec, and the streaming sessions: exec -i/-t, attach and port-forward
 // through the runtime's streaming server, dialled in the runtime's network
 // namespace), probes.go (the prober, lifecycle/prober), hooks.go

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -100,6 +101,11 @@ type ImageGCConfig struct {
 	// sandbox image, which a runtime that does not pin it (containerd 1.x)
 	// needs for every new pod and nodeguard may not be able to pull back.
 	Pinned []string
+	// InUse, when set, names more images in use (IDs, tags or digests)
+	// that no container names: the images of the pods' image volumes
+	// (Manager.ImageVolumeImages). They are kept and marked used, as a
+	// container's image.
+	InUse func() []string
 	// Period: DefaultImageGCPeriod when 0.
 	Period time.Duration
 	Now    func() time.Time
@@ -247,6 +253,9 @@ func (g *ImageGC) detectKeep(ctx context.Context, detected time.Time) (keep map[
 	}
 	now := g.cfg.Now()
 	used := usedImages(imgs, ctrs)
+	if g.cfg.InUse != nil {
+		maps.Copy(used, refsOf(imgs, g.cfg.InUse()))
+	}
 	pinned := refsOf(imgs, g.cfg.Pinned)
 
 	g.mu.Lock()

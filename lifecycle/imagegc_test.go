@@ -282,3 +282,33 @@ func TestImageGCPolicyValidate(t *testing.T) {
 		t.Errorf("the defaults: %v", err)
 	}
 }
+
+// TestImageGCKeepsTheImagesOfImageVolumes: an image an image volume
+// mounts is in use although no container names it (ImageGCConfig.InUse:
+// the Manager's ImageVolumeImages); once the pod is gone it may go.
+func TestImageGCKeepsTheImagesOfImageVolumes(t *testing.T) {
+	clk := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	rt := &fakeImages{images: []*runtimeapi.Image{image("sha256:content", gib, "registry.local/content:1"), image("sha256:old", gib, "old:1")}}
+	fs := &fakeImageFS{capacity: 100 * gib, available: 50 * gib}
+	rt.fs = fs
+	inUse := []string{"sha256:content"}
+	g, err := NewImageGC(ImageGCConfig{Runtime: rt, FS: fs, Policy: DefaultImageGCPolicy(), Now: clk.Now,
+		InUse: func() []string { return inUse }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.DeleteUnusedImages(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.gone(); !slices.Equal(got, []string{"sha256:old"}) {
+		t.Fatalf("removed %v, want only the image no one uses", got)
+	}
+	inUse = nil // the pod is deleted
+	clk.advance(time.Hour)
+	if _, err := g.DeleteUnusedImages(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.gone(); !slices.Equal(got, []string{"sha256:old", "sha256:content"}) {
+		t.Errorf("removed %v, want the volume's image once no pod mounts it", got)
+	}
+}

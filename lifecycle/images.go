@@ -74,7 +74,28 @@ const (
 	eventPullSecret = "FailedToRetrieveImagePullSecret"
 )
 
-// ensureImage resolves c's image by its pull policy
+// imageWant is an image a container needs before it is created: its own
+// (ensureImage) or that of an image volume it mounts
+// (ensureImageVolumes). Both go the same way, as the kubelet's image
+// manager serves containers and image volumes alike: pull policy, the
+// pod's credentials, events and back-off.
+type imageWant struct {
+	// container is the one whose status and events report the image.
+	container string
+	image     string
+	policy    corev1.PullPolicy
+	// key is the want's back-off in st.pulls: the container's name, or
+	// the volume's for an image volume (volumePullKey), whichever
+	// container asks.
+	key string
+}
+
+// ensureImage resolves c's image by its pull policy (ensure).
+func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
+	return m.ensure(ctx, st, imageWant{container: c.Name, image: c.Image, policy: c.ImagePullPolicy, key: c.Name})
+}
+
+// ensure resolves w's image by its pull policy
 // (cri.Client.ResolveImage decides as the kubelet's shouldPullImage) and
 // pulls it when the policy says so, with the pod's imagePullSecrets and
 // then the node's credentials (pullImage). A failed pull is retried after
@@ -86,31 +107,31 @@ const (
 //
 // It records the kubelet's events (Pulling, Pulled, Failed, BackOff,
 // ErrImageNeverPull) in the pod events of events.go. It is called from the pod's worker only, which owns st.pulls.
-func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
+func (m *Manager) ensure(ctx context.Context, st *podState, w imageWant) (string, error) {
 	now := m.now()
-	b := st.pulls[c.Name]
+	b := st.pulls[w.key]
 	if b != nil && now.Before(b.until) {
 		if !b.reported { // once per back-off, not at every sync
 			b.reported = true
-			m.imageEvent(st, c, eventNormal, eventBackOff, fmt.Sprintf("Back-off pulling image %q", c.Image))
+			m.imageEvent(st, w.container, eventNormal, eventBackOff, fmt.Sprintf("Back-off pulling image %q", w.image))
 		}
-		return "", &imageError{container: c.Name, reason: ReasonImagePullBackOff,
-			err: fmt.Errorf("back-off %s pulling image %q: %w", b.delay, c.Image, b.err)}
+		return "", &imageError{container: w.container, reason: ReasonImagePullBackOff,
+			err: fmt.Errorf("back-off %s pulling image %q: %w", b.delay, w.image, b.err)}
 	}
 	rctx, cancel := call(ctx)
-	id, pull, err := m.cfg.Runtime.ResolveImage(rctx, c.Image, c.ImagePullPolicy)
+	id, pull, err := m.cfg.Runtime.ResolveImage(rctx, w.image, w.policy)
 	cancel()
 	if err == nil && !pull {
-		delete(st.pulls, c.Name)
-		m.imageEvent(st, c, eventNormal, eventPulled, fmt.Sprintf("Container image %q already present on machine", c.Image))
+		delete(st.pulls, w.key)
+		m.imageEvent(st, w.container, eventNormal, eventPulled, fmt.Sprintf("Container image %q already present on machine", w.image))
 		return id, nil
 	}
 	if err == nil {
-		id, err = m.pullImage(ctx, st, c)
+		id, err = m.pullImage(ctx, st, w)
 	}
 	switch {
 	case err == nil:
-		delete(st.pulls, c.Name)
+		delete(st.pulls, w.key)
 		return id, nil
 	case errors.Is(err, cri.ErrImageNeverPull):
 		// No back-off (until stays zero), but one event, not one a sync.
@@ -119,54 +140,54 @@ func (m *Manager) ensureImage(ctx context.Context, st *podState, c *corev1.Conta
 				st.pulls = map[string]*pullBackoff{}
 			}
 			b = &pullBackoff{}
-			st.pulls[c.Name] = b
+			st.pulls[w.key] = b
 		}
 		if !b.reported {
 			b.reported = true
-			m.imageEvent(st, c, eventWarning, eventNeverPulled, err.Error())
+			m.imageEvent(st, w.container, eventWarning, eventNeverPulled, err.Error())
 		}
-		return "", &imageError{container: c.Name, reason: ReasonErrImageNeverPull, err: err}
+		return "", &imageError{container: w.container, reason: ReasonErrImageNeverPull, err: err}
 	case errors.Is(err, cri.ErrImageNotPresent), errors.Is(err, cri.ErrPullDisabled):
-		return "", &imageError{container: c.Name, reason: ReasonErrImagePull, err: err}
+		return "", &imageError{container: w.container, reason: ReasonErrImagePull, err: err}
 	case errors.Is(err, cri.ErrImagePull):
 		if st.pulls == nil {
 			st.pulls = map[string]*pullBackoff{}
 		}
 		if b == nil {
 			b = &pullBackoff{}
-			st.pulls[c.Name] = b
+			st.pulls[w.key] = b
 		}
 		b.delay = min(max(2*b.delay, m.cfg.BackoffInitial), m.cfg.BackoffMax)
 		b.until, b.err, b.reported = now.Add(b.delay), err, false
-		m.log.Warn("image pull failed", "pod", key(st.pod), "container", c.Name, "image", c.Image,
-			"pull_policy", c.ImagePullPolicy, "back_off", b.delay, "err", err)
-		m.imageEvent(st, c, eventWarning, eventFailed, fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
-		return "", &imageError{container: c.Name, reason: ReasonErrImagePull, err: err}
+		m.log.Warn("image pull failed", "pod", key(st.pod), "container", w.container, "image", w.image,
+			"pull_policy", w.policy, "back_off", b.delay, "err", err)
+		m.imageEvent(st, w.container, eventWarning, eventFailed, fmt.Sprintf("Failed to pull image %q: %v", w.image, err))
+		return "", &imageError{container: w.container, reason: ReasonErrImagePull, err: err}
 	}
 	return "", err
 }
 
-// pullImage pulls c's image as the kubelet's puller: with each credential
+// pullImage pulls w's image as the kubelet's puller: with each credential
 // the keyring matches to the image, the pod's imagePullSecrets in their
 // order first and the node's file after (credentials.Lookup), until one
 // succeeds; anonymously when none matches. While the pull is in flight
 // the log says so every pullProgressInterval; when it is done, how long it
 // took and the image's size. A failure wraps cri.ErrImagePull with every
 // attempt's error.
-func (m *Manager) pullImage(ctx context.Context, st *podState, c *corev1.Container) (string, error) {
-	creds := credentials.Lookup(c.Image, m.pullKeyrings(st, c)...)
-	m.imageEvent(st, c, eventNormal, eventPulling, fmt.Sprintf("Pulling image %q", c.Image))
+func (m *Manager) pullImage(ctx context.Context, st *podState, w imageWant) (string, error) {
+	creds := credentials.Lookup(w.image, m.pullKeyrings(st, w.container)...)
+	m.imageEvent(st, w.container, eventNormal, eventPulling, fmt.Sprintf("Pulling image %q", w.image))
 	start := m.now()
-	log := m.log.With("pod", key(st.pod), "container", c.Name, "image", c.Image)
-	log.Info("pulling image", "pull_policy", c.ImagePullPolicy, "credentials", len(creds))
+	log := m.log.With("pod", key(st.pod), "container", w.container, "image", w.image)
+	log.Info("pulling image", "pull_policy", w.policy, "credentials", len(creds))
 
 	stop := m.logPullProgress(log, start)
-	id, took, err := m.pullWith(ctx, st, c, creds)
+	id, took, err := m.pullWith(ctx, st, w.image, creds)
 	stop()
 	if err != nil {
 		return "", err
 	}
-	m.pulled(ctx, st, c, log, id, took)
+	m.pulled(ctx, st, w, log, id, took)
 	return id, nil
 }
 
@@ -195,10 +216,10 @@ func (m *Manager) logPullProgress(log *slog.Logger, start time.Time) (stop func(
 	return func() { close(done); <-exited }
 }
 
-// pullWith pulls c's image with each of creds in turn until one succeeds,
+// pullWith pulls image with each of creds in turn until one succeeds,
 // or anonymously when there are none, within pullTimeout, and returns the
 // image's ID and how long the pull took.
-func (m *Manager) pullWith(ctx context.Context, st *podState, c *corev1.Container, creds []credentials.Credential) (string, time.Duration, error) {
+func (m *Manager) pullWith(ctx context.Context, st *podState, image string, creds []credentials.Credential) (string, time.Duration, error) {
 	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
 	start := m.now()
@@ -211,7 +232,7 @@ func (m *Manager) pullWith(ctx context.Context, st *podState, c *corev1.Containe
 	}
 	var errs []error
 	for i, auth := range attempts {
-		id, err := m.cfg.Runtime.PullImage(pctx, c.Image, auth, st.sandboxCfg)
+		id, err := m.cfg.Runtime.PullImage(pctx, image, auth, st.sandboxCfg)
 		if err == nil {
 			return id, m.now().Sub(start), nil
 		}
@@ -228,7 +249,7 @@ func (m *Manager) pullWith(ctx context.Context, st *podState, c *corev1.Containe
 
 // pulled logs and records a successful pull, with the image's size from
 // the runtime (an image status that fails only loses the size).
-func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container, log *slog.Logger, id string, took time.Duration) {
+func (m *Manager) pulled(ctx context.Context, st *podState, w imageWant, log *slog.Logger, id string, took time.Duration) {
 	sctx, cancel := call(ctx)
 	defer cancel()
 	var size uint64
@@ -238,8 +259,8 @@ func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container,
 		log.Warn("pulled image has no status", "image_id", id, "err", err)
 	}
 	log.Info("pulled image", "image_id", id, "size_bytes", size, "duration_seconds", took.Seconds())
-	m.imageEvent(st, c, eventNormal, eventPulled, fmt.Sprintf("Successfully pulled image %q in %s. Image size: %d bytes.",
-		c.Image, took.Round(time.Millisecond), size))
+	m.imageEvent(st, w.container, eventNormal, eventPulled, fmt.Sprintf("Successfully pulled image %q in %s. Image size: %d bytes.",
+		w.image, took.Round(time.Millisecond), size))
 }
 
 // pullKeyrings are the keyrings of st's pulls: one per imagePullSecret,
@@ -247,7 +268,7 @@ func (m *Manager) pulled(ctx context.Context, st *podState, c *corev1.Container,
 // does not parse is logged and skipped, and so is an unreadable node
 // file, as the kubelet goes on without them: the pull may still succeed
 // (a public image), and fails with the registry's reason if not.
-func (m *Manager) pullKeyrings(st *podState, c *corev1.Container) []*credentials.Keyring {
+func (m *Manager) pullKeyrings(st *podState, container string) []*credentials.Keyring {
 	var rings []*credentials.Keyring
 	var skipped []string
 	ns := st.pod.Namespace
@@ -276,7 +297,7 @@ func (m *Manager) pullKeyrings(st *podState, c *corev1.Container) []*credentials
 		rings = append(rings, k)
 	}
 	if len(skipped) > 0 {
-		m.imageEvent(st, c, eventWarning, eventPullSecret, fmt.Sprintf(
+		m.imageEvent(st, container, eventWarning, eventPullSecret, fmt.Sprintf(
 			"Unable to retrieve some image pull secrets (%s); attempting to pull the image may not succeed.", strings.Join(skipped, ", ")))
 	}
 	if f := m.cfg.ImageCredentialsFile; f != "" {
@@ -290,12 +311,14 @@ func (m *Manager) pullKeyrings(st *podState, c *corev1.Container) []*credentials
 	return rings
 }
 
-// imageEvent records one of the kubelet's image events for c (events.go).
-func (m *Manager) imageEvent(st *podState, c *corev1.Container, typ, reason, message string) {
-	m.event(st.pod, c.Name, typ, reason, message)
+// imageEvent records one of the kubelet's image events for container
+// (events.go).
+func (m *Manager) imageEvent(st *podState, container, typ, reason, message string) {
+	m.event(st.pod, container, typ, reason, message)
 }
 
-// pullBackoff is the back-off of one container's image pulls.
+// pullBackoff is the back-off of one container's image pulls, or one
+// image volume's.
 type pullBackoff struct {
 	until time.Time
 	delay time.Duration

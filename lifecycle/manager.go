@@ -206,6 +206,9 @@ type podState struct {
 	created    time.Time
 	backoff    map[string]*backoff
 	pulls      map[string]*pullBackoff // image pull back-off (images.go)
+	// imageVolumes: per image volume, the ID of the image it was last
+	// resolved to (imagevolumes.go; guarded by Manager.mu).
+	imageVolumes map[string]string
 	// ctrErrs: each container's error at the last sync, "reason: message"
 	// (the pod's worker only), so that a container that keeps failing
 	// to start is logged once.

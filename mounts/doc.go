@@ -11,7 +11,10 @@
 // with plugin directories such as "kubernetes.io~empty-dir" and
 // "kubernetes.io~local-volume". hostPath volumes (inline or
 // PersistentVolumes) have no directory there: they are validated and
-// handed to the runtime as they are.
+// handed to the runtime as they are. Nor have image volumes: the runtime
+// mounts the image itself (CRI Mount.image, read-only), so Setup makes
+// nothing for them and Teardown has nothing to remove; containerd unmounts
+// them when the sandbox stops.
 //
 // # PersistentVolumeClaims
 //

@@ -46,6 +46,9 @@ type volume struct {
 	// block volumes (a claim of volumeMode Block) are devices for
 	// volumeDevices, never mounts; path is the mapped device.
 	block bool
+	// image is the reference of an image volume: the runtime mounts the
+	// image (CRI Mount.image), there is nothing on the host (path is "").
+	image string
 }
 
 // volumePlugin returns the plugin directory name of a volume source, or ""
@@ -83,6 +86,7 @@ func volumePlugin(s *corev1.VolumeSource) string {
 //     node's network namespace, within NFSMountTimeout (setupNFS);
 //   - persistentVolumeClaim: the claim's bound volume, mounted (or mapped,
 //     for volumeMode Block) by setupClaim;
+//   - image: nothing: the runtime mounts the image (Mounts);
 //   - configMap and downwardAPI: a directory on disk; secret and projected
 //     (which may carry secrets) a tmpfs, so that secrets never reach the
 //     disk; each is filled by the atomic writer, which rewrites it only when
@@ -134,6 +138,9 @@ func (m *Manager) setupVolume(ctx context.Context, podsFd int, pod *corev1.Pod, 
 	s := &v.VolumeSource
 	if s.PersistentVolumeClaim != nil {
 		return m.setupClaim(ctx, podsFd, pod, v)
+	}
+	if s.Image != nil {
+		return &volume{name: v.Name, image: s.Image.Reference, readOnly: true}, nil
 	}
 	plugin := volumePlugin(s)
 	if s.HostPath != nil {

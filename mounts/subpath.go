@@ -31,6 +31,12 @@ const subPathTargetMode = podDirMode
 // emptyDir and hostPath volumes (as the kubelet does) and is an error in the
 // others. Calling Mounts again reuses a bind mount that still shows the
 // same object and replaces one that does not.
+//
+// An image volume is the runtime's to mount, as the kubelet's makeMounts
+// hands it over: no host path, Image naming the volume's reference as
+// written, always read-only, and a subPath as ImageSubPath, which the
+// runtime resolves inside the image. The caller resolves the reference
+// (its pull policy) and may name the resolved image in Image.Image.
 func (pv *PodVolumes) Mounts(c *corev1.Container) ([]*runtimeapi.Mount, error) {
 	out := make([]*runtimeapi.Mount, 0, len(c.VolumeMounts))
 	for i, vm := range c.VolumeMounts {
@@ -44,6 +50,16 @@ func (pv *PodVolumes) Mounts(c *corev1.Container) ([]*runtimeapi.Mount, error) {
 		prop, err := propagation(c, vm.MountPropagation)
 		if err != nil {
 			return nil, fmt.Errorf("mounts of container %s: volumeMounts[%d]: %w", c.Name, i, volumeErr("mount", vm.Name, v.path, err))
+		}
+		if v.image != "" {
+			out = append(out, &runtimeapi.Mount{
+				ContainerPath: vm.MountPath,
+				Image:         &runtimeapi.ImageSpec{Image: v.image, UserSpecifiedImage: v.image},
+				ImageSubPath:  vm.SubPath,
+				Readonly:      true,
+				Propagation:   prop,
+			})
+			continue
 		}
 		host := v.path
 		if vm.SubPath != "" {

@@ -14,7 +14,7 @@ import (
 var (
 	supportedMedia        = []string{string(corev1.StorageMediumDefault), string(corev1.StorageMediumMemory)}
 	supportedPropagations = []string{string(corev1.MountPropagationNone), string(corev1.MountPropagationHostToContainer), string(corev1.MountPropagationBidirectional)}
-	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "nfs", "persistentVolumeClaim", "projected", "secret"}
+	supportedVolumeKinds  = []string{"configMap", "downwardAPI", "emptyDir", "hostPath", "image", "nfs", "persistentVolumeClaim", "projected", "secret"}
 )
 
 // Validate checks what only the node can check about pod's volumes, before
@@ -33,6 +33,7 @@ var (
 //   - downwardAPI fields: the ones Setup can fill in;
 //   - persistentVolumeClaim: the claim's name only; the claim and its
 //     volume are read at Setup, and until they exist the pod waits;
+//   - image: a reference (the runtime mounts it);
 //   - volumeMounts of init and app containers: an existing volume, a
 //     subPath that passes ValidateSubPath, a known mountPropagation, and
 //     Bidirectional only in privileged containers.
@@ -98,6 +99,14 @@ func (m *Manager) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *fi
 	if nfs := s.NFS; nfs != nil {
 		n++
 		errs = append(errs, validateNFS(nfs, ip.Child("nfs"))...)
+	}
+	if im := s.Image; im != nil {
+		n++
+		// The reference and the pull policy are podspec's to check,
+		// and the runtime's to mount: nothing here is on the node.
+		if im.Reference == "" {
+			errs = append(errs, field.Required(ip.Child("image", "reference"), ""))
+		}
 	}
 	if c := s.PersistentVolumeClaim; c != nil {
 		n++

@@ -71,6 +71,7 @@ func newDiskGC(ctx context.Context, client diskRuntime, imageFS *lifecycle.Image
 	}
 	images, err := lifecycle.NewImageGC(lifecycle.ImageGCConfig{
 		Runtime: client, FS: d.imageFS, Policy: cfg.imageGCPolicy(), Pinned: pinned, Logger: log,
+		InUse: mgr.ImageVolumeImages,
 		OnRemoved: func(_ string, size uint64) {
 			if m := d.metrics.Load(); m != nil {
 				m.ImageRemoved(size)

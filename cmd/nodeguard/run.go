@@ -352,7 +352,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
-	log.Info("runtime features", "supplementalGroupsPolicy", features.GetSupplementalGroupsPolicy())
+	// No CRI feature says whether the runtime mounts image volumes:
+	// its version does (cri.ImageVolumesOf).
+	imageVolumes := cri.ImageVolumesOf(client.Runtime())
+	log.Info("runtime features", "supplementalGroupsPolicy", features.GetSupplementalGroupsPolicy(),
+		"imageVolumes", imageVolumes.Mount, "imageVolumeSubPath", imageVolumes.SubPath)
 	node, err := nodeInfo(cfg.RootDir, int64(mi.MemTotal))
 	if err != nil {
 		return err
@@ -382,7 +386,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
 		DNS: lifecycle.NodeDNS(lifecycle.ResolvConf), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull,
 			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor,
-			SupplementalGroupsPolicy: features.GetSupplementalGroupsPolicy()},
+			SupplementalGroupsPolicy: features.GetSupplementalGroupsPolicy(),
+			ImageVolumes:             imageVolumes.Mount, ImageVolumeSubPath: imageVolumes.SubPath, Runtime: imageVolumes.Runtime},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
 		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})

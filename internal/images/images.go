@@ -44,6 +44,10 @@ const (
 // BusyboxBinary is where Debian's busybox-static installs its binary.
 const BusyboxBinary = "/bin/busybox"
 
+// BusyboxGroup is the busybox image's /etc/group: bytes a test can expect
+// to read from the image (the node lane's image volume check).
+const BusyboxGroup = "root:x:0:\nnogroup:x:65534:\n"
+
 // fallbackGo is the Go toolchain of the development and CI machines, used
 // when no "go" is on PATH (go test puts GOROOT/bin first on PATH).
 const fallbackGo = "/usr/local/go/bin/go"
@@ -288,7 +292,7 @@ func busyboxEntries(ctx context.Context, binary string) ([]entry, error) {
 		{name: "etc/passwd", mode: 0o644, typ: tar.TypeReg,
 			data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")},
 		{name: "etc/group", mode: 0o644, typ: tar.TypeReg,
-			data: []byte("root:x:0:\nnogroup:x:65534:\n")},
+			data: []byte(BusyboxGroup)},
 	}
 	taken := map[string]bool{}
 	for _, e := range entries {

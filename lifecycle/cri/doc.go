@@ -20,7 +20,10 @@
 // features, the kubelet's node status.features): the daemon reads it once
 // at start, and the pod fields that need a feature are admitted by it
 // (supplementalGroupsPolicy Strict needs supplemental_groups_policy),
-// never by the runtime's version.
+// never by the runtime's version. The one exception has no feature to
+// read: image volumes (CRI Mount.image and image_sub_path), which a
+// runtime that predates them ignores, are admitted by ImageVolumesOf from
+// the runtime's name and version (containerd 2.1 and 2.2).
 //
 // # Conversions
 //

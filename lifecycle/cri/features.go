@@ -2,8 +2,10 @@ package cri
 
 import (
 	"context"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -47,4 +49,52 @@ func ContainerUser(s *runtimeapi.ContainerStatus) *corev1.ContainerUser {
 		u.SupplementalGroups = append([]int64(nil), g...)
 	}
 	return &corev1.ContainerUser{Linux: u}
+}
+
+// ImageVolumes is what a runtime does with image volumes (KEP-4639): a
+// CRI Mount with image set, which the runtime resolves to a local image
+// and mounts read-only, and image_sub_path, a directory of that image.
+// The CRI has no feature flag for either (RuntimeFeatures names none), and
+// a runtime that predates the fields ignores them: the container would
+// get an empty directory, not an error. So support is decided from the
+// runtime's name and version (ImageVolumesOf), and a pod the runtime
+// cannot mount is refused at apply.
+type ImageVolumes struct {
+	// Mount: the runtime mounts Mount.image.
+	Mount bool
+	// SubPath: the runtime mounts Mount.image_sub_path.
+	SubPath bool
+	// Runtime names the runtime and its version, for the refusals.
+	Runtime string
+}
+
+// The first containerd releases with CRI image volumes, read in
+// containerd's source: 2.1.0 mounts Mount.image (internal/cri/server
+// container_image_mount.go, "Add OCI/Image Volume Source support",
+// 1ec10d9ae); 2.2.0 adds Mount.image_sub_path ("support image volume sub
+// path", cff8184ff). Both releases' CRI plugin unmounts the volumes when
+// the sandbox stops.
+var (
+	containerdImageVolumes       = version.MajorMinor(2, 1)
+	containerdImageVolumeSubPath = version.MajorMinor(2, 2)
+)
+
+// ImageVolumesOf says what runtime info's runtime does with image volumes.
+// Only containerd is known: another runtime, or a containerd version that
+// does not parse, mounts none (the pods that need one are refused, saying
+// so, rather than started with an empty directory).
+func ImageVolumesOf(info RuntimeInfo) ImageVolumes {
+	iv := ImageVolumes{Runtime: strings.TrimSpace(info.Name + " " + info.Version)}
+	if info.Name != "containerd" {
+		return iv
+	}
+	// Debian spells its builds "1.6.20~ds1": ParseGeneric keeps the
+	// numbers and ignores the rest.
+	v, err := version.ParseGeneric(info.Version)
+	if err != nil {
+		return iv
+	}
+	iv.Mount = v.AtLeast(containerdImageVolumes)
+	iv.SubPath = v.AtLeast(containerdImageVolumeSubPath)
+	return iv
 }

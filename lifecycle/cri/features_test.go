@@ -99,3 +99,29 @@ func TestContainerUserIsWhatTheRuntimeReports(t *testing.T) {
 		t.Errorf("user = %+v, want %+v", got.Linux, want.Linux)
 	}
 }
+
+func TestImageVolumesFollowTheRuntimesVersion(t *testing.T) {
+	for _, tt := range []struct {
+		info RuntimeInfo
+		want ImageVolumes
+	}{
+		// Debian 12's, the host harness's and the debian node lane's.
+		{RuntimeInfo{Name: "containerd", Version: "1.6.20~ds1"}, ImageVolumes{Runtime: "containerd 1.6.20~ds1"}},
+		{RuntimeInfo{Name: "containerd", Version: "v1.7.27"}, ImageVolumes{Runtime: "containerd v1.7.27"}},
+		{RuntimeInfo{Name: "containerd", Version: "v2.0.5"}, ImageVolumes{Runtime: "containerd v2.0.5"}},
+		{RuntimeInfo{Name: "containerd", Version: "v2.1.0"}, ImageVolumes{Mount: true, Runtime: "containerd v2.1.0"}},
+		{RuntimeInfo{Name: "containerd", Version: "v2.1.0-rc.1"}, ImageVolumes{Mount: true, Runtime: "containerd v2.1.0-rc.1"}},
+		{RuntimeInfo{Name: "containerd", Version: "v2.2.0"}, ImageVolumes{Mount: true, SubPath: true, Runtime: "containerd v2.2.0"}},
+		// The 2.x node lane's.
+		{RuntimeInfo{Name: "containerd", Version: "v2.4.2"}, ImageVolumes{Mount: true, SubPath: true, Runtime: "containerd v2.4.2"}},
+		{RuntimeInfo{Name: "containerd", Version: "3.0.0"}, ImageVolumes{Mount: true, SubPath: true, Runtime: "containerd 3.0.0"}},
+		// Unknown: refused rather than mounted empty.
+		{RuntimeInfo{Name: "containerd", Version: "main"}, ImageVolumes{Runtime: "containerd main"}},
+		{RuntimeInfo{Name: "cri-o", Version: "1.33.0"}, ImageVolumes{Runtime: "cri-o 1.33.0"}},
+		{RuntimeInfo{}, ImageVolumes{}},
+	} {
+		if got := ImageVolumesOf(tt.info); got != tt.want {
+			t.Errorf("ImageVolumesOf(%+v) = %+v, want %+v", tt.info, got, tt.want)
+		}
+	}
+}

@@ -12,8 +12,10 @@ var update = flag.Bool("update", false, "rewrite testdata/bad/*.err from the cur
 
 // corpusOptions is the node policy the corpus is checked against: a node
 // that pulls, since most manifests use untagged images (imagePullPolicy
-// Always by default).
-var corpusOptions = Options{PriorityClasses: map[string]int32{"high": 1000}, ImagePull: true}
+// Always by default), on containerd 2.1, which mounts image volumes but
+// not a subPath of one.
+var corpusOptions = Options{PriorityClasses: map[string]int32{"high": 1000}, ImagePull: true,
+	ImageVolumes: true, Runtime: "containerd v2.1.5"}
 
 // corpusErrors parses and validates one manifest and renders what is wrong
 // with it: the decode error, or one line per validation error.

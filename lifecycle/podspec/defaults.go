@@ -35,7 +35,8 @@ const (
 //     or untagged image and IfNotPresent otherwise; port protocol TCP, and
 //     with hostNetwork a hostPort equal to the containerPort;
 //   - hostPath type "" (no check), mode 0644 for configMap, secret,
-//     projected and downwardAPI volumes, fieldRef apiVersion v1.
+//     projected and downwardAPI volumes, fieldRef apiVersion v1, an image
+//     volume's pullPolicy as a container's imagePullPolicy.
 //
 // Finally, when metadata.uid is empty, Default sets it to a UID derived from
 // source and the defaulted pod: the same manifest in the same file always
@@ -132,6 +133,14 @@ func defaultVolume(v *corev1.VolumeSource) {
 		}
 	}
 	switch {
+	case v.Image != nil:
+		// SetDefaults_ImageVolumeSource: as a container's image.
+		if v.Image.PullPolicy == "" {
+			v.Image.PullPolicy = corev1.PullIfNotPresent
+			if imageTag(v.Image.Reference) == "latest" {
+				v.Image.PullPolicy = corev1.PullAlways
+			}
+		}
 	case v.HostPath != nil:
 		if v.HostPath.Type == nil {
 			t := corev1.HostPathUnset

@@ -93,8 +93,14 @@
 //     named container, as env's, see ResourceFieldValue), nfs (server, an
 //     absolute path, readOnly) and persistentVolumeClaim (claimName a DNS
 //     subdomain, readOnly; standalone the claim and its volume come from
-//     the node's source directory); checked structurally here, the volume
-//     code checks the rest.
+//     the node's source directory) and image (KEP-4639: a reference,
+//     required, and pullPolicy, defaulted as a container's imagePullPolicy;
+//     Always refused unless Options.ImagePull; mounted read-only whatever
+//     the volumeMount says, as the kubelet mounts it; refused, naming the
+//     runtime, unless Options.ImageVolumes, and a subPath of one unless
+//     Options.ImageVolumeSubPath: a runtime that predates CRI Mount.image
+//     ignores it and would mount nothing); checked structurally here, the
+//     volume code checks the rest.
 //
 // Accepted only with their harmless or default values (anything else is an
 // error): hostUsers true, setHostnameAsFQDN false,
@@ -127,7 +133,7 @@
 // resourceFieldRef of hugepages, resizePolicy,
 // restartPolicyRules,
 // seLinuxOptions, windowsOptions, extended resources and
-// hugepages; and every volume type other than the seven above (ephemeral
+// hugepages; and every volume type other than the nine above (ephemeral
 // among them: its claim is made by a control plane's controller).
 //
 // Deliberate differences from Kubernetes: errors put the path first for

@@ -143,7 +143,11 @@ var fieldUse = map[reflect.Type]map[string]use{
 		// Standalone, the claim and its volume come from the node's
 		// source directory (mounts.Manager.Claim).
 		"persistentVolumeClaim": honoured,
+		// Mounted by the runtime (CRI Mount.image): Validate refuses it
+		// where the runtime cannot (Options.ImageVolumes).
+		"image": honoured,
 	},
+	reflect.TypeFor[corev1.ImageVolumeSource]():                 {"reference": honoured, "pullPolicy": honoured},
 	reflect.TypeFor[corev1.NFSVolumeSource]():                   {"server": honoured, "path": honoured, "readOnly": honoured},
 	reflect.TypeFor[corev1.PersistentVolumeClaimVolumeSource](): {"claimName": honoured, "readOnly": honoured},
 	reflect.TypeFor[corev1.VolumeDevice]():                      {"name": honoured, "devicePath": honoured},
@@ -203,7 +207,6 @@ func volumeSourcesRefused() map[string]string {
 	why := map[string]string{
 		"ephemeral": "a generic ephemeral volume is a PersistentVolumeClaim that a control plane's ephemeral volume controller makes and a provisioner binds; standalone, write the claim and its PersistentVolume in the source directory and use persistentVolumeClaim",
 		"csi":       "CSI drivers register with a kubelet's CSI volume plugin, which nodeguard has not",
-		"image":     "nodeguard cannot mount an image as a volume (no ImageVolume feature)",
 		"gitRepo":   "gitRepo is deprecated and off in Kubernetes: clone in an init container into an emptyDir",
 	}
 	for _, plugin := range []string{

@@ -44,6 +44,16 @@ type Options struct {
 	// without it supplementalGroupsPolicy Strict is refused, as the
 	// kubelet refuses it at admission.
 	SupplementalGroupsPolicy bool
+	// ImageVolumes says that the runtime mounts image volumes (CRI
+	// Mount.image, lifecycle/cri's ImageVolumesOf), ImageVolumeSubPath
+	// that it mounts a subPath of one (Mount.image_sub_path). Without
+	// them a pod with an image volume, or a subPath of one, is refused,
+	// naming Runtime: a runtime that predates the fields ignores them and
+	// would give the container an empty directory.
+	ImageVolumes, ImageVolumeSubPath bool
+	// Runtime names the runtime and its version ("containerd
+	// 1.6.20~ds1"), for those refusals.
+	Runtime string
 }
 
 // DNS limits from Linux libc resolution (pkg/apis/core/validation).
@@ -161,6 +171,7 @@ func validateSpec(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorLi
 		errs = append(errs, noInitLifecycle(c, cp)...)
 		errs = append(errs, validateLifecycle(c, s.TerminationGracePeriodSeconds, cp)...)
 	}
+	errs = append(errs, validateImageVolumes(s, opts, sp)...)
 	claims := map[string]bool{}
 	for _, v := range s.Volumes {
 		if v.PersistentVolumeClaim != nil {
@@ -1005,12 +1016,86 @@ func validateVolumeSource(s *corev1.VolumeSource, ip *field.Path) field.ErrorLis
 			errs = append(errs, validateProjected(p, ip.Child("projected"))...)
 		}
 	}
+	if im := s.Image; im != nil {
+		if n++; n == 1 {
+			errs = append(errs, validateImageSource(im, ip.Child("image"))...)
+		}
+	}
 	switch {
 	case n == 0 && !otherVolumeSource(s):
 		errs = append(errs, field.Required(ip, "must specify a volume type"))
 	case n > 1:
 		errs = append(errs, field.Forbidden(ip, "may not specify more than 1 volume type"))
 	}
+	return errs
+}
+
+// validateImageSource checks an image volume as the API server checks one
+// of a pod: a reference (optional in the API for workload templates, not
+// for a pod) without surrounding whitespace, and a known pullPolicy.
+func validateImageSource(s *corev1.ImageVolumeSource, ip *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch rp := ip.Child("reference"); {
+	case s.Reference == "":
+		errs = append(errs, field.Required(rp, ""))
+	case s.Reference != strings.TrimSpace(s.Reference):
+		errs = append(errs, field.Invalid(rp, s.Reference, "must not have leading or trailing whitespace"))
+	}
+	if !slices.Contains(supportedPullPolicies, string(s.PullPolicy)) {
+		errs = append(errs, field.NotSupported(ip.Child("pullPolicy"), s.PullPolicy, supportedPullPolicies))
+	}
+	return errs
+}
+
+// imageVolumesNeed says what a runtime needs to mount image volumes, and
+// what it does without: the refusals' reason.
+const (
+	imageVolumesNeed       = "image volumes need a runtime that mounts CRI Mount.image (containerd 2.1 or later); one that does not ignores the field and the container would see an empty directory"
+	imageVolumeSubPathNeed = "a subPath of an image volume needs a runtime that mounts CRI Mount.image_sub_path (containerd 2.2 or later)"
+)
+
+// validateImageVolumes checks a pod's image volumes against the node:
+// the runtime must mount them (Options.ImageVolumes) and, for a subPath,
+// a directory of them (Options.ImageVolumeSubPath); pullPolicy Always
+// needs a node that pulls, as a container's does. The kubelet mounts an
+// image volume read-only whatever the volumeMount says, and so does
+// nodeguard: readOnly false is accepted.
+func validateImageVolumes(s *corev1.PodSpec, opts Options, sp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	runtime := opts.Runtime
+	if runtime == "" {
+		runtime = "unknown"
+	}
+	images := map[string]bool{}
+	for i, v := range s.Volumes {
+		if v.Image == nil {
+			continue
+		}
+		images[v.Name] = true
+		ip := sp.Child("volumes").Index(i).Child("image")
+		if !opts.ImageVolumes {
+			errs = append(errs, field.Forbidden(ip, fmt.Sprintf("%s: the runtime (%s) cannot mount image volumes: %s", NotSupported, runtime, imageVolumesNeed)))
+		}
+		if v.Image.PullPolicy == corev1.PullAlways && !opts.ImagePull {
+			errs = append(errs, field.Forbidden(ip.Child("pullPolicy"),
+				"Always pulls at every start, and this node does not pull images (imagePull: false in nodeguard's config): use IfNotPresent or Never, or set imagePull: true"))
+		}
+	}
+	if len(images) == 0 || !opts.ImageVolumes || opts.ImageVolumeSubPath {
+		return errs
+	}
+	check := func(cs []corev1.Container, cp *field.Path) {
+		for i := range cs {
+			for j, m := range cs[i].VolumeMounts {
+				if images[m.Name] && m.SubPath != "" {
+					errs = append(errs, field.Forbidden(cp.Index(i).Child("volumeMounts").Index(j).Child("subPath"),
+						fmt.Sprintf("%s: the runtime (%s) cannot mount a subPath of an image volume: %s", NotSupported, runtime, imageVolumeSubPathNeed)))
+				}
+			}
+		}
+	}
+	check(s.InitContainers, sp.Child("initContainers"))
+	check(s.Containers, sp.Child("containers"))
 	return errs
 }
 
