@@ -87,6 +87,7 @@ func (n *node) appArmor(t *testing.T) {
 			if label != c.profile {
 				t.Errorf("the container runs under %q, want %q (%s)", label, c.profile, c.why)
 			}
+			t.Logf("runs under %s (%s)", label, c.why)
 			tryWrite(t, id, c.name, c.denied)
 		})
 	}
@@ -263,14 +264,14 @@ func tryWrite(t *testing.T, id, name string, denied bool) {
 		t.Fatal(err)
 	}
 	// No flag after the id: crictl would take it for its own.
-	out, err := crictl("exec", id, "touch", file)
+	out, werr := crictl("exec", id, "touch", file)
 	switch {
-	case !denied && err != nil:
-		t.Errorf("touch %s: %v %s, want it written (nothing denies it)", file, err, out)
-	case denied && err == nil:
+	case !denied && werr != nil:
+		t.Errorf("touch %s: %v %s, want it written (nothing denies it)", file, werr, out)
+	case denied && werr == nil:
 		t.Errorf("touch %s succeeded, want it denied by %s", file, denyWriteProfile)
-	case denied && !strings.Contains(err.Error(), "Permission denied"):
-		t.Errorf("touch %s: %v, want Permission denied", file, err)
+	case denied && !strings.Contains(werr.Error(), "Permission denied"):
+		t.Errorf("touch %s: %v, want Permission denied", file, werr)
 	case denied:
 		klog, err := kernelLogSince(mark)
 		if err != nil {
@@ -280,5 +281,6 @@ func tryWrite(t *testing.T, id, name string, denied bool) {
 		if !strings.Contains(klog, rec) || !strings.Contains(klog, `profile="`+denyWriteProfile+`"`) || !strings.Contains(klog, file) {
 			t.Errorf("the kernel log after the write has no %s record of %s for %s:\n%s", rec, denyWriteProfile, file, tail(klog, 10))
 		}
+		t.Logf("touch %s: %v; the kernel: %s", file, werr, firstLine(klog[strings.Index(klog, "\n")+1:]))
 	}
 }
