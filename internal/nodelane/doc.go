@@ -105,8 +105,8 @@
 //   - node/rootfs-<key>.img and node/initrd-<key>.cpio: `mmdebstrap
 //     --mode=root --variant=essential --include=systemd,systemd-sysv,udev,
 //     dbus,kmod,containerd,runc,iproute2,containernetworking-plugins,
-//     util-linux,mount,procps,iptables,nfs-common,nfs-kernel-server
-//     bookworm DIR
+//     util-linux,mount,procps,iptables,nfs-common,nfs-kernel-server,
+//     apparmor bookworm DIR
 //     /etc/apt/sources.list.d/debian.sources` (the host's deb822 sources
 //     file is the MIRROR, so no archive host is named anywhere; docs, man
 //     pages and locales are left out); the kernel's modules for file
@@ -237,6 +237,35 @@
 //     says groups=3000,4000, and its status.containerStatuses[].user.linux
 //     is uid 1000, gid 3000, groups 3000 and 4000; it is deleted after. It
 //     starts the agent itself under -run;
+//   - appArmorProfile (apparmor_test.go), on both containerds: Debian's
+//     kernel has AppArmor built in and enabled by default (its CONFIG_LSM
+//     list; the command line adds nothing), systemd mounts securityfs,
+//     and the image's apparmor package gives containerd the
+//     /sbin/apparmor_parser without which it applies no profile at all
+//     (its apparmor.hostSupports); its apparmor.service loads the
+//     package's two profiles at boot, as on a production node. The check
+//     fails, rather than skips, when the kernel does not enforce AppArmor
+//     or the parser is missing. It loads nodelane-deny-write
+//     (testdata/apparmor: the base abstraction, every file, no write
+//     beneath /tmp) with apparmor_parser --replace --skip-cache and runs
+//     a pod whose containers name Localhost nodelane-deny-write,
+//     RuntimeDefault and Unconfined in their fields, the same Localhost
+//     profile through the deprecated annotation
+//     container.apparmor.security.beta.kubernetes.io/<name>, and nothing:
+//     each container's process runs under the label the kernel reports in
+//     /proc/<pid>/attr/apparmor/current (nodelane-deny-write,
+//     cri-containerd.apparmor.d, unconfined, nodelane-deny-write,
+//     cri-containerd.apparmor.d), in enforce mode, and `crictl exec <id>
+//     touch /tmp/...` fails with EACCES and the kernel's apparmor="DENIED"
+//     record of nodelane-deny-write in the two confined by it, and
+//     succeeds in the others. Then a pod whose pod-level Localhost profile
+//     (nodelane-late) is not loaded is admitted, as the kubelet admits
+//     it, and waits Pending with its container in CreateContainerError
+//     and containerd's "apparmor profile not found nodelane-late", with
+//     no container running; once the check loads the profile, the next
+//     attempt of the back-off runs it under nodelane-late. The pods are
+//     deleted and the profiles removed after. It starts the agent itself
+//     under -run;
 //   - nodeguard restarted with cgroupDriver: cgroupfs on containerd's
 //     systemd driver. Where RuntimeConfig reports the driver (containerd
 //     2.x), the start is refused: `systemctl restart nodeguard` fails

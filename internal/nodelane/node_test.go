@@ -128,6 +128,7 @@ func TestNode(t *testing.T) {
 	t.Run("nfs volumes from a server in a netns of the check: mounted, written, unmounted on deletion and after kill -9", n.nfs)
 	t.Run("supplementalGroupsPolicy Strict on a runtime that reports the feature", n.strictGroups)
 	t.Run("an image volume: read from and read-only on containerd 2.x, unmounted on deletion; refused on 1.6", n.imageVolume)
+	t.Run("appArmorProfile Localhost, RuntimeDefault and Unconfined confine containers as the kernel reports", n.appArmor)
 	t.Run("a cgroupDriver other than containerd's is refused, saying which to set", n.driverMismatch)
 	t.Run("with containerd's cgroupfs driver, nodeguard's cgroupfs driver runs the pods in /kubepods", n.cgroupfsDriver)
 	t.Run("the OOM race on containerd's systemd driver: nodeguard loses no trial to the kernel OOM killer", n.race)

@@ -40,12 +40,18 @@ const DefaultSources = "/etc/apt/sources.list.d/debian.sources"
 // run as the kubelet's do, and nfs-kernel-server's rpc.nfsd, exportfs and
 // rpc.mountd for the server the NFS check starts in a network namespace of
 // its own (the kernel's nfs and nfsd modules are in kernel/fs, sunrpc in
-// kernel/net: moduleTrees has them).
+// kernel/net: moduleTrees has them). And AppArmor's userspace: Debian's
+// kernel has AppArmor built in and enabled (its CONFIG_LSM list), but
+// containerd applies a profile only where /sbin/apparmor_parser exists
+// (its hostSupports; it loads its cri-containerd.apparmor.d default
+// profile with it, from the package's abstractions), and the AppArmor
+// check loads its Localhost profiles with it too.
 var Packages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "kmod",
 	"containerd", "runc", "iproute2", "containernetworking-plugins",
 	"util-linux", "mount", "procps", "iptables",
 	"nfs-common", "nfs-kernel-server",
+	"apparmor",
 }
 
 // rootfsLayoutVersion changes whenever the build lays the image out

@@ -97,8 +97,9 @@ func ContainerLogPath(container string, attempt uint32) string {
 //     paths; seccomp from the container's seccompProfile, else the pod's,
 //     else Unconfined (the kubelet's default without --seccomp-default),
 //     a Localhost profile beneath opts.SeccompProfileRoot; AppArmor from
-//     the container's appArmorProfile, else the pod's, else none (the
-//     runtime's default). runAsNonRoot is not the runtime's business: see
+//     podspec.AppArmorProfile (the container's appArmorProfile, else its
+//     deprecated annotation, else the pod's), else none (the runtime's
+//     default). runAsNonRoot is not the runtime's business: see
 //     VerifyRunAsNonRoot.
 //
 // Env that cannot be resolved (a missing ConfigMap, Secret or key that is

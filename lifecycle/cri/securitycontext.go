@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 )
 
 // SeccompProfileRoot is where the kubelet keeps Localhost seccomp
@@ -40,20 +42,15 @@ func seccompProfile(pod *corev1.Pod, c *corev1.Container, root string) *runtimea
 	return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
 }
 
-// appArmorProfile is the kubelet's getAppArmorProfile: the container's
-// appArmorProfile, else the pod's; nil when neither is set, so that the
+// appArmorProfile is the kubelet's getAppArmorProfile: the profile
+// podspec.AppArmorProfile finds for c (its field, else the deprecated
+// annotation, else the pod's field); nil when none is set, so that the
 // runtime applies its default where the kernel has AppArmor. The second
 // result is the deprecated string form (runtime/default, unconfined,
 // localhost/<name>), which runtimes before the SecurityProfile field
 // (containerd 1.6) read instead.
 func appArmorProfile(pod *corev1.Pod, c *corev1.Container) (*runtimeapi.SecurityProfile, string) {
-	var p *corev1.AppArmorProfile
-	if psc := pod.Spec.SecurityContext; psc != nil {
-		p = psc.AppArmorProfile
-	}
-	if c.SecurityContext != nil && c.SecurityContext.AppArmorProfile != nil {
-		p = c.SecurityContext.AppArmorProfile
-	}
+	p := podspec.AppArmorProfile(pod, c)
 	if p == nil {
 		return nil, ""
 	}

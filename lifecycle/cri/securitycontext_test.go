@@ -15,6 +15,7 @@ func TestSecurityProfiles(t *testing.T) {
 		name            string
 		pod, ctr        *corev1.SeccompProfile
 		podAA, ctrAA    *corev1.AppArmorProfile
+		annotations     map[string]string
 		wantSeccomp     *runtimeapi.SecurityProfile
 		wantAppArmor    *runtimeapi.SecurityProfile
 		wantAppArmorOld string
@@ -55,10 +56,24 @@ func TestSecurityProfiles(t *testing.T) {
 			wantAppArmor:    &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "k8s-nginx"},
 			wantAppArmorOld: "localhost/k8s-nginx",
 		},
+		{
+			name:            "the deprecated annotation names the container's profile before the pod's field, as the kubelet reads it",
+			podAA:           &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault},
+			annotations:     map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "app": "localhost/k8s-apparmor-example-deny-write"},
+			wantSeccomp:     &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined},
+			wantAppArmor:    &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "k8s-apparmor-example-deny-write"},
+			wantAppArmorOld: "localhost/k8s-apparmor-example-deny-write",
+		},
+		{
+			name:        "another container's annotation is not this one's",
+			annotations: map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "sidecar": "unconfined"},
+			wantSeccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := testPod()
+			pod.Annotations = tt.annotations
 			pod.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: tt.pod, AppArmorProfile: tt.podAA}
 			pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: tt.ctr, AppArmorProfile: tt.ctrAA}
 			cfg, err := ContainerConfig(pod, &pod.Spec.Containers[0], ContainerOptions{SeccompProfileRoot: SeccompProfileRoot("/var/lib/nodeguard")})

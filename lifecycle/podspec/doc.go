@@ -50,7 +50,13 @@
 //     Options.AllowedUnsafeSysctls matches; never a non-namespaced one, nor
 //     a net.* one with hostNetwork), seccompProfile (RuntimeDefault,
 //     Unconfined, Localhost beneath <rootDir>/seccomp) and appArmorProfile
-//     (refused, with the kubelet's reason, unless Options.AppArmorEnabled);
+//     (refused, with the kubelet's reason, unless Options.AppArmorEnabled;
+//     a container's comes from its field, else the deprecated annotation
+//     container.apparmor.security.beta.kubernetes.io/<name>, else the
+//     pod's, as the kubelet's GetProfile: see AppArmorProfile. The
+//     annotations are checked as the API server checks them on create:
+//     an existing container, a profile value, the same profile as a field
+//     that is set too; with its deprecation warning);
 //   - containers: name (DNS label, unique across init and app containers),
 //     image (required), command, args, workingDir, ports (1-65535,
 //     TCP/UDP/SCTP, unique names, unique hostIP/protocol/hostPort, hostPort

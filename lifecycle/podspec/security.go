@@ -241,7 +241,7 @@ func validateAppArmor(p *corev1.AppArmorProfile, opts Options, fp *field.Path) f
 			corev1.AppArmorProfileTypeLocalhost, corev1.AppArmorProfileTypeRuntimeDefault, corev1.AppArmorProfileTypeUnconfined}))
 	}
 	if len(errs) == 0 && p.Type != corev1.AppArmorProfileTypeUnconfined && !opts.AppArmorEnabled {
-		errs = append(errs, field.Forbidden(fp, "Cannot enforce AppArmor: AppArmor is not enabled on the host"))
+		errs = append(errs, field.Forbidden(fp, appArmorNotEnabled))
 	}
 	return errs
 }

@@ -126,6 +126,8 @@ func Validate(pod *corev1.Pod, opts Options) (warnings []string, errs field.Erro
 		warnings = append(warnings, "spec.imagePullSecrets: ignored: this node does not pull images (imagePull: false in nodeguard's config)")
 	}
 	errs = append(errs, validateMetadata(pod)...)
+	warnings = append(warnings, appArmorWarnings(pod)...)
+	errs = append(errs, validateAppArmorAnnotations(pod, opts)...)
 	errs = append(errs, validateSpec(&pod.Spec, opts, field.NewPath("spec"))...)
 	if _, err := ResolvePriority(pod, opts); err != nil {
 		errs = append(errs, err)
