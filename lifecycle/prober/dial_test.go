@@ -55,7 +55,7 @@ func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		hosts = append(hosts, r.Host+" "+r.Header.Get("X-Probe")+" "+r.UserAgent())
+		hosts = append(hosts, r.Host+" "+r.Header.Get("X-Probe")+" "+r.UserAgent()+" "+r.Header.Get("Accept")+" encoding="+r.Header.Get("Accept-Encoding"))
 		mu.Unlock()
 	})
 	mux.HandleFunc("/fail", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
@@ -103,7 +103,9 @@ func TestNetNSProbes(t *testing.T) {
 		})
 	}
 	t.Run("the Host header and the others are sent", func(t *testing.T) {
-		want := "probe.example 1 " + userAgent
+		// As the kubelet's: Accept */*, and no Accept-Encoding (its
+		// transport disables compression).
+		want := "probe.example 1 " + userAgent + " */* encoding="
 		if len(*hosts) == 0 || (*hosts)[0] != want {
 			t.Fatalf("requests seen %q, want %q first", *hosts, want)
 		}

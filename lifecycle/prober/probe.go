@@ -270,14 +270,16 @@ func (h Handlers) HTTPGet(ctx context.Context, a *corev1.HTTPGetAction, t Target
 		req.Header.Add(hd.Name, hd.Value)
 	}
 	// As the kubelet: no keep-alive (every probe is a fresh connection,
-	// none is left open between periods), no certificate check (the pod's
+	// none is left open between periods), no compression (no
+	// Accept-Encoding is sent), no certificate check (the pod's
 	// certificate names a service, not its IP), and redirects followed
 	// only to the same host.
 	client := &http.Client{
 		Transport: &http.Transport{
-			DialContext:       h.Dial,
-			DisableKeepAlives: true,
-			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober
+			DialContext:        h.Dial,
+			DisableKeepAlives:  true,
+			DisableCompression: true,
+			TLSClientConfig:    &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober
 		},
 		CheckRedirect: func(r *http.Request, via []*http.Request) error {
 			if len(via) >= 10 {
