@@ -113,7 +113,7 @@ func (d *nsDialer) socket(ctx context.Context, family, typ int) (int, error) {
 	case <-d.done:
 		return -1, ErrDialerClosed
 	case <-ctx.Done():
-		return -1, ctx.Err()
+		return -1, dialCtxErr(ctx)
 	}
 	// The maker answers every request it took, at once.
 	rep := <-r.reply
@@ -297,12 +297,22 @@ func connect(ctx context.Context, f *os.File, sa unix.Sockaddr) error {
 		}
 	})
 	if werr != nil {
-		if errors.Is(werr, os.ErrDeadlineExceeded) && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return ctx.Err() // cancelled, not timed out
+		if errors.Is(werr, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+			return dialCtxErr(ctx)
 		}
 		return werr
 	}
 	return cerr
+}
+
+// dialCtxErr is ctx's end as net.Dialer reports it: a deadline is its
+// "i/o timeout" (os.ErrDeadlineExceeded, a net.Error whose Timeout is
+// true), a cancellation the context's error.
+func dialCtxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return os.ErrDeadlineExceeded
+	}
+	return ctx.Err()
 }
 
 // zoneID is an IPv6 zone's interface index. Only a numeric zone is
