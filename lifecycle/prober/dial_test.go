@@ -102,6 +102,13 @@ func TestNetNSProbes(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a refused tcpSocket probe says so as the kubelet's", func(t *testing.T) {
+		p := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(1)}}}
+		got, msg, err := h.Probe(context.Background(), p, target)
+		if want := "dial tcp 127.0.0.1:1: connect: connection refused"; err != nil || got != Failure || msg != want {
+			t.Fatalf("Probe = %v %q %v, want Failure %q", got, msg, err, want)
+		}
+	})
 	t.Run("the Host header and the others are sent", func(t *testing.T) {
 		// As the kubelet's: Accept */*, and no Accept-Encoding (its
 		// transport disables compression).

@@ -189,7 +189,9 @@ func (h Handlers) tcp(ctx context.Context, a *corev1.TCPSocketAction, t Target, 
 	defer cancel()
 	conn, err := h.Dial(cctx, "tcp", addr)
 	if err != nil {
-		return Failure, fmt.Sprintf("dial tcp %s: %v", addr, err), nil
+		// The dial's error is the message, as the kubelet's ("dial tcp
+		// 10.1.2.3:80: connect: connection refused").
+		return Failure, err.Error(), nil
 	}
 	conn.Close()
 	return Success, "", nil
