@@ -138,7 +138,16 @@ func (d *nsDialer) dial(ctx context.Context, network, address string) (net.Conn,
 		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.AddrError{Err: "invalid port", Addr: address}}
 	}
 	var addrs []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if host == "" {
+		// No host is this namespace itself, as for net.Dialer: the
+		// unspecified address, which connect(2) takes as a local one (a
+		// probe of a pod without a pod IP, on the host's network).
+		a := netip.IPv4Unspecified()
+		if ipNet == "ip6" {
+			a = netip.IPv6Unspecified()
+		}
+		addrs = []netip.Addr{a}
+	} else if ip, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{ip.Unmap()}
 	} else if addrs, err = d.resolver.LookupNetIP(ctx, ipNet, host); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}

@@ -222,6 +222,15 @@ func TestNetNSDialer(t *testing.T) {
 			t.Fatalf("err %v, want the lookup's error naming the host", err)
 		}
 	})
+	t.Run("no host is the namespace itself, as for net.Dialer", func(t *testing.T) {
+		// An httpGet probe of a host-network pod whose pod IP is
+		// unknown dials ":port".
+		c, err := dial(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	})
 	t.Run("udp is dialled in the namespace too", func(t *testing.T) {
 		var pc net.PacketConn
 		if err := ns.WithNetNSPath(file, func(ns.NetNS) error {
