@@ -44,6 +44,9 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	}
 	byName := latest(ctrs)
 	states := map[string]cri.State{}
+	// seen: the statuses just read, by container ID, for updateStatus
+	// to reuse (statusFor).
+	seen := make(map[string]*runtimeapi.ContainerStatus, len(byName))
 	for name, c := range byName {
 		cctx, cancel := call(ctx)
 		s, err := m.cfg.Runtime.ContainerStatus(cctx, c.Id)
@@ -52,6 +55,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 			return err
 		}
 		states[name] = cri.ContainerState(s)
+		seen[c.Id] = s
 	}
 	m.observeContainers(ctx, st, byName, states)
 	if m.killUnhealthy(ctx, st, byName, states) {
@@ -113,7 +117,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	m.updateStatus(ctx, st, latest(ctrs), initDone, failed)
+	m.updateStatus(ctx, st, latest(ctrs), seen, initDone, failed)
 	m.recordContainerErrors(st, errs)
 	m.gc(ctx, st.parent, ctrs)
 	return nil

@@ -14,7 +14,12 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
-func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, initDone, failed bool) {
+// updateStatus makes the pod's status from byName, the runtime's fresh
+// list of its containers, and each one's status: the one in seen (read
+// earlier in this sync) when the list still shows that container in the
+// state seen had, else asked of the runtime again. A steady pod's sync
+// thus asks for each container's status once, not twice.
+func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, seen map[string]*runtimeapi.ContainerStatus, initDone, failed bool) {
 	pod := st.pod
 	status := corev1.PodStatus{PodIP: st.ip, StartTime: &metav1.Time{Time: st.created}}
 	if st.ip != "" {
@@ -30,9 +35,7 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 		cs.ContainerID = "containerd://" + ctr.Id
 		cs.ImageID = ctr.ImageRef
 		cs.RestartCount = int32(ctr.GetMetadata().GetAttempt())
-		cctx, cancel := call(ctx)
-		raw, err := m.cfg.Runtime.ContainerStatus(cctx, ctr.Id)
-		cancel()
+		raw, err := m.statusFor(ctx, ctr, seen)
 		if err != nil {
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "Unknown", Message: err.Error()}
 			return cs
@@ -149,6 +152,18 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 	}
 	st.lastErr = ""
 	st.status = status
+}
+
+// statusFor returns ctr's status: seen's when it is of the same container
+// in the state the list shows now (nothing happened to it since it was
+// read), else the runtime's.
+func (m *Manager) statusFor(ctx context.Context, ctr *runtimeapi.Container, seen map[string]*runtimeapi.ContainerStatus) (*runtimeapi.ContainerStatus, error) {
+	if s, ok := seen[ctr.Id]; ok && s.GetState() == ctr.GetState() {
+		return s, nil
+	}
+	cctx, cancel := call(ctx)
+	defer cancel()
+	return m.cfg.Runtime.ContainerStatus(cctx, ctr.Id)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,18 +1,23 @@
 package prober
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -50,7 +55,7 @@ func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		hosts = append(hosts, r.Host+" "+r.Header.Get("X-Probe")+" "+r.UserAgent())
+		hosts = append(hosts, r.Host+" "+r.Header.Get("X-Probe")+" "+r.UserAgent()+" "+r.Header.Get("Accept")+" encoding="+r.Header.Get("Accept-Encoding"))
 		mu.Unlock()
 	})
 	mux.HandleFunc("/fail", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
@@ -97,10 +102,190 @@ func TestNetNSProbes(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a refused tcpSocket probe says so as the kubelet's", func(t *testing.T) {
+		p := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(1)}}}
+		got, msg, err := h.Probe(context.Background(), p, target)
+		if want := "dial tcp 127.0.0.1:1: connect: connection refused"; err != nil || got != Failure || msg != want {
+			t.Fatalf("Probe = %v %q %v, want Failure %q", got, msg, err, want)
+		}
+	})
 	t.Run("the Host header and the others are sent", func(t *testing.T) {
-		want := "probe.example 1 " + userAgent
+		// As the kubelet's: Accept */*, and no Accept-Encoding (its
+		// transport disables compression).
+		want := "probe.example 1 " + userAgent + " */* encoding="
 		if len(*hosts) == 0 || (*hosts)[0] != want {
 			t.Fatalf("requests seen %q, want %q first", *hosts, want)
+		}
+	})
+}
+
+// TestNetNSDialer: the dialer's connections are made in its namespace (the
+// server below listens on that namespace's loopback alone) and behave as
+// net.Dialer's: the same errors, the context's deadline and cancellation,
+// names resolved, UDP as well as TCP.
+func TestNetNSDialer(t *testing.T) {
+	dial, port, _, file := testNetNS(t)
+	ctx := context.Background()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	t.Run("a connection reaches the namespace's loopback and knows its addresses", func(t *testing.T) {
+		c, err := dial(ctx, "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, ok := c.(*net.TCPConn); !ok || c.RemoteAddr().String() != addr || c.LocalAddr() == nil {
+			t.Fatalf("conn %T remote %v local %v, want a *net.TCPConn to %s", c, c.RemoteAddr(), c.LocalAddr(), addr)
+		}
+		if _, err := io.WriteString(c, "GET /ok HTTP/1.0\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("response %v %v, want 200", resp, err)
+		}
+	})
+	t.Run("a closed port is refused with net.Dialer's error", func(t *testing.T) {
+		_, err := dial(ctx, "tcp", "127.0.0.1:1")
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" || !errors.Is(err, syscall.ECONNREFUSED) ||
+			err.Error() != "dial tcp 127.0.0.1:1: connect: connection refused" {
+			t.Fatalf("err %v, want net.Dialer's dial tcp 127.0.0.1:1: connect: connection refused", err)
+		}
+	})
+	// A listener with a backlog of 0 whose one connection is never
+	// accepted: the kernel drops the next SYNs, so a dial hangs.
+	hanging := func(t *testing.T) string {
+		var addr string
+		if err := ns.WithNetNSPath(file, func(ns.NetNS) error {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { unix.Close(fd) })
+			if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+				return err
+			}
+			if err := unix.Listen(fd, 0); err != nil {
+				return err
+			}
+			sa, err := unix.Getsockname(fd)
+			if err != nil {
+				return err
+			}
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := dial(ctx, "tcp", addr)
+		if err != nil {
+			t.Fatalf("fill the backlog: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return addr
+	}
+	t.Run("a connection nobody answers ends at the context's deadline, a timeout", func(t *testing.T) {
+		addr := hanging(t)
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		c, err := dial(cctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			t.Fatal("connected past a full backlog")
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || err.Error() != "dial tcp "+addr+": i/o timeout" {
+			t.Fatalf("err %v, want net.Dialer's dial tcp %s: i/o timeout", err, addr)
+		}
+	})
+	t.Run("a cancelled dial ends with the context's error", func(t *testing.T) {
+		addr := hanging(t)
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(100*time.Millisecond, cancel)
+		c, err := dial(cctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			t.Fatal("connected past a full backlog")
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want context.Canceled", err)
+		}
+	})
+	t.Run("a name is resolved and its addresses tried in turn", func(t *testing.T) {
+		// localhost is ::1 and 127.0.0.1; the server has only the latter.
+		c, err := dial(ctx, "tcp", net.JoinHostPort("localhost", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if _, err := dial(ctx, "tcp", "nothing.invalid:80"); err == nil || !strings.Contains(err.Error(), "nothing.invalid") {
+			t.Fatalf("err %v, want the lookup's error naming the host", err)
+		}
+	})
+	t.Run("no host is the namespace itself, as for net.Dialer", func(t *testing.T) {
+		// An httpGet probe of a host-network pod whose pod IP is
+		// unknown dials ":port".
+		c, err := dial(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	})
+	t.Run("udp is dialled in the namespace too", func(t *testing.T) {
+		var pc net.PacketConn
+		if err := ns.WithNetNSPath(file, func(ns.NetNS) error {
+			var err error
+			pc, err = net.ListenPacket("udp", "127.0.0.1:0")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		go func() {
+			b := make([]byte, 64)
+			n, from, err := pc.ReadFrom(b)
+			if err == nil {
+				pc.WriteTo(b[:n], from)
+			}
+		}()
+		c, err := dial(ctx, "udp", pc.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 64)
+		if n, err := c.Read(b); err != nil || string(b[:n]) != "ping" {
+			t.Fatalf("echo %q %v, want ping", b[:n], err)
+		}
+	})
+	t.Run("what it cannot dial is refused, naming it", func(t *testing.T) {
+		for _, tc := range []struct{ network, addr, want string }{
+			{"unix", "/run/x.sock", "dial unix: unknown network unix"},
+			{"tcp", "127.0.0.1", "dial tcp: address 127.0.0.1: missing port in address"},
+			{"tcp", "[fe80::1%eth0]:80", `dial tcp [fe80::1%eth0]:80: IPv6 zone "eth0": want the interface's index, names are not resolved in the node's network namespace`},
+		} {
+			if _, err := dial(ctx, tc.network, tc.addr); err == nil || err.Error() != tc.want {
+				t.Errorf("dial %s %s: %v, want %s", tc.network, tc.addr, err, tc.want)
+			}
+		}
+	})
+	t.Run("after close it dials no more", func(t *testing.T) {
+		d, closeNS, err := NetNSDialer(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := closeNS(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d(ctx, "tcp", addr); !errors.Is(err, ErrDialerClosed) {
+			t.Fatalf("err %v, want ErrDialerClosed", err)
+		}
+		if _, _, err := NetNSDialer(filepath.Join(t.TempDir(), "none")); err == nil {
+			t.Fatal("a dialer into a namespace that does not exist")
 		}
 	})
 }
@@ -130,8 +315,37 @@ func BenchmarkNetNSProbes(b *testing.B) {
 			b.ReportMetric(float64((cpuTime(b)-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
+	// The same TCP probe dialled as NetNSDialer did before its socket
+	// maker: every dial moved a fresh locked thread into the namespace
+	// and back (ns.Do), parked across the connect.
+	b.Run("tcpSocket through ns.Do", func(b *testing.B) {
+		n, err := ns.GetNS(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer n.Close()
+		nsDo := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var conn net.Conn
+			err := n.Do(func(ns.NetNS) error {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, network, addr)
+				conn = c
+				return err
+			})
+			return conn, err
+		}
+		probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}}}
+		old := Handlers{Dial: nsDo}
+		before := cpuTime(b)
+		for b.Loop() {
+			if r, msg, err := old.Probe(context.Background(), probe, target); r != Success {
+				b.Fatalf("probe: %v %q %v", r, msg, err)
+			}
+		}
+		b.ReportMetric(float64((cpuTime(b)-before).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	})
 	// The same TCP probe from a goroutine that stays in the namespace: what
-	// the two setns calls of every NetNSDialer dial cost on top.
+	// the hand-off to NetNSDialer's socket maker costs on top.
 	b.Run("tcpSocket without setns", func(b *testing.B) {
 		probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}}}
 		var d net.Dialer

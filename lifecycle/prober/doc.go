@@ -24,7 +24,9 @@
 // timeout is a failure). TCP, HTTP and gRPC probes are dialled by the
 // Dialer the Manager is given; nodeguard's dials from inside the node's
 // network namespace (where the pod network's bridge is), never from
-// anywhere else. A gRPC probe is one grpc.health.v1.Health/Check over a
+// anywhere else: NetNSDialer's sockets are all made by one thread that
+// entered that namespace once and never leaves it, and are connected
+// from wherever the probe runs. A gRPC probe is one grpc.health.v1.Health/Check over a
 // plaintext connection of its own, as the kubelet's pkg/probe/grpc: only
 // SERVING succeeds, and every failure carries the kubelet's message.
 //

@@ -189,7 +189,9 @@ func (h Handlers) tcp(ctx context.Context, a *corev1.TCPSocketAction, t Target, 
 	defer cancel()
 	conn, err := h.Dial(cctx, "tcp", addr)
 	if err != nil {
-		return Failure, fmt.Sprintf("dial tcp %s: %v", addr, err), nil
+		// The dial's error is the message, as the kubelet's ("dial tcp
+		// 10.1.2.3:80: connect: connection refused").
+		return Failure, err.Error(), nil
 	}
 	conn.Close()
 	return Success, "", nil
@@ -270,14 +272,16 @@ func (h Handlers) HTTPGet(ctx context.Context, a *corev1.HTTPGetAction, t Target
 		req.Header.Add(hd.Name, hd.Value)
 	}
 	// As the kubelet: no keep-alive (every probe is a fresh connection,
-	// none is left open between periods), no certificate check (the pod's
+	// none is left open between periods), no compression (no
+	// Accept-Encoding is sent), no certificate check (the pod's
 	// certificate names a service, not its IP), and redirects followed
 	// only to the same host.
 	client := &http.Client{
 		Transport: &http.Transport{
-			DialContext:       h.Dial,
-			DisableKeepAlives: true,
-			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober
+			DialContext:        h.Dial,
+			DisableKeepAlives:  true,
+			DisableCompression: true,
+			TLSClientConfig:    &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's prober
 		},
 		CheckRedirect: func(r *http.Request, via []*http.Request) error {
 			if len(via) >= 10 {

@@ -224,6 +224,33 @@ func TestWorker(t *testing.T) {
 			t.Fatalf("counts %+v, want one successful", cs)
 		}
 	})
+	t.Run("only a changed result is told: steady probes wake nobody", func(t *testing.T) {
+		// OnUpdate wakes the pod's worker (lifecycle's onProbe), as a
+		// changed result reaches the kubelet's pod worker: a hundred
+		// runs of one result are one update, not a hundred syncs.
+		fp := &fakeProber{results: []Result{Success}}
+		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 3, 1), LivenessProbe: probe(0, 3, 1)})
+		_, _, ws, updates := setup(t, pod, fp)
+		for range 100 {
+			ws[Readiness].doProbe(ctx)
+			ws[Liveness].doProbe(ctx)
+		}
+		// Readiness: its initial Failure, then Success; liveness: its
+		// initial Success, which the runs confirm.
+		want := []Update{
+			{PodUID: pod.UID, Container: "a", ContainerID: "c1", Kind: Readiness, Result: Failure},
+			{PodUID: pod.UID, Container: "a", ContainerID: "c1", Kind: Readiness, Result: Success},
+			{PodUID: pod.UID, Container: "a", ContainerID: "c1", Kind: Liveness, Result: Success},
+		}
+		if fp.calls != 200 || len(*updates) != len(want) {
+			t.Fatalf("%d probes made %d updates, want 200 probes and %d updates: %+v", fp.calls, len(*updates), len(want), *updates)
+		}
+		for i, u := range *updates {
+			if u != want[i] {
+				t.Errorf("update %d: %+v, want %+v", i, u, want[i])
+			}
+		}
+	})
 	t.Run("a stopped container is not ready and not probed", func(t *testing.T) {
 		fp := &fakeProber{results: []Result{Success}}
 		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 1, 1)})
