@@ -34,6 +34,23 @@ func latest(ctrs []*runtimeapi.Container) map[string]*runtimeapi.Container {
 	return out
 }
 
+// previous returns, per container name, the attempt before the newest
+// one the runtime still has (container GC keeps it: gc.go).
+func previous(ctrs []*runtimeapi.Container) map[string]*runtimeapi.Container {
+	newest := latest(ctrs)
+	out := map[string]*runtimeapi.Container{}
+	for _, c := range ctrs {
+		n := c.GetMetadata().GetName()
+		if c == newest[n] {
+			continue
+		}
+		if cur, ok := out[n]; !ok || c.GetMetadata().GetAttempt() > cur.GetMetadata().GetAttempt() {
+			out[n] = c
+		}
+	}
+	return out
+}
+
 func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	pod := st.pod
 	cctx, cancel := call(ctx)
@@ -117,7 +134,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	m.updateStatus(ctx, st, latest(ctrs), seen, initDone, failed)
+	m.updateStatus(ctx, st, ctrs, seen, initDone, failed)
 	m.recordContainerErrors(st, errs)
 	m.gc(ctx, st.parent, ctrs)
 	return nil

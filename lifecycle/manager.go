@@ -51,8 +51,16 @@ const (
 	// DefaultResync: how often every pod is compared with the runtime
 	// when nothing asked for it sooner.
 	DefaultResync = time.Second
-	// callTimeout bounds one CRI call; RunPodSandbox measured 115-300 ms.
-	callTimeout = 30 * time.Second
+	// callTimeout bounds one CRI call: the kubelet's runtimeRequestTimeout
+	// default (2 min). A call measured 115-300 ms on an idle node; under
+	// a load average of 60 a RunPodSandbox outran 30 s, and every
+	// attempt undone at the bound left the next one "name is reserved"
+	// until the runtime had finished undoing it, for good.
+	callTimeout = 2 * time.Minute
+	// sandboxTimeout bounds RunPodSandbox: twice callTimeout, as the
+	// kubelet's remote runtime service (it pulls the pause image, makes
+	// the netns and runs the CNI plugins).
+	sandboxTimeout = 2 * callTimeout
 	// orphanGrace stops a container of a pod nobody wants any more.
 	orphanGrace = 2 * time.Second
 )
@@ -216,12 +224,16 @@ type podState struct {
 	// hookFailed: per container, the attempt killed for its failed
 	// postStart hook (hooks.go; the pod's worker only).
 	hookFailed map[string]hookFailure
-	status     corev1.PodStatus
-	lastErr    string
-	kick       chan struct{} // wakes the pod's worker
-	volumes    *mounts.PodVolumes
-	evicted    *eviction // set once the eviction manager ended it
-	working    bool      // a worker runs for this pod (guarded by Manager.mu)
+	// lastTerm: per container, its previous attempt's terminated state,
+	// read once (an exited container's status never changes) for its
+	// lastState (status.go; the pod's worker only).
+	lastTerm map[string]lastTermination
+	status   corev1.PodStatus
+	lastErr  string
+	kick     chan struct{} // wakes the pod's worker
+	volumes  *mounts.PodVolumes
+	evicted  *eviction // set once the eviction manager ended it
+	working  bool      // a worker runs for this pod (guarded by Manager.mu)
 }
 
 func (st *podState) poke() {

@@ -176,7 +176,7 @@ func (m *Manager) createSandbox(ctx context.Context, st *podState) (retErr error
 		return fmt.Errorf("create log dir: %w", err)
 	}
 	cfg := m.sandboxConfig(st)
-	cctx, cancel := call(ctx)
+	cctx, cancel := context.WithTimeout(ctx, sandboxTimeout)
 	defer cancel()
 	m.createMu.RLock()
 	id, err := m.cfg.Runtime.RunPodSandbox(cctx, cfg)

@@ -195,6 +195,11 @@ func TestSidecarsInRealContainers(t *testing.T) {
 			cs := initStatus(p, "proxy")
 			return cs.RestartCount >= 1 && started(cs) && cs.Ready
 		})
+		// Restarted at once, with no back-off: its last state is the
+		// attempt before, as the kubelet reports it.
+		if last := initStatus(p, "proxy").LastTerminationState.Terminated; last == nil || last.ExitCode != 3 || last.Reason != "Error" {
+			t.Errorf("the restarted sidecar's last state %+v, want terminated with exit code 3, reason Error", initStatus(p, "proxy").LastTerminationState)
+		}
 		if cs := p.Status.ContainerStatuses[0]; cs.ContainerID != app || cs.RestartCount != 0 || cs.State.Running == nil {
 			t.Fatalf("the app container was touched: %s (was %s), restartCount %d, state %+v", cs.ContainerID, app, cs.RestartCount, cs.State)
 		}

@@ -19,8 +19,9 @@ import (
 // earlier in this sync) when the list still shows that container in the
 // state seen had, else asked of the runtime again. A steady pod's sync
 // thus asks for each container's status once, not twice.
-func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[string]*runtimeapi.Container, seen map[string]*runtimeapi.ContainerStatus, initDone, failed bool) {
+func (m *Manager) updateStatus(ctx context.Context, st *podState, ctrs []*runtimeapi.Container, seen map[string]*runtimeapi.ContainerStatus, initDone, failed bool) {
 	pod := st.pod
+	byName, prev := latest(ctrs), previous(ctrs)
 	status := corev1.PodStatus{PodIP: st.ip, StartTime: &metav1.Time{Time: st.created}}
 	if st.ip != "" {
 		status.PodIPs = []corev1.PodIP{{IP: st.ip}}
@@ -50,25 +51,7 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 			started, ready := m.probeStatus(pod, c, ctr.Id)
 			cs.Ready, cs.Started = ready, ptr(started)
 		case cri.PhaseExited:
-			reason := s.Reason
-			switch {
-			case s.OOMKilled:
-				reason = "OOMKilled"
-			case s.ExitCode == 0:
-				reason = "Completed"
-			case reason == "" || reason == "OOMKilled":
-				reason = "Error"
-			}
-			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.ExitCode, Reason: reason, Message: s.Message,
-				StartedAt: metav1.Time{Time: s.StartedAt}, FinishedAt: metav1.Time{Time: s.FinishedAt}, ContainerID: cs.ContainerID}
-			if hf, ok := st.hookFailed[c.Name]; ok && hf.id == ctr.Id {
-				// Killed for its postStart hook (hooks.go): the kubelet
-				// says so in an event and its waiting reason only, both
-				// soon gone; the terminated state keeps why.
-				cs.State.Terminated.Reason, cs.State.Terminated.Message = EventFailedPostStartHook, hf.message
-			} else if s.Message == "" && s.ExitCode != 0 && c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
-				cs.State.Terminated.Message = fallbackMessage(ctx, raw.GetLogPath())
-			}
+			cs.State.Terminated = m.terminated(ctx, st, c, ctr.Id, raw)
 			if b := st.backoff[c.Name]; b != nil && !b.until.IsZero() {
 				cs.LastTerminationState.Terminated = cs.State.Terminated
 				cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
@@ -76,6 +59,13 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 			}
 		default:
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		}
+		if cs.LastTerminationState.Terminated == nil {
+			// The attempt before this one, as the kubelet's
+			// convertToAPIContainerStatuses: a container restarted at
+			// once (a sidecar, a liveness kill, the first crash) has no
+			// back-off to carry its last state.
+			cs.LastTerminationState.Terminated = m.previousTermination(ctx, st, c, prev[c.Name])
 		}
 		return cs
 	}
@@ -152,6 +142,66 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, byName map[str
 	}
 	st.lastErr = ""
 	st.status = status
+}
+
+// terminated is the terminated state of c's exited container id, whose
+// status is raw, with the reasons the kubelet gives.
+func (m *Manager) terminated(ctx context.Context, st *podState, c *corev1.Container, id string, raw *runtimeapi.ContainerStatus) *corev1.ContainerStateTerminated {
+	s := cri.ContainerState(raw)
+	reason := s.Reason
+	switch {
+	case s.OOMKilled:
+		reason = "OOMKilled"
+	case s.ExitCode == 0:
+		reason = "Completed"
+	case reason == "" || reason == "OOMKilled":
+		reason = "Error"
+	}
+	t := &corev1.ContainerStateTerminated{ExitCode: s.ExitCode, Reason: reason, Message: s.Message,
+		StartedAt: metav1.Time{Time: s.StartedAt}, FinishedAt: metav1.Time{Time: s.FinishedAt}, ContainerID: "containerd://" + id}
+	if hf, ok := st.hookFailed[c.Name]; ok && hf.id == id {
+		// Killed for its postStart hook (hooks.go): the kubelet says so
+		// in an event and its waiting reason only, both soon gone; the
+		// terminated state keeps why.
+		t.Reason, t.Message = EventFailedPostStartHook, hf.message
+	} else if s.Message == "" && s.ExitCode != 0 && c.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+		t.Message = fallbackMessage(ctx, raw.GetLogPath())
+	}
+	return t
+}
+
+// lastTermination is a container's previous attempt and how it ended.
+type lastTermination struct {
+	id string
+	t  *corev1.ContainerStateTerminated
+}
+
+// previousTermination is how ctr, c's attempt before its newest, ended:
+// nil when there is none or it has not exited. It is asked of the
+// runtime once per attempt (an exited container's status is final) and
+// kept in st.lastTerm.
+func (m *Manager) previousTermination(ctx context.Context, st *podState, c *corev1.Container, ctr *runtimeapi.Container) *corev1.ContainerStateTerminated {
+	if ctr == nil {
+		return nil
+	}
+	if lt, ok := st.lastTerm[c.Name]; ok && lt.id == ctr.Id {
+		return lt.t
+	}
+	if ctr.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
+		return nil
+	}
+	cctx, cancel := call(ctx)
+	raw, err := m.cfg.Runtime.ContainerStatus(cctx, ctr.Id)
+	cancel()
+	if err != nil {
+		return nil // asked again at the next sync
+	}
+	t := m.terminated(ctx, st, c, ctr.Id, raw)
+	if st.lastTerm == nil {
+		st.lastTerm = map[string]lastTermination{}
+	}
+	st.lastTerm[c.Name] = lastTermination{id: ctr.Id, t: t}
+	return t
 }
 
 // statusFor returns ctr's status: seen's when it is of the same container
