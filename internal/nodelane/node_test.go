@@ -127,6 +127,7 @@ func TestNode(t *testing.T) {
 	t.Run("deleting every pod leaves nothing behind", n.cleanup)
 	t.Run("nfs volumes from a server in a netns of the check: mounted, written, unmounted on deletion and after kill -9", n.nfs)
 	t.Run("supplementalGroupsPolicy Strict on a runtime that reports the feature", n.strictGroups)
+	t.Run("the pods people write run on the node: lifecycle hooks, sidecars, gRPC probes, block volumes, exec, attach and port-forward", n.workloads)
 	t.Run("a cgroupDriver other than containerd's is refused, saying which to set", n.driverMismatch)
 	t.Run("with containerd's cgroupfs driver, nodeguard's cgroupfs driver runs the pods in /kubepods", n.cgroupfsDriver)
 	t.Run("the OOM race on containerd's systemd driver: nodeguard loses no trial to the kernel OOM killer", n.race)

@@ -40,12 +40,17 @@ const DefaultSources = "/etc/apt/sources.list.d/debian.sources"
 // run as the kubelet's do, and nfs-kernel-server's rpc.nfsd, exportfs and
 // rpc.mountd for the server the NFS check starts in a network namespace of
 // its own (the kernel's nfs and nfsd modules are in kernel/fs, sunrpc in
-// kernel/net: moduleTrees has them).
+// kernel/net: moduleTrees has them). e2fsprogs: the mkfs.ext4 and
+// fsck.ext4 that nodeguard's block volumes run (mount-utils'
+// SafeFormatAndMount, the kubelet's), as on any Debian node, and the
+// debugfs the block check reads the device with after the pod is gone;
+// the essential set has none of them.
 var Packages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "kmod",
 	"containerd", "runc", "iproute2", "containernetworking-plugins",
 	"util-linux", "mount", "procps", "iptables",
 	"nfs-common", "nfs-kernel-server",
+	"e2fsprogs",
 }
 
 // rootfsLayoutVersion changes whenever the build lays the image out
