@@ -210,11 +210,17 @@ func agentPodEvents(namespace, pod string) ([]podEvent, error) {
 	return evs, nil
 }
 
-// grpcProbes checks testdata/grpc-probes.yaml against /bin/grpchealth.
-func grpcProbes(t *testing.T) {
+// grpcProbes applies testdata/grpc-probes.yaml and checks its probes
+// against /bin/grpchealth; it records the pod's uid in uids once it knows
+// it (the leftovers subtest looks for what is left of it).
+func grpcProbes(t *testing.T, uids map[string]string) {
+	if out, err := applyPods(grpcPod.File); err != nil {
+		t.Fatalf("nodeguard pod apply -f %s: %v %s", grpcPod.File, err, out)
+	}
 	pod := waitPod(t, grpcPod, "Running, not ready while NOT_SERVING", podsBound, func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && status(p, "server").State.Running != nil
 	})
+	uids[grpcPod.Name] = string(pod.UID)
 	if podReady(pod) || status(pod, "server").Ready {
 		t.Errorf("ready while the server says NOT_SERVING: %s", describePod(pod))
 	}
