@@ -124,9 +124,10 @@ spec:
 // blockVolumes checks testdata/block.yaml: the Filesystem volume formatted
 // and mounted from its device, the file the pod wrote on it, the raw
 // device written through its devicePath, and both released on deletion.
-func blockVolumes(t *testing.T, rootDir string, d blockDisks) {
+func blockVolumes(t *testing.T, rootDir string, d blockDisks, uids map[string]string) {
 	pod := waitPodRunning(t, blockPod, podsBound)
 	uid := string(pod.UID)
+	uids[blockPod.Name] = uid
 	dir := filepath.Join(rootDir, "pods", uid, "volumes", "kubernetes.io~local-volume", blockPV)
 	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(dir))
 	if err != nil || len(ms) == 0 {

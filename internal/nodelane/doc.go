@@ -241,9 +241,10 @@
 //     features go through the runtime (CRI ExecSync for exec hooks and
 //     probes, StopContainer in waves, CRI Devices, the streaming server),
 //     which differs between 1.6 and 2.x. Five Burstable pods of testdata/
-//     in namespace lane; four applied together, the gRPC one by its own
-//     subtest, which runs first while they start (a pod's event burst is
-//     25: readiness failures while the others start would use it up).
+//     in namespace lane, each applied by its subtest and deleted before
+//     the next (five sandboxes made at once on a loaded host each took
+//     more than the agent's 30 s bound on a CRI call, and were undone and
+//     made again, endlessly: see workloads).
 //     gRPC probes: the pod runs /bin/grpchealth, is Running but not Ready
 //     while NOT_SERVING, Ready once /tmp/ready exists (`nodeguard pod
 //     exec` touches it), restarted once the liveness service is

@@ -43,11 +43,12 @@ func ack(t *testing.T, dir string) {
 // hooks checks postStart exec and the three preStop handlers of
 // testdata/hooks.yaml, reading what the hooks and the TERM handlers wrote
 // in the pod's emptyDir from the node.
-func hooks(t *testing.T, rootDir string) {
+func hooks(t *testing.T, rootDir string, uids map[string]string) {
 	pod := waitPod(t, hooksPod, "Running with its three containers started", podsBound, func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && started(status(p, "app")) && started(status(p, "web")) && started(status(p, "sleeper"))
 	})
 	uid := string(pod.UID)
+	uids[hooksPod.Name] = uid
 	state := emptyDir(rootDir, uid, "state")
 	var seen map[string]string
 	if _, err := waitFor("app's copy of what postStart wrote", podsBound, func() (bool, string, error) {
@@ -116,11 +117,12 @@ func events(dir string) []string {
 
 // sidecars checks testdata/sidecars.yaml: the start order, the sidecar's
 // restart under restartPolicy Never, and the stop order.
-func sidecars(t *testing.T, rootDir string) {
+func sidecars(t *testing.T, rootDir string, uids map[string]string) {
 	pod := waitPod(t, sidecarsPod, "Running with the sidecar and the app started", podsBound, func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && started(status(p, "logger")) && started(status(p, "app"))
 	})
 	uid := string(pod.UID)
+	uids[sidecarsPod.Name] = uid
 	out := emptyDir(rootDir, uid, "out")
 	var got []string
 	if _, err := waitFor("app's first line", podsBound, func() (bool, string, error) {
@@ -210,13 +212,11 @@ func agentPodEvents(namespace, pod string) ([]podEvent, error) {
 	return evs, nil
 }
 
-// grpcProbes applies testdata/grpc-probes.yaml and checks its probes
-// against /bin/grpchealth; it records the pod's uid in uids once it knows
-// it (the leftovers subtest looks for what is left of it).
+// grpcProbes checks testdata/grpc-probes.yaml's probes against
+// /bin/grpchealth. Like the other subtests' functions it records the pod's
+// uid in uids once it knows it (the leftovers subtest looks for what is
+// left of it).
 func grpcProbes(t *testing.T, uids map[string]string) {
-	if out, err := applyPods(grpcPod.File); err != nil {
-		t.Fatalf("nodeguard pod apply -f %s: %v %s", grpcPod.File, err, out)
-	}
 	pod := waitPod(t, grpcPod, "Running, not ready while NOT_SERVING", podsBound, func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && status(p, "server").State.Running != nil
 	})

@@ -177,9 +177,10 @@ func portForward(p podRef) (port string, stop func() (string, error), err error)
 }
 
 // streaming checks testdata/stream.yaml through the installed CLI.
-func streaming(t *testing.T, rootDir string) {
+func streaming(t *testing.T, rootDir string, uids map[string]string) {
 	pod := waitPodRunning(t, streamPod, podsBound)
 	uid := string(pod.UID)
+	uids[streamPod.Name] = uid
 
 	t.Run("exec -i pipes stdin through and its end closes the command's stdin", func(t *testing.T) {
 		const in = "line one\nline two\n"
