@@ -178,6 +178,7 @@ func portForward(p podRef) (port string, stop func() (string, error), err error)
 
 // streaming checks testdata/stream.yaml through the installed CLI.
 func streaming(t *testing.T, rootDir string, uids map[string]string) {
+	requireAgent(t)
 	pod := waitPodRunning(t, streamPod, podsBound)
 	uid := string(pod.UID)
 	uids[streamPod.Name] = uid

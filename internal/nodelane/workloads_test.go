@@ -81,6 +81,7 @@ func (n *node) workloads(t *testing.T) {
 		streaming(t, rootDir, uids)
 	})
 	t.Run("nothing of the five pods is left", func(t *testing.T) {
+		requireAgent(t)
 		var names []string
 		for _, p := range pods {
 			names = append(names, p.Name)
