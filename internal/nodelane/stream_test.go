@@ -202,7 +202,10 @@ func streaming(t *testing.T, rootDir string, uids map[string]string) {
 	})
 
 	t.Run("exec -it runs on a terminal of the size of the user's", func(t *testing.T) {
-		out, err := ttySession(45, 123, "pod", "exec", "-n", streamPod.Namespace, "-it", streamPod.Name, "--", "sh", "-c", "tty; stty size")
+		// The size comes as a resize after the session starts: the
+		// command asks the terminal until it has one (10 s at most).
+		const script = `tty; for i in $(seq 50); do s=$(stty size 2>/dev/null); [ -n "$s" ] && [ "$s" != "0 0" ] && break; sleep 0.2; done; echo $s`
+		out, err := ttySession(45, 123, "pod", "exec", "-n", streamPod.Namespace, "-it", streamPod.Name, "--", "sh", "-c", script)
 		if err != nil {
 			t.Fatal(err)
 		}
