@@ -106,7 +106,7 @@
 //     --mode=root --variant=essential --include=systemd,systemd-sysv,udev,
 //     dbus,kmod,containerd,runc,iproute2,containernetworking-plugins,
 //     util-linux,mount,procps,iptables,nfs-common,nfs-kernel-server,
-//     apparmor bookworm DIR
+//     apparmor,e2fsprogs bookworm DIR
 //     /etc/apt/sources.list.d/debian.sources` (the host's deb822 sources
 //     file is the MIRROR, so no archive host is named anywhere; docs, man
 //     pages and locales are left out); the kernel's modules for file
@@ -266,6 +266,48 @@
 //     attempt of the back-off runs it under nodelane-late. The pods are
 //     deleted and the profiles removed after. It starts the agent itself
 //     under -run;
+//   - the pods people write (workloads_test.go, with lifecycle_test.go,
+//     block_test.go and stream_test.go), on both containerds: their
+//     features go through the runtime (CRI ExecSync for exec hooks and
+//     probes, StopContainer in waves, CRI Devices, the streaming server),
+//     which differs between 1.6 and 2.x. Five Burstable pods of testdata/
+//     in namespace lane, each applied by its subtest and deleted before
+//     the next (a TCG guest on a loaded host is slow enough as it is;
+//     five sandboxes at once once outran the agent's former 30 s bound on
+//     a CRI call, now the kubelet's 4 min for RunPodSandbox: see
+//     workloads).
+//     gRPC probes: the pod runs /bin/grpchealth, is Running but not Ready
+//     while NOT_SERVING, Ready once /tmp/ready exists (`nodeguard pod
+//     exec` touches it), restarted once the liveness service is
+//     NOT_SERVING (restart count 1, a new container id, not ready until
+//     told again), and `nodeguard events --agent --json` has the
+//     Unhealthy readiness and liveness events and the Killing one. Hooks:
+//     the main process sees the file postStart exec wrote; on pod rm the
+//     TERM handlers of app (preStop exec) and web (preStop httpGet, whose
+//     CGI notes the request's header) find the hook's file there first,
+//     and sleeper's TERM comes at least 2 s after pod rm (preStop sleep 3
+//     s). Sidecars: logger (restartPolicy Always, gated by its startup
+//     probe) starts before the init container setup and the app; made to
+//     exit 3 it is restarted under restartPolicy Never, the app left
+//     alone; on pod rm its TERM comes after the app has stopped (which
+//     waits 2 s before it writes). The pods write into an emptyDir that
+//     the check reads from the node while they terminate: the last TERM
+//     handler waits for the check's ack file. Block volumes: two sparse
+//     64 MiB files on loop devices, a local PersistentVolume and claim
+//     for each in volumes.sourceDir; the Filesystem one is formatted ext4
+//     and mounted from its device at
+//     <rootDir>/pods/<uid>/volumes/kubernetes.io~local-volume/lane-disk,
+//     the pod's /data is ext4 and its file is on the device after the pod
+//     is gone (debugfs), the Block one is the pod's /dev/xvda and what the
+//     pod wrote there starts the device. Streaming, through the installed
+//     CLI: `pod exec -i` pipes stdin through and exits with the command's
+//     code, `pod exec -it` on a pseudo-terminal the check opens (45x123)
+//     runs on a /dev/pts of that size, `pod port-forward stream 0:8080`
+//     serves two GETs from the guest's 127.0.0.1 and ends cleanly on ^C,
+//     `pod attach -i` to a stdinOnce container echoes its input and the
+//     container ends with exit 0. Each pod's directory goes on deletion,
+//     and nothing of the five is left (cgroups, mounts, sandboxes,
+//     containers). It starts the agent itself under -run;
 //   - nodeguard restarted with cgroupDriver: cgroupfs on containerd's
 //     systemd driver. Where RuntimeConfig reports the driver (containerd
 //     2.x), the start is refused: `systemctl restart nodeguard` fails

@@ -352,3 +352,14 @@ func kernelLogSince(mark string) (string, error) {
 	}
 	return out[i:], nil
 }
+
+// kernelTail returns the kernel log's last n lines (an OOM kill or a
+// watchdog's of the agent is there), for a failure's message.
+func kernelTail(n int) string {
+	out, err := run(cmdTimeout, "dmesg")
+	if err != nil {
+		return "(dmesg failed: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

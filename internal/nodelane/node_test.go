@@ -129,6 +129,7 @@ func TestNode(t *testing.T) {
 	t.Run("supplementalGroupsPolicy Strict on a runtime that reports the feature", n.strictGroups)
 	t.Run("an image volume: read from and read-only on containerd 2.x, unmounted on deletion; refused on 1.6", n.imageVolume)
 	t.Run("appArmorProfile Localhost, RuntimeDefault and Unconfined confine containers as the kernel reports", n.appArmor)
+	t.Run("the pods people write run on the node: lifecycle hooks, sidecars, gRPC probes, block volumes, exec, attach and port-forward", n.workloads)
 	t.Run("a cgroupDriver other than containerd's is refused, saying which to set", n.driverMismatch)
 	t.Run("with containerd's cgroupfs driver, nodeguard's cgroupfs driver runs the pods in /kubepods", n.cgroupfsDriver)
 	t.Run("the OOM race on containerd's systemd driver: nodeguard loses no trial to the kernel OOM killer", n.race)
@@ -162,8 +163,9 @@ func requireAgent(t *testing.T) int {
 	t.Helper()
 	active, sub, pid, err := agent()
 	if err != nil || active != "active" || sub != "running" || pid == 0 {
-		t.Fatalf("precondition: nodeguard.service is not running (%s/%s, main pid %d, %v); see the start check. Last journal lines:\n%s",
-			active, sub, pid, err, journalText("nodeguard", 3))
+		props, _ := unitProps("nodeguard.service", "Result", "ExecMainCode", "ExecMainStatus", "NRestarts")
+		t.Fatalf("precondition: nodeguard.service is not running (%s/%s, main pid %d, %v; %v); see the start check. Last journal lines:\n%s\nkernel:\n%s",
+			active, sub, pid, err, props, journalText("nodeguard", 40), kernelTail(20))
 	}
 	return pid
 }

@@ -45,13 +45,18 @@ const DefaultSources = "/etc/apt/sources.list.d/debian.sources"
 // containerd applies a profile only where /sbin/apparmor_parser exists
 // (its hostSupports; it loads its cri-containerd.apparmor.d default
 // profile with it, from the package's abstractions), and the AppArmor
-// check loads its Localhost profiles with it too.
+// check loads its Localhost profiles with it too. e2fsprogs: the mkfs.ext4 and
+// fsck.ext4 that nodeguard's block volumes run (mount-utils'
+// SafeFormatAndMount, the kubelet's), as on any Debian node, and the
+// debugfs the block check reads the device with after the pod is gone;
+// the essential set has none of them.
 var Packages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "kmod",
 	"containerd", "runc", "iproute2", "containernetworking-plugins",
 	"util-linux", "mount", "procps", "iptables",
 	"nfs-common", "nfs-kernel-server",
 	"apparmor",
+	"e2fsprogs",
 }
 
 // rootfsLayoutVersion changes whenever the build lays the image out
