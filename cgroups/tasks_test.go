@@ -118,3 +118,100 @@ func BenchmarkTasks(b *testing.B) {
 		}
 	}
 }
+
+// TestTaskCounterCountsAsTasksAndTellsAGoneCgroup counts a real cgroup's
+// tasks with a TaskCounter (pids.current kept open where the sandbox has
+// pids: the VM lane's pure cgroup2; the walk elsewhere), then removes the
+// cgroup and makes it again under the same path: the counter reports it
+// gone instead of reading the new cgroup.
+func TestTaskCounterCountsAsTasksAndTellsAGoneCgroup(t *testing.T) {
+	parent := cgtest.New(t)
+	child := parent.Child(t, "work")
+	const n = 5
+	cmd := exec.Command("/bin/sh", "-c", "for i in $(seq "+strconv.Itoa(n)+"); do sleep 30 & done; echo ready; wait")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(t, cmd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Kill(); cmd.Wait() })
+	if _, err := out.Read(make([]byte, 6)); err != nil {
+		t.Fatalf("the shell never got ready: %v", err)
+	}
+	c, err := cgroups.OpenTaskCounter(child.Dirs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 3 { // the same kept file, read again
+		got, err := c.Count()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := cgroups.Tasks(child.Dirs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got < n+1 || got != want {
+			t.Fatalf("count %d: %d tasks, want Tasks' %d and at least the %d processes", i, got, want, n+1)
+		}
+	}
+	child.Kill()
+	cmd.Wait()
+	if err := child.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	again := parent.Child(t, "work")
+	if _, err := c.Count(); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after the cgroup was removed and %s made again: %v, want an error matching fs.ErrNotExist", again.Rel(), err)
+	}
+}
+
+func TestTaskCounterErrors(t *testing.T) {
+	dir := t.TempDir()
+	v1pids := &cgroups.Hierarchy{ID: 8, Controllers: []string{"pids"}, Mount: dir}
+	p := filepath.Join(dir, "pids.current")
+	if err := os.WriteFile(p, []byte("42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cgroups.OpenTaskCounter([]cgroups.Dir{{Hierarchy: v1pids, Path: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n, err := c.Count(); n != 42 || err != nil {
+		t.Fatalf("got %d, %v; want 42", n, err)
+	}
+	for _, bad := range []string{"max\n", "-1\n", "", strings.Repeat("9", 40)} {
+		if err := os.WriteFile(p, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Count(); !errors.Is(err, cgroups.ErrMalformed) || !strings.Contains(err.Error(), "pids.current") {
+			t.Errorf("pids.current %q: %v, want ErrMalformed naming pids.current", bad, err)
+		}
+	}
+	v1mem := &cgroups.Hierarchy{ID: 4, Controllers: []string{"memory"}, Mount: dir}
+	gone := filepath.Join(dir, "gone")
+	if _, err := cgroups.OpenTaskCounter([]cgroups.Dir{{Hierarchy: v1pids, Path: gone}, {Hierarchy: v1mem, Path: gone}}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a cgroup that is gone: %v, want ErrNotExist", err)
+	}
+}
+
+// BenchmarkTaskCounter is BenchmarkTasks with the counter the eviction
+// actor keeps per pod.
+func BenchmarkTaskCounter(b *testing.B) {
+	parent := cgtest.New(b)
+	parent.Child(b, "c")
+	c, err := cgroups.OpenTaskCounter(parent.Dirs())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for b.Loop() {
+		if _, err := c.Count(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -85,6 +86,28 @@ type EvictionActor struct {
 	mu sync.Mutex
 	// raised holds, per pod, the processes SetOOMScoreAdj raised, by pid.
 	raised map[types.UID]map[int]raisedProc
+
+	// cgMu guards cgs: per pod, what Pods found of its cgroup, so that a
+	// tick reads one file per pod (its task count) instead of resolving
+	// the cgroup, taking its id and opening pids.current again.
+	cgMu sync.Mutex
+	cgs  map[types.UID]*podCgroup
+}
+
+// podCgroup is a pod cgroup as Pods last found it. The task counter's
+// kept file tells when the cgroup was removed (and perhaps made again
+// under the same path, with a new id): it is then found anew.
+type podCgroup struct {
+	parent string
+	rel    string
+	id     uint64
+	tasks  *cgroups.TaskCounter
+}
+
+func (c *podCgroup) close() {
+	if c.tasks != nil {
+		_ = c.tasks.Close()
+	}
 }
 
 // EvictionActor returns the oom.Actor of this manager.
@@ -116,10 +139,17 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 		items = append(items, item{st.pod, st.parent, st.source})
 	}
 	m.mu.Unlock()
+	a.cgMu.Lock()
+	defer a.cgMu.Unlock()
+	if a.cgs == nil {
+		a.cgs = map[types.UID]*podCgroup{}
+	}
+	listed := make(map[types.UID]bool, len(items))
 	out := make([]oom.PodRef, 0, len(items))
 	for _, it := range items {
 		p := it.pod
-		d, err := m.cfg.Cgroups.MemoryDir(it.parent)
+		listed[p.UID] = true
+		c, pids, pidsErr, err := a.podCgroup(p.UID, it.parent)
 		if err != nil {
 			continue
 		}
@@ -128,9 +158,8 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 		// signals by: the pod cgroup's tasks, read now (one small file:
 		// a fork bomb grows between storage samples), and the inodes of
 		// the last storage sample.
-		pids, pidsErr := m.cfg.Cgroups.Tasks(it.parent)
 		inodes, inodesKnown := m.inodeUsage(p.UID)
-		ref := oom.PodRef{CgroupRel: d.Rel, Pod: oom.Pod{
+		ref := oom.PodRef{CgroupRel: c.rel, Pod: oom.Pod{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p), Priority: qos.Priority(p),
 			Critical: qos.IsCritical(p), Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: it.source != SourceAPI,
 			MemoryRequest: req.Memory().Value(), EphemeralRequest: req.StorageEphemeral().Value(),
@@ -140,16 +169,56 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 			PIDs:           pids,
 			PIDsUnknown:    pidsErr != nil,
 			GracePeriod:    grace(p),
+			// The pod cgroup's id: the manager attributes an OOM kill by
+			// it while the cgroup is not in its last snapshot yet (0:
+			// unknown, the cgroup is gone).
+			CgroupID: c.id,
 		}}
-		// The pod cgroup's id: the manager attributes an OOM kill by it
-		// while the cgroup is not in its last snapshot yet (0: unknown,
-		// the cgroup is gone).
-		if id, err := cgroups.ID(d.Path); err == nil {
-			ref.CgroupID = id
-		}
 		out = append(out, ref)
 	}
+	for uid, c := range a.cgs {
+		if !listed[uid] {
+			c.close()
+			delete(a.cgs, uid)
+		}
+	}
 	return out
+}
+
+// podCgroup returns the pod's cgroup under parent and its task count now,
+// found anew when it is not known yet, is of another parent, or was
+// removed since. err: its memory directory cannot be resolved (the pod
+// is left out). The caller holds a.cgMu.
+func (a *EvictionActor) podCgroup(uid types.UID, parent string) (c *podCgroup, pids int64, pidsErr, err error) {
+	if c = a.cgs[uid]; c != nil && c.parent == parent && c.tasks != nil {
+		pids, pidsErr = c.tasks.Count()
+		if pidsErr == nil || !errors.Is(pidsErr, fs.ErrNotExist) {
+			return c, pids, pidsErr, nil
+		}
+	}
+	if c != nil {
+		c.close()
+		delete(a.cgs, uid)
+	}
+	cg := a.m.cfg.Cgroups
+	d, err := cg.MemoryDir(parent)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	c = &podCgroup{parent: parent, rel: d.Rel}
+	if id, err := cgroups.ID(d.Path); err == nil {
+		c.id = id
+	}
+	c.tasks, pidsErr = cg.OpenTaskCounter(parent)
+	if pidsErr == nil {
+		pids, pidsErr = c.tasks.Count()
+	}
+	if c.id != 0 && c.tasks != nil {
+		// Kept only whole: a cgroup without its id or count is found
+		// again at the next tick.
+		a.cgs[uid] = c
+	}
+	return c, pids, pidsErr, nil
 }
 
 // Evict ends a pod as the eviction manager decided. Hard (grace 0): every

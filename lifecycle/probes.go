@@ -38,8 +38,15 @@ func probeDialer(n *Network, probeNetNS string) (prober.DialFunc, func() error, 
 }
 
 // onProbe is the prober's OnUpdate: a changed result wakes the pod's
-// worker, which reports readiness or kills an unhealthy container.
+// worker, which reports readiness or kills an unhealthy container. A
+// liveness success wakes nothing, as in the kubelet's syncLoopIteration
+// (only a liveness failure is acted on, and no status shows liveness):
+// the first success of every liveness probe would otherwise sync its
+// pod, 110 syncs for 110 newly probed pods.
 func (m *Manager) onProbe(u prober.Update) {
+	if u.Kind == prober.Liveness && u.Result == prober.Success {
+		return
+	}
 	m.mu.Lock()
 	st := m.pods[u.PodUID]
 	m.mu.Unlock()

@@ -536,6 +536,21 @@ func (m *Manager) Tasks(parent string) (int64, error) {
 	return n, nil
 }
 
+// OpenTaskCounter opens the task count of the pod cgroup, for a caller
+// that asks every second (cgroups.TaskCounter); it counts what Tasks
+// counts.
+func (m *Manager) OpenTaskCounter(parent string) (*cgroups.TaskCounter, error) {
+	dirs, err := m.layout.Resolve(parent)
+	if err != nil {
+		return nil, fmt.Errorf("count the tasks of pod cgroup %s: %w", parent, err)
+	}
+	c, err := cgroups.OpenTaskCounter(dirs)
+	if err != nil {
+		return nil, fmt.Errorf("count the tasks of pod cgroup %s: %w", parent, err)
+	}
+	return c, nil
+}
+
 // PodParents lists the pod cgroups that exist beneath the root (in the
 // memory hierarchy), by pod UID, in Parent's form: Guaranteed pods under
 // kubepods, Burstable and BestEffort ones under their QoS parents. The
