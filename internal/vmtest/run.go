@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"github.com/nodeguard/nodeguard/internal/flock"
+	"slices"
 
 	"bufio"
 	"bytes"
@@ -572,18 +573,20 @@ func ReportConsole(w io.Writer, name string, all, tail bool) {
 		fmt.Fprintf(w, "vmrun: kernel console:\n%s\n", strings.Join(lines, "\n"))
 		return
 	}
-	if tail {
-		from := max(0, len(lines)-consoleTail)
-		fmt.Fprintf(w, "vmrun: last %d lines of the kernel console:\n%s\n", len(lines)-from, strings.Join(lines[from:], "\n"))
-		return
-	}
-	for i, l := range lines {
-		for _, m := range kernelTrouble {
-			if strings.Contains(l, m) {
-				end := min(len(lines), i+20)
-				fmt.Fprintf(w, "vmrun: the guest kernel reported a problem:\n%s\n", strings.Join(lines[i:end], "\n"))
-				return
-			}
+	from := max(0, len(lines)-consoleTail)
+	// The first report of a bug, with the lines after it: a panic's
+	// tail alone is its last stack, not what went wrong first.
+	first := slices.IndexFunc(lines, func(l string) bool {
+		return slices.ContainsFunc(kernelTrouble, func(m string) bool { return strings.Contains(l, m) })
+	})
+	if first >= 0 && (!tail || first < from) {
+		end := min(len(lines), first+40)
+		if tail {
+			end = min(end, from)
 		}
+		fmt.Fprintf(w, "vmrun: the guest kernel reported a problem:\n%s\n", strings.Join(lines[first:end], "\n"))
+	}
+	if tail {
+		fmt.Fprintf(w, "vmrun: last %d lines of the kernel console:\n%s\n", len(lines)-from, strings.Join(lines[from:], "\n"))
 	}
 }
