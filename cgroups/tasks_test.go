@@ -22,18 +22,7 @@ func TestTasksCountsTheProcessesOfACgroup(t *testing.T) {
 	parent := cgtest.New(t)
 	child := parent.Child(t, "work")
 	const n = 12
-	cmd := exec.Command("/bin/sh", "-c", "for i in $(seq "+strconv.Itoa(n)+"); do sleep 30 & done; echo ready; wait")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(t, cmd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { child.Kill(); cmd.Wait() })
-	if _, err := out.Read(make([]byte, 6)); err != nil {
-		t.Fatalf("the shell never got ready: %v", err)
-	}
+	startSleepers(t, child, n)
 
 	threads, err := cgroups.TreeThreads(parent.MemoryDir())
 	if err != nil {
@@ -50,6 +39,25 @@ func TestTasksCountsTheProcessesOfACgroup(t *testing.T) {
 		t.Errorf("Tasks of the parent: %d, want at least the %d processes started", tasks, n+1)
 	}
 	t.Logf("%d processes started: Tasks %d, TreeThreads %d", n+1, tasks, threads)
+}
+
+// startSleepers starts, in sb, a shell with n sleeping children and
+// returns once they all run; they are killed when t ends.
+func startSleepers(t *testing.T, sb *cgtest.Sandbox, n int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "for i in $(seq "+strconv.Itoa(n)+"); do sleep 30 & done; echo ready; wait")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(t, cmd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Kill(); cmd.Wait() })
+	if _, err := out.Read(make([]byte, 6)); err != nil {
+		t.Fatalf("the shell never got ready: %v", err)
+	}
+	return cmd
 }
 
 func TestTasksErrors(t *testing.T) {
@@ -128,18 +136,7 @@ func TestTaskCounterCountsAsTasksAndTellsAGoneCgroup(t *testing.T) {
 	parent := cgtest.New(t)
 	child := parent.Child(t, "work")
 	const n = 5
-	cmd := exec.Command("/bin/sh", "-c", "for i in $(seq "+strconv.Itoa(n)+"); do sleep 30 & done; echo ready; wait")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(t, cmd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { child.Kill(); cmd.Wait() })
-	if _, err := out.Read(make([]byte, 6)); err != nil {
-		t.Fatalf("the shell never got ready: %v", err)
-	}
+	cmd := startSleepers(t, child, n)
 	c, err := cgroups.OpenTaskCounter(child.Dirs())
 	if err != nil {
 		t.Fatal(err)
