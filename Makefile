@@ -47,16 +47,19 @@ lint:
 	$(GO) vet -tags nodelane ./internal/nodelane/
 
 # The test command of README.md and .ci/run: the host lane, then the lanes
-# that boot guests in two chains side by side (scripts/lanes.sh; each guest
-# is one host thread, the host has 2 cores): the node lane on Debian's
-# containerd 1.6.20 with the quick race (~16 min warm) beside the node lane
-# on containerd 2.4.2 without the race (~9 min warm; its first build ~4-6
-# min more, cached afterwards), where the cgroup driver is read through CRI
-# RuntimeConfig and a mismatch is refused at start, followed by the VM
-# lane (~2.5 min).
+# that boot guests, in two chains side by side (scripts/lanes.sh; each
+# guest is one host thread, the host has 2 cores): the node lane on
+# Debian's containerd 1.6.20 with the quick race (~14.5 min warm), beside
+# the node lane on containerd 2.4.2 without the race (~9 min warm; its
+# first build ~4-6 min more, cached afterwards), where the cgroup driver
+# is read through CRI RuntimeConfig and a mismatch is refused at start,
+# followed by the VM lane (~2.5 min) and every fuzz target for
+# TEST_FUZZTIME with one fuzzing worker (~3.5 min).
+TEST_FUZZTIME ?= 7s
+
 test: deps lint check-generate build
 	$(GO) test -race -count=1 -timeout 20m ./...
-	NODE_CONTAINERD_2='$(NODE_CONTAINERD_2)' ./scripts/lanes.sh '$(MAKE)'
+	NODE_CONTAINERD_2='$(NODE_CONTAINERD_2)' FUZZTIME='$(TEST_FUZZTIME)' ./scripts/lanes.sh '$(MAKE)'
 
 # The pure cgroup v2 lane (internal/vmtest): each package of VM_PKGS on each
 # kernel of VM_KERNELS, in throwaway qemu VMs, as

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # fuzz.sh GO FUZZTIME TARGET... runs each Go fuzz target (./pkg:FuzzName)
-# for FUZZTIME, one after the other, with progress.
+# for FUZZTIME, one after the other, with progress. FUZZ_PARALLEL, when
+# set, is the number of fuzzing workers (go test -parallel; GOMAXPROCS
+# otherwise): make test fuzzes with one beside a node-lane guest.
 #
 # Each package's test binary is built once, as go test -fuzz builds it
 # (go test -c -fuzz: instrumented for coverage-guided fuzzing), and run
@@ -40,9 +42,12 @@ for t in "$@"; do
 done
 echo "fuzz: built the test binaries of $npkg packages in $(($(date +%s) - start))s"
 
+parallel=()
+[ -z "${FUZZ_PARALLEL:-}" ] || parallel=(-test.parallel "$FUZZ_PARALLEL")
+
 run() { # pkg name
 	(cd "${dir[$1]}" && "${bin[$1]}" -test.paniconexit0 -test.run '^$' -test.fuzz "^$2\$" -test.fuzztime "$fuzztime" \
-		-test.fuzzcachedir "${fuzzcache[$1]}") >"$log" 2>&1
+		-test.fuzzcachedir "${fuzzcache[$1]}" "${parallel[@]}") >"$log" 2>&1
 }
 
 coordinator_race() { # the log shows go.dev/issue/75804 and nothing else

@@ -2,16 +2,19 @@
 # lanes.sh MAKE runs make test's VM-backed lanes in two chains side by
 # side, each line prefixed with its chain's name:
 #
-#   node:        the node lane on Debian's containerd 1.6.20, with the
-#                quick OOM race (the longer chain: ~9 min of checks and
-#                ~7 min of race, warm);
-#   node-2+vm:   the node lane on containerd 2.x, then the VM lane (both
-#                kernels).
+#   node            the node lane on Debian's containerd 1.6.20, with the
+#                   quick OOM race (the longer chain: ~14.5 min warm, the
+#                   race ~5 min of it);
+#   node-2+vm+fuzz  the node lane on containerd 2.x, then the VM lane
+#                   (both kernels), then every fuzz target for FUZZTIME
+#                   (7 s) with one fuzzing worker (FUZZ_PARALLEL=1), so
+#                   that the first chain's guest keeps its core.
 #
 # Every guest runs on one host thread (single-threaded TCG), so on this
 # machine's 2 cores the two chains each have a core to themselves, and
-# the lanes take as long as the longer chain instead of the sum of all
-# three. Each chain has its own binaries (BIN, NODEVM), staging directory
+# the lanes take as long as the longer chain instead of the sum of
+# them all (measured: 14m34s for both node lanes and the VM lane, against
+# 27m50s one after the other). Each chain has its own binaries (BIN, NODEVM), staging directory
 # and output directory (NODE_OUT: out/node and out/node-2), so nothing
 # is written by both; the caches under /var/cache/nodeguard-vm are taken
 # under their flocks, so a cold cache is filled once, by whichever chain
@@ -50,12 +53,13 @@ chain() {
 
 chain node "$make" --no-print-directory test-node NODE_CONTAINERD=debian \
 	BIN=bin/nodeguard-lane-node NODEVM=bin/nodevm-lane-node NODE_OUT=out/node
-chain node-2+vm bash -c '"$1" --no-print-directory test-node NODE_CONTAINERD="$2" \
+chain node-2+vm+fuzz bash -c '"$1" --no-print-directory test-node NODE_CONTAINERD="$2" \
 		BIN=bin/nodeguard-lane-node-2 NODEVM=bin/nodevm-lane-node-2 NODE_OUT=out/node-2 &&
-	"$1" --no-print-directory test-vm VMRUN=bin/vmrun-lane' _ "$make" "${NODE_CONTAINERD_2:-v2.4.2}"
+	"$1" --no-print-directory test-vm VMRUN=bin/vmrun-lane &&
+	FUZZ_PARALLEL=1 "$1" --no-print-directory fuzz FUZZTIME="$3"' _ "$make" "${NODE_CONTAINERD_2:-v2.4.2}" "${FUZZTIME:-7s}"
 
 failed=()
-for name in node node-2+vm; do
+for name in node node-2+vm+fuzz; do
 	wait "${pid[$name]}" || failed+=("$name")
 done
 secs=$(($(date +%s) - start))
