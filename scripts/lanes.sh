@@ -12,13 +12,13 @@
 #
 # Every guest runs on one host thread (single-threaded TCG), so on this
 # machine's 2 cores the two chains each have a core to themselves, and
-# the lanes take as long as the longer chain instead of the sum of
-# them all (measured: 14m34s for both node lanes and the VM lane, against
-# 27m50s one after the other). Each chain has its own binaries (BIN, NODEVM), staging directory
-# and output directory (NODE_OUT: out/node and out/node-2), so nothing
-# is written by both; the caches under /var/cache/nodeguard-vm are taken
-# under their flocks, so a cold cache is filled once, by whichever chain
-# asks first, while the other waits.
+# the lanes take as long as the longer chain instead of the sum of them
+# all (measured: 14m34s for both node lanes and the VM lane, against
+# 27m50s one after the other). Each chain has its own binaries (BIN,
+# NODEVM), staging directory and output directory (NODE_OUT: out/node
+# and out/node-2), so nothing is written by both; the caches under
+# /var/cache/nodeguard-vm are taken under their flocks, so a cold cache
+# is filled once, by whichever chain asks first, while the other waits.
 #
 # Both chains run to their end; the script fails when either did, and
 # says which, with each chain's time.
