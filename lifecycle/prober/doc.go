@@ -14,7 +14,10 @@
 //     start Success for a container without such a probe;
 //   - a worker probes every periodSeconds, the first probe of a worker
 //     made long after the Manager started jittered in [0, period), so that
-//     a restarted agent does not probe every pod at once;
+//     a restarted agent does not probe every pod at once; unlike the
+//     kubelet's, every probe instant falls on a 1 s grid (Config.Grid),
+//     so that the probes of many pods are made together and the process
+//     wakes once for them, not once for each;
 //   - after a liveness or startup failure the worker holds off until the
 //     container is replaced (a new container ID), and then starts over;
 //   - a probe that cannot be made (a runtime error other than a timeout)

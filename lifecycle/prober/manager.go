@@ -63,6 +63,10 @@ type Config struct {
 	OnEvent func(Event)
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Grid is the step of the grid every probe instant falls on, from
+	// the Manager's start: zero is DefaultGrid; less than zero places
+	// each worker's probes where its start fell (see schedule).
+	Grid time.Duration
 }
 
 type resultKey struct {
@@ -98,6 +102,9 @@ type Manager struct {
 	log   *slog.Logger
 	now   func() time.Time
 	start time.Time
+	// schedule's epoch is the Manager's start on the real clock: timers
+	// run on it, whatever Now says.
+	schedule schedule
 
 	mu         sync.Mutex
 	pods       map[types.UID]*podWorkers
@@ -116,7 +123,10 @@ func NewManager(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), pods: map[types.UID]*podWorkers{},
+	if cfg.Grid == 0 {
+		cfg.Grid = DefaultGrid
+	}
+	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), schedule: schedule{epoch: time.Now(), grid: cfg.Grid}, pods: map[types.UID]*podWorkers{},
 		containers: map[ctrKey]Container{}, results: map[resultKey]result{}, probed: map[resultKey]bool{}, counts: map[CountKey]uint64{}}
 }
 

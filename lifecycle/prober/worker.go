@@ -47,32 +47,79 @@ func threshold(v, def int32) int {
 	return int(v)
 }
 
-// run probes every period until ctx is done.
+// run probes at the instants of w's schedule until ctx is done.
 func (w *worker) run(ctx context.Context) {
 	p := period(w.spec)
+	var jitter time.Duration
 	// A worker made long after the Manager started (most likely a pod
 	// adopted by a restarted agent among many) waits a random part of
 	// its period, so that the probes of many pods do not all fall on
-	// one tick.
+	// one instant of the grid.
 	if w.m.now().Sub(w.m.start) > p {
-		t := time.NewTimer(rand.N(p))
+		jitter = rand.N(p)
+	}
+	sched := w.m.schedule
+	at := sched.first(time.Now(), jitter)
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
 		case <-t.C:
 		}
-	}
-	tick := time.NewTicker(p)
-	defer tick.Stop()
-	for {
 		w.doProbe(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+		at = sched.next(at, time.Now(), p)
+		t.Reset(time.Until(at))
 	}
+}
+
+// DefaultGrid is the step of the grid the probes of every worker fall on
+// unless Config.Grid says otherwise.
+const DefaultGrid = time.Second
+
+// schedule places probe instants on a grid: epoch + k·grid. Periods are
+// whole seconds, so on the default 1 s grid a worker keeps its place, and
+// the probes of a node's pods are made together, a few groups per second,
+// instead of each at an instant of its own. The process then wakes once
+// per group: measured with real tcpSocket probes (BenchmarkPacedProbes),
+// a probe costs about a third of the CPU it costs alone, most of which
+// is the waking of idle threads for it. A grid of zero or less places
+// each worker's probes where its start fell, as the kubelet's tickers do.
+type schedule struct {
+	epoch time.Time // with a monotonic reading
+	grid  time.Duration
+}
+
+// align returns the first grid instant at or after t.
+func (s schedule) align(t time.Time) time.Time {
+	if s.grid <= 0 {
+		return t
+	}
+	d := t.Sub(s.epoch)
+	if d <= 0 {
+		return s.epoch
+	}
+	k := (d + s.grid - 1) / s.grid
+	return s.epoch.Add(k * s.grid)
+}
+
+// first is the first probe instant of a worker made at now that waits
+// jitter before its first probe.
+func (s schedule) first(now time.Time, jitter time.Duration) time.Time {
+	return s.align(now.Add(jitter))
+}
+
+// next is the probe instant that follows last, one period p on; instants
+// already past at now are skipped as a ticker drops the ticks a slow
+// receiver missed (a probe that took longer than its period), keeping
+// the worker's place.
+func (s schedule) next(last, now time.Time, p time.Duration) time.Time {
+	n := last.Add(p)
+	if !n.After(now) {
+		n = n.Add((now.Sub(n)/p + 1) * p)
+	}
+	return s.align(n)
 }
 
 // doProbe makes one probe if the kubelet's rules allow one now, and
