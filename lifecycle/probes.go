@@ -128,8 +128,16 @@ func probeGrace(pod *corev1.Pod, p *corev1.Probe) time.Duration {
 }
 
 // probeStatus is a running container's started and ready, by its probes.
+// A started container that is not ready has its readiness probed at once,
+// as the kubelet's prober manager does when it makes a status: a new
+// container's first probe comes when it runs, not a period after its
+// worker found it not yet created.
 func (m *Manager) probeStatus(pod *corev1.Pod, c *corev1.Container, id string) (started, ready bool) {
-	return m.probes.Started(pod.UID, c.Name, id), m.probes.Ready(pod.UID, c.Name, id, c.ReadinessProbe != nil)
+	started, ready = m.probes.Started(pod.UID, c.Name, id), m.probes.Ready(pod.UID, c.Name, id, c.ReadinessProbe != nil)
+	if started && !ready && c.ReadinessProbe != nil {
+		m.probes.Trigger(pod.UID, c.Name, prober.Readiness)
+	}
+	return started, ready
 }
 
 // ProbeCounts returns prober_probe_total's series (metrics).

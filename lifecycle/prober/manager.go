@@ -110,7 +110,7 @@ type Manager struct {
 	pods       map[types.UID]*podWorkers
 	containers map[ctrKey]Container
 	results    map[resultKey]result
-	probed     map[resultKey]bool // the workers there are
+	probed     map[resultKey]*worker // the workers there are
 	counts     map[CountKey]uint64
 }
 
@@ -127,7 +127,7 @@ func NewManager(cfg Config) *Manager {
 		cfg.Grid = DefaultGrid
 	}
 	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), schedule: schedule{epoch: time.Now(), grid: cfg.Grid}, pods: map[types.UID]*podWorkers{},
-		containers: map[ctrKey]Container{}, results: map[resultKey]result{}, probed: map[resultKey]bool{}, counts: map[CountKey]uint64{}}
+		containers: map[ctrKey]Container{}, results: map[resultKey]result{}, probed: map[resultKey]*worker{}, counts: map[CountKey]uint64{}}
 }
 
 // AddPod starts the workers of pod's probed containers, once per pod (a
@@ -143,8 +143,9 @@ func (m *Manager) AddPod(ctx context.Context, pod *corev1.Pod) {
 	for _, c := range Containers(pod) {
 		for _, k := range []Kind{Startup, Liveness, Readiness} {
 			if k.spec(c) != nil {
-				ws = append(ws, newWorker(m, pod, c, k))
-				m.probed[resultKey{pod.UID, c.Name, k}] = true
+				w := newWorker(m, pod, c, k)
+				ws = append(ws, w)
+				m.probed[w.key] = w
 			}
 		}
 	}
@@ -247,7 +248,7 @@ func (m *Manager) Started(uid types.UID, name, id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := resultKey{uid, name, Startup}
-	if !m.probed[k] {
+	if m.probed[k] == nil {
 		return true
 	}
 	r, ok := m.results[k]
@@ -265,6 +266,24 @@ func (m *Manager) Ready(uid types.UID, name, id string, hasReadinessProbe bool) 
 	}
 	r, ok := m.Result(uid, name, id, Readiness)
 	return ok && r == Success
+}
+
+// Trigger asks the worker of container name's probe of kind k for a probe
+// now, besides its schedule, as the kubelet's prober manager does when it
+// makes the status of a started container whose readiness is not known
+// to be Success: a new container is found ready when it is, not a period
+// later. It never blocks; one trigger pending is enough.
+func (m *Manager) Trigger(uid types.UID, name string, k Kind) {
+	m.mu.Lock()
+	w := m.probed[resultKey{uid, name, k}]
+	m.mu.Unlock()
+	if w == nil {
+		return
+	}
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
 }
 
 // set records a result and reports it if it changed.

@@ -26,10 +26,12 @@ type worker struct {
 	// onHold: a liveness or startup failure was reported for containerID;
 	// nothing more is probed until the container is replaced.
 	onHold bool
+	// trigger asks for a probe besides the schedule (Manager.Trigger).
+	trigger chan struct{}
 }
 
 func newWorker(m *Manager, pod *corev1.Pod, c *corev1.Container, kind Kind) *worker {
-	return &worker{m: m, key: resultKey{uid: pod.UID, container: c.Name, kind: kind}, pod: pod, ctr: c, spec: kind.spec(c)}
+	return &worker{m: m, key: resultKey{uid: pod.UID, container: c.Name, kind: kind}, pod: pod, ctr: c, spec: kind.spec(c), trigger: make(chan struct{}, 1)}
 }
 
 // period is the probe's periodSeconds (10 s when unset, as defaulted).
@@ -66,6 +68,10 @@ func (w *worker) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.trigger:
+			// Besides the schedule, which keeps its instants.
+			w.doProbe(ctx)
+			continue
 		case <-t.C:
 		}
 		w.doProbe(ctx)

@@ -56,7 +56,7 @@ func setup(t *testing.T, pod *corev1.Pod, p Prober) (*Manager, *fakeClock, map[K
 	for _, k := range []Kind{Startup, Liveness, Readiness} {
 		if k.spec(c) != nil {
 			ws[k] = newWorker(m, pod, c, k)
-			m.probed[resultKey{pod.UID, c.Name, k}] = true
+			m.probed[ws[k].key] = ws[k]
 		}
 	}
 	m.SetContainer(pod.UID, c.Name, Container{ID: "c1", Running: true, StartedAt: clk.t, PodIP: "10.0.0.2"})
@@ -262,4 +262,43 @@ func TestWorker(t *testing.T) {
 			t.Fatalf("calls %d, ready %v", fp.calls, m.Ready(pod.UID, "a", "c1", true))
 		}
 	})
+}
+
+// countingProber counts its probes on a channel, for a worker's run.
+type countingProber struct{ probes chan struct{} }
+
+func (c countingProber) Probe(context.Context, *corev1.Probe, Target) (Result, string, error) {
+	c.probes <- struct{}{}
+	return Success, "", nil
+}
+
+func TestTriggerProbesBesidesTheSchedule(t *testing.T) {
+	cp := countingProber{probes: make(chan struct{}, 16)}
+	m := NewManager(Config{Prober: cp})
+	pod := testPod(corev1.Container{Name: "a", ReadinessProbe: &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 3600}})
+	pod.UID = "uid-1"
+	m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: true, StartedAt: time.Now()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer m.Stop()
+	defer cancel()
+	m.AddPod(ctx, pod)
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-cp.probes:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no probe %s", what)
+		}
+	}
+	wait("on the worker's first grid instant")
+	m.Trigger(pod.UID, "a", Readiness)
+	wait("after a trigger, with the next instant an hour away")
+	m.Trigger(pod.UID, "a", Liveness) // no such worker: nothing happens
+	m.Trigger("other", "a", Readiness)
+	select {
+	case <-cp.probes:
+		t.Fatal("a probe without a trigger for its worker")
+	case <-time.After(100 * time.Millisecond):
+	}
 }
