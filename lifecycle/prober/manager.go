@@ -63,10 +63,10 @@ type Config struct {
 	OnEvent func(Event)
 	Logger  *slog.Logger
 	Now     func() time.Time
-	// Grid is the step of the grid every probe instant falls on, from
-	// the Manager's start: zero is DefaultGrid; less than zero places
-	// each worker's probes where its start fell (see schedule).
-	Grid time.Duration
+	// Spread places every worker's probes where its start fell, as the
+	// kubelet's tickers, instead of the network probes on DefaultGrid
+	// from the Manager's start (see schedule): for comparison.
+	Spread bool
 }
 
 type resultKey struct {
@@ -123,10 +123,11 @@ func NewManager(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Grid == 0 {
-		cfg.Grid = DefaultGrid
+	sched := schedule{epoch: time.Now(), grid: DefaultGrid}
+	if cfg.Spread {
+		sched.grid = 0
 	}
-	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), schedule: schedule{epoch: time.Now(), grid: cfg.Grid}, pods: map[types.UID]*podWorkers{},
+	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), schedule: sched, pods: map[types.UID]*podWorkers{},
 		containers: map[ctrKey]Container{}, results: map[resultKey]result{}, probed: map[resultKey]*worker{}, counts: map[CountKey]uint64{}}
 }
 
@@ -269,10 +270,13 @@ func (m *Manager) Ready(uid types.UID, name, id string, hasReadinessProbe bool) 
 }
 
 // Trigger asks the worker of container name's probe of kind k for a probe
-// now, besides its schedule, as the kubelet's prober manager does when it
-// makes the status of a started container whose readiness is not known
-// to be Success: a new container is found ready when it is, not a period
-// later. It never blocks; one trigger pending is enough.
+// now, besides its schedule, when it has not probed the container the
+// Manager knows yet (SetContainer): as the kubelet's prober manager does
+// when it makes the status of a started container that is not ready, a
+// new container is found ready when it is, not a period after its
+// worker's last instant found it not yet there. A container already
+// probed waits for its instants, however often its status is made. It
+// never blocks; one trigger pending is enough.
 func (m *Manager) Trigger(uid types.UID, name string, k Kind) {
 	m.mu.Lock()
 	w := m.probed[resultKey{uid, name, k}]

@@ -26,8 +26,10 @@ type worker struct {
 	// onHold: a liveness or startup failure was reported for containerID;
 	// nothing more is probed until the container is replaced.
 	onHold bool
-	// trigger asks for a probe besides the schedule (Manager.Trigger).
-	trigger chan struct{}
+	// trigger asks for a probe besides the schedule (Manager.Trigger);
+	// probedID is the container last probed (a probe was made).
+	trigger  chan struct{}
+	probedID string
 }
 
 func newWorker(m *Manager, pod *corev1.Pod, c *corev1.Container, kind Kind) *worker {
@@ -49,49 +51,72 @@ func threshold(v, def int32) int {
 	return int(v)
 }
 
-// run probes at the instants of w's schedule until ctx is done.
+// run probes at the instants of w's schedule until ctx is done, and when
+// triggered (Manager.Trigger) for a container it has not probed yet.
 func (w *worker) run(ctx context.Context) {
 	p := period(w.spec)
 	var jitter time.Duration
-	// A worker made long after the Manager started (most likely a pod
-	// adopted by a restarted agent among many) waits a random part of
-	// its period, so that the probes of many pods do not all fall on
-	// one instant of the grid.
-	if w.m.now().Sub(w.m.start) > p {
+	// As the kubelet's workers: a worker made within a period of the
+	// Manager's start (an agent that restarted and adopts every pod at
+	// once) waits a random part of its period first, so that the probes
+	// of those pods are spread over the period's instants instead of all
+	// falling on one.
+	if w.m.now().Sub(w.m.start) < p {
 		jitter = rand.N(p)
 	}
 	sched := w.m.schedule
+	if w.spec.Exec != nil {
+		// An exec probe's work is the runtime's (a runc exec each), which
+		// a group of them at one instant would queue behind each other,
+		// past their timeoutSeconds: each keeps an instant of its own.
+		sched.grid = 0
+	}
 	at := sched.first(time.Now(), jitter)
 	t := time.NewTimer(time.Until(at))
 	defer t.Stop()
 	for {
+		var fire time.Time
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.trigger:
-			// Besides the schedule, which keeps its instants.
+			if !w.unprobed() {
+				continue
+			}
 			w.doProbe(ctx)
-			continue
+			// As the kubelet's worker after a manual run: the next
+			// probe is a whole period on, not at an instant that may
+			// come at once.
+			at = sched.align(time.Now().Add(p))
+			fire = at
 		case <-t.C:
+			w.doProbe(ctx)
+			at, fire = sched.next(at, time.Now(), p)
 		}
-		w.doProbe(ctx)
-		at = sched.next(at, time.Now(), p)
-		t.Reset(time.Until(at))
+		t.Reset(time.Until(fire))
 	}
 }
 
-// DefaultGrid is the step of the grid the probes of every worker fall on
-// unless Config.Grid says otherwise.
+// unprobed tells whether the container the Manager knows has not been
+// probed by w yet: what a trigger is for.
+func (w *worker) unprobed() bool {
+	info, ok := w.m.container(w.key.uid, w.key.container)
+	return ok && info.ID != "" && info.ID != w.probedID
+}
+
+// DefaultGrid is the step of the grid that the probes of the network
+// kinds (tcpSocket, httpGet, grpc) fall on unless Config.Spread.
 const DefaultGrid = time.Second
 
 // schedule places probe instants on a grid: epoch + k·grid. Periods are
-// whole seconds, so on the default 1 s grid a worker keeps its place, and
-// the probes of a node's pods are made together, a few groups per second,
-// instead of each at an instant of its own. The process then wakes once
-// per group: measured with real tcpSocket probes (BenchmarkPacedProbes),
-// a probe costs about a third of the CPU it costs alone, most of which
-// is the waking of idle threads for it. A grid of zero or less places
-// each worker's probes where its start fell, as the kubelet's tickers do.
+// whole seconds, so on the 1 s grid a worker keeps its place, and the
+// network probes of a node's pods are made together, a few groups per
+// second, instead of each at an instant of its own. The process then
+// wakes once per group: measured with real tcpSocket probes
+// (BenchmarkPacedProbes), a probe costs about a sixth of the CPU it costs
+// alone, most of which is the waking of idle threads for it. A zero grid
+// places each worker's probes where its start fell, as the kubelet's
+// tickers do.
 type schedule struct {
 	epoch time.Time // with a monotonic reading
 	grid  time.Duration
@@ -116,16 +141,20 @@ func (s schedule) first(now time.Time, jitter time.Duration) time.Time {
 	return s.align(now.Add(jitter))
 }
 
-// next is the probe instant that follows last, one period p on; instants
-// already past at now are skipped as a ticker drops the ticks a slow
-// receiver missed (a probe that took longer than its period), keeping
-// the worker's place.
-func (s schedule) next(last, now time.Time, p time.Duration) time.Time {
-	n := last.Add(p)
-	if !n.After(now) {
-		n = n.Add((now.Sub(n)/p + 1) * p)
+// next is what follows a probe made for the instant last and finished at
+// now: the worker's next instant, one period p on, and when to fire for
+// it. A probe that took longer than its period (a timeoutSeconds beyond
+// periodSeconds) missed instants: as a ticker keeps one tick for a slow
+// receiver and drops the rest, the next probe fires at once (on the next
+// grid instant) and the worker keeps its place, its next instant being
+// the last one missed.
+func (s schedule) next(last, now time.Time, p time.Duration) (at, fire time.Time) {
+	at = last.Add(p)
+	if at.After(now) {
+		return at, s.align(at)
 	}
-	return s.align(n)
+	at = at.Add(now.Sub(at) / p * p)
+	return at, s.align(now)
 }
 
 // doProbe makes one probe if the kubelet's rules allow one now, and
@@ -162,6 +191,7 @@ func (w *worker) doProbe(ctx context.Context) {
 	if w.m.now().Sub(info.StartedAt) < time.Duration(w.spec.InitialDelaySeconds)*time.Second {
 		return
 	}
+	w.probedID = info.ID
 	res, msg, err := w.m.cfg.Prober.Probe(ctx, w.spec, Target{ContainerID: info.ID, PodIP: info.PodIP, Container: w.ctr})
 	if err != nil {
 		if ctx.Err() != nil {

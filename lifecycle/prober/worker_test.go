@@ -272,18 +272,21 @@ func (c countingProber) Probe(context.Context, *corev1.Probe, Target) (Result, s
 	return Success, "", nil
 }
 
-func TestTriggerProbesBesidesTheSchedule(t *testing.T) {
+func TestTriggerProbesAContainerNotProbedYet(t *testing.T) {
 	cp := countingProber{probes: make(chan struct{}, 16)}
 	m := NewManager(Config{Prober: cp})
+	m.start = m.start.Add(-2 * time.Hour) // no first-probe jitter
 	pod := testPod(corev1.Container{Name: "a", ReadinessProbe: &corev1.Probe{
-		ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 3600}})
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/"}}, PeriodSeconds: 3600}})
 	pod.UID = "uid-1"
-	m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: true, StartedAt: time.Now()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer m.Stop()
 	defer cancel()
+	// The worker's first instant (the next second) finds no container;
+	// its next is an hour on.
 	m.AddPod(ctx, pod)
-	wait := func(what string) {
+	time.Sleep(DefaultGrid + 100*time.Millisecond)
+	probed := func(what string) {
 		t.Helper()
 		select {
 		case <-cp.probes:
@@ -291,14 +294,24 @@ func TestTriggerProbesBesidesTheSchedule(t *testing.T) {
 			t.Fatalf("no probe %s", what)
 		}
 	}
-	wait("on the worker's first grid instant")
-	m.Trigger(pod.UID, "a", Readiness)
-	wait("after a trigger, with the next instant an hour away")
-	m.Trigger(pod.UID, "a", Liveness) // no such worker: nothing happens
-	m.Trigger("other", "a", Readiness)
-	select {
-	case <-cp.probes:
-		t.Fatal("a probe without a trigger for its worker")
-	case <-time.After(100 * time.Millisecond):
+	notProbed := func(what string) {
+		t.Helper()
+		select {
+		case <-cp.probes:
+			t.Fatalf("a probe %s", what)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
+	notProbed("before the container was there")
+	m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: true, StartedAt: time.Now()})
+	m.Trigger(pod.UID, "a", Readiness)
+	probed("for a trigger, with the next instant an hour away")
+	m.Trigger(pod.UID, "a", Readiness)
+	notProbed("for a trigger of a container already probed")
+	m.Trigger(pod.UID, "a", Liveness) // no such worker
+	m.Trigger("other", "a", Readiness)
+	notProbed("for a trigger of a worker that does not exist")
+	m.SetContainer(pod.UID, "a", Container{ID: "c2", Running: true, StartedAt: time.Now()})
+	m.Trigger(pod.UID, "a", Readiness)
+	probed("for a trigger of the container that replaced it")
 }
