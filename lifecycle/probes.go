@@ -128,8 +128,20 @@ func probeGrace(pod *corev1.Pod, p *corev1.Probe) time.Duration {
 }
 
 // probeStatus is a running container's started and ready, by its probes.
-func (m *Manager) probeStatus(pod *corev1.Pod, c *corev1.Container, id string) (started, ready bool) {
-	return m.probes.Started(pod.UID, c.Name, id), m.probes.Ready(pod.UID, c.Name, id, c.ReadinessProbe != nil)
+// A started container that is not ready has its readiness probed at once
+// if it has not been yet, as the kubelet's prober manager does when it
+// makes a status: a new container's first probe comes when it runs, not a
+// period after its worker found it not yet created. The prober learns of
+// the container from this view first: the sync's own (observeContainers)
+// was taken before it started the container.
+func (m *Manager) probeStatus(st *podState, c *corev1.Container, id string, startedAt time.Time) (started, ready bool) {
+	pod := st.pod
+	started, ready = m.probes.Started(pod.UID, c.Name, id), m.probes.Ready(pod.UID, c.Name, id, c.ReadinessProbe != nil)
+	if started && !ready && c.ReadinessProbe != nil {
+		m.probes.SetContainer(pod.UID, c.Name, prober.Container{ID: id, Running: true, StartedAt: startedAt, PodIP: st.ip})
+		m.probes.Trigger(pod.UID, c.Name, prober.Readiness)
+	}
+	return started, ready
 }
 
 // ProbeCounts returns prober_probe_total's series (metrics).

@@ -69,6 +69,27 @@ spec:
       periodSeconds: 1
       failureThreshold: 2
       terminationGracePeriodSeconds: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: slow-period}
+spec:
+  terminationGracePeriodSeconds: 1
+  # The app's probe worker starts with the pod: its first instants come
+  # while the init container runs, and find no app container.
+  initContainers:
+  - name: init
+    image: BUSYBOX
+    command: [sleep, "3"]
+  containers:
+  - name: app
+    image: BUSYBOX
+    command: [sleep, "3600"]
+    # Ten times as long as waitPod waits: only the probe made when the
+    # container's status is first made can find it ready in time.
+    readinessProbe:
+      exec: {command: ["true"]}
+      periodSeconds: 300
 `
 
 func selfCPU(t *testing.T) time.Duration {
@@ -175,6 +196,17 @@ func TestProbesInRealContainers(t *testing.T) {
 		}
 	})
 
+	t.Run("a new container's readiness is probed when it runs, not a period later", func(t *testing.T) {
+		// The kubelet's prober manager triggers a readiness probe when
+		// it makes the status of a started container not yet ready. Its
+		// worker's first instants found no container (it starts with the
+		// pod, whose init container runs 3 s), and the next is 300 s on.
+		waitPod(t, m, "slow-period", "ready before its first period", ready)
+		if n := probeCount(m, "slow-period", "Readiness", "successful"); n == 0 {
+			t.Fatalf("ready without a successful readiness probe: %+v", m.ProbeCounts())
+		}
+	})
+
 	t.Run("a failing liveness probe restarts the container with the probe's grace", func(t *testing.T) {
 		waitPod(t, m, "unhealthy", "running", running)
 		r.exec(t, m, "unhealthy", "app", "rm", "/tmp/alive")
@@ -195,7 +227,7 @@ func TestProbesInRealContainers(t *testing.T) {
 		}
 	})
 
-	for _, n := range []string{"gated", "web", "unhealthy"} {
+	for _, n := range []string{"gated", "web", "unhealthy", "slow-period"} {
 		if err := m.Delete(ctx, "default", n); err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, ctrs []*runtim
 		switch s.Phase {
 		case cri.PhaseRunning:
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: s.StartedAt}}
-			started, ready := m.probeStatus(pod, c, ctr.Id)
+			started, ready := m.probeStatus(st, c, ctr.Id, s.StartedAt)
 			cs.Ready, cs.Started = ready, ptr(started)
 		case cri.PhaseExited:
 			cs.State.Terminated = m.terminated(ctx, st, c, ctr.Id, raw)

@@ -13,8 +13,18 @@
 //     runs in a row give it; readiness starts false, liveness and startup
 //     start Success for a container without such a probe;
 //   - a worker probes every periodSeconds, the first probe of a worker
-//     made long after the Manager started jittered in [0, period), so that
-//     a restarted agent does not probe every pod at once;
+//     made within a period of the Manager's start jittered in [0, period),
+//     so that a restarted agent does not probe every pod at once; a probe
+//     slower than its period is followed by one at once, as a ticker's
+//     kept tick;
+//   - a started container that is not ready when its status is made has
+//     its readiness probed at once if its worker has not probed it yet
+//     (Manager.Trigger), and the next probe comes a period later;
+//   - unlike the kubelet's, the instants of the tcpSocket, httpGet and
+//     grpc probes fall on a 1 s grid from the Manager's start, so that the
+//     probes of many pods are made together and the process wakes once
+//     for them, not once for each (exec probes, the runtime's work, keep
+//     instants of their own);
 //   - after a liveness or startup failure the worker holds off until the
 //     container is replaced (a new container ID), and then starts over;
 //   - a probe that cannot be made (a runtime error other than a timeout)

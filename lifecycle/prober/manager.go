@@ -63,6 +63,10 @@ type Config struct {
 	OnEvent func(Event)
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Spread places every worker's probes where its start fell, as the
+	// kubelet's tickers, instead of the network probes on DefaultGrid
+	// from the Manager's start (see schedule): for comparison.
+	Spread bool
 }
 
 type resultKey struct {
@@ -98,12 +102,15 @@ type Manager struct {
 	log   *slog.Logger
 	now   func() time.Time
 	start time.Time
+	// schedule's epoch is the Manager's start on the real clock: timers
+	// run on it, whatever Now says.
+	schedule schedule
 
 	mu         sync.Mutex
 	pods       map[types.UID]*podWorkers
 	containers map[ctrKey]Container
 	results    map[resultKey]result
-	probed     map[resultKey]bool // the workers there are
+	probed     map[resultKey]*worker // the workers there are
 	counts     map[CountKey]uint64
 }
 
@@ -116,8 +123,12 @@ func NewManager(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), pods: map[types.UID]*podWorkers{},
-		containers: map[ctrKey]Container{}, results: map[resultKey]result{}, probed: map[resultKey]bool{}, counts: map[CountKey]uint64{}}
+	sched := schedule{epoch: time.Now(), grid: DefaultGrid}
+	if cfg.Spread {
+		sched.grid = 0
+	}
+	return &Manager{cfg: cfg, log: log, now: cfg.Now, start: cfg.Now(), schedule: sched, pods: map[types.UID]*podWorkers{},
+		containers: map[ctrKey]Container{}, results: map[resultKey]result{}, probed: map[resultKey]*worker{}, counts: map[CountKey]uint64{}}
 }
 
 // AddPod starts the workers of pod's probed containers, once per pod (a
@@ -133,8 +144,9 @@ func (m *Manager) AddPod(ctx context.Context, pod *corev1.Pod) {
 	for _, c := range Containers(pod) {
 		for _, k := range []Kind{Startup, Liveness, Readiness} {
 			if k.spec(c) != nil {
-				ws = append(ws, newWorker(m, pod, c, k))
-				m.probed[resultKey{pod.UID, c.Name, k}] = true
+				w := newWorker(m, pod, c, k)
+				ws = append(ws, w)
+				m.probed[w.key] = w
 			}
 		}
 	}
@@ -237,7 +249,7 @@ func (m *Manager) Started(uid types.UID, name, id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := resultKey{uid, name, Startup}
-	if !m.probed[k] {
+	if m.probed[k] == nil {
 		return true
 	}
 	r, ok := m.results[k]
@@ -255,6 +267,27 @@ func (m *Manager) Ready(uid types.UID, name, id string, hasReadinessProbe bool) 
 	}
 	r, ok := m.Result(uid, name, id, Readiness)
 	return ok && r == Success
+}
+
+// Trigger asks the worker of container name's probe of kind k for a probe
+// now, besides its schedule, when it has not probed the container the
+// Manager knows yet (SetContainer): as the kubelet's prober manager does
+// when it makes the status of a started container that is not ready, a
+// new container is found ready when it is, not a period after its
+// worker's last instant found it not yet there. A container already
+// probed waits for its instants, however often its status is made. It
+// never blocks; one trigger pending is enough.
+func (m *Manager) Trigger(uid types.UID, name string, k Kind) {
+	m.mu.Lock()
+	w := m.probed[resultKey{uid, name, k}]
+	m.mu.Unlock()
+	if w == nil {
+		return
+	}
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
 }
 
 // set records a result and reports it if it changed.

@@ -56,7 +56,7 @@ func setup(t *testing.T, pod *corev1.Pod, p Prober) (*Manager, *fakeClock, map[K
 	for _, k := range []Kind{Startup, Liveness, Readiness} {
 		if k.spec(c) != nil {
 			ws[k] = newWorker(m, pod, c, k)
-			m.probed[resultKey{pod.UID, c.Name, k}] = true
+			m.probed[ws[k].key] = ws[k]
 		}
 	}
 	m.SetContainer(pod.UID, c.Name, Container{ID: "c1", Running: true, StartedAt: clk.t, PodIP: "10.0.0.2"})
@@ -262,4 +262,56 @@ func TestWorker(t *testing.T) {
 			t.Fatalf("calls %d, ready %v", fp.calls, m.Ready(pod.UID, "a", "c1", true))
 		}
 	})
+}
+
+// countingProber counts its probes on a channel, for a worker's run.
+type countingProber struct{ probes chan struct{} }
+
+func (c countingProber) Probe(context.Context, *corev1.Probe, Target) (Result, string, error) {
+	c.probes <- struct{}{}
+	return Success, "", nil
+}
+
+func TestTriggerProbesAContainerNotProbedYet(t *testing.T) {
+	cp := countingProber{probes: make(chan struct{}, 16)}
+	m := NewManager(Config{Prober: cp})
+	m.start = m.start.Add(-2 * time.Hour) // no first-probe jitter
+	pod := testPod(corev1.Container{Name: "a", ReadinessProbe: &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/"}}, PeriodSeconds: 3600}})
+	pod.UID = "uid-1"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer m.Stop()
+	defer cancel()
+	// The worker's first instant (the next second) finds no container;
+	// its next is an hour on.
+	m.AddPod(ctx, pod)
+	time.Sleep(DefaultGrid + 100*time.Millisecond)
+	probed := func(what string) {
+		t.Helper()
+		select {
+		case <-cp.probes:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no probe %s", what)
+		}
+	}
+	notProbed := func(what string) {
+		t.Helper()
+		select {
+		case <-cp.probes:
+			t.Fatalf("a probe %s", what)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	notProbed("before the container was there")
+	m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: true, StartedAt: time.Now()})
+	m.Trigger(pod.UID, "a", Readiness)
+	probed("for a trigger, with the next instant an hour away")
+	m.Trigger(pod.UID, "a", Readiness)
+	notProbed("for a trigger of a container already probed")
+	m.Trigger(pod.UID, "a", Liveness) // no such worker
+	m.Trigger("other", "a", Readiness)
+	notProbed("for a trigger of a worker that does not exist")
+	m.SetContainer(pod.UID, "a", Container{ID: "c2", Running: true, StartedAt: time.Now()})
+	m.Trigger(pod.UID, "a", Readiness)
+	probed("for a trigger of the container that replaced it")
 }
