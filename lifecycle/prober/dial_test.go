@@ -25,12 +25,9 @@ import (
 	"github.com/nodeguard/nodeguard/netplumb"
 )
 
-// testNetNS makes a network namespace of the test's own with an HTTP
-// server on its loopback, and returns a dialer into it and the server's
-// port. /ok answers 200, /fail 500, /redirect 302 to /ok, /elsewhere 302
-// to another host; hosts records
-// the Host of each request.
-func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
+// tempNetNS makes a network namespace of the test's own (privileged tests
+// only) and returns its file; it is removed when the test ends.
+func tempNetNS(t testing.TB) string {
 	t.Helper()
 	cgtest.RequirePrivileged(t)
 	file := filepath.Join(t.TempDir(), "netns")
@@ -42,6 +39,17 @@ func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 			t.Error(err)
 		}
 	})
+	return file
+}
+
+// testNetNS makes a network namespace of the test's own with an HTTP
+// server on its loopback, and returns a dialer into it and the server's
+// port. /ok answers 200, /fail 500, /redirect 302 to /ok, /elsewhere 302
+// to another host; hosts records
+// the Host of each request.
+func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
+	t.Helper()
+	file := tempNetNS(t)
 	var ln net.Listener
 	if err := ns.WithNetNSPath(file, func(ns.NetNS) error {
 		var err error

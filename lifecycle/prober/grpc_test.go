@@ -3,7 +3,6 @@ package prober
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,9 +11,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/netplumb"
 )
 
 // slowHealth is a health server whose "slow" service never answers.
@@ -105,16 +101,7 @@ func TestGRPCProbes(t *testing.T) {
 		testGRPC(t, Handlers{Dial: d.DialContext}, srv)
 	})
 	t.Run("in a network namespace, dialled by NetNSDialer", func(t *testing.T) {
-		cgtest.RequirePrivileged(t)
-		file := filepath.Join(t.TempDir(), "netns")
-		if err := netplumb.NewNetNS(file); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := netplumb.RemoveNetNS(file); err != nil {
-				t.Error(err)
-			}
-		})
+		file := tempNetNS(t)
 		srv := serveGRPC(t, func() (ln net.Listener, err error) {
 			err = ns.WithNetNSPath(file, func(ns.NetNS) error {
 				ln, err = net.Listen("tcp", "127.0.0.1:0")

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,9 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/netplumb"
 )
 
 func TestSchedule(t *testing.T) {
@@ -160,16 +156,7 @@ func startAcceptor(b *testing.B, file string) int {
 // kernel runs the listener's side of each handshake in the dialler's
 // connect, so that is counted, as it is for nodeguard.
 func BenchmarkPacedProbes(b *testing.B) {
-	cgtest.RequirePrivileged(b)
-	file := filepath.Join(b.TempDir(), "netns")
-	if err := netplumb.NewNetNS(file); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := netplumb.RemoveNetNS(file); err != nil {
-			b.Error(err)
-		}
-	})
+	file := tempNetNS(b)
 	port := intstr.FromInt32(int32(startAcceptor(b, file)))
 	dial, closeNS, err := NetNSDialer(file)
 	if err != nil {
