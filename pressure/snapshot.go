@@ -35,10 +35,14 @@ type Cgroup struct {
 	// memory directory on disk.
 	Rel, Dir string
 	Memory   cgstat.Memory
+	// MemoryAt is when Memory was read: the Snapshot's Time for a hot
+	// cgroup (Config.Hot), the last slow tick for a cold one.
+	MemoryAt time.Time
 	// CPU and IO pressure from the cgroup2 directory (HasCPU/HasIO),
 	// read every Config.SlowEvery snapshots at SlowAt. Memory limits and
 	// event counters are refreshed on the same slow ticks; usage,
-	// memory.stat and memory pressure on every tick. The slow figures feed
+	// memory.stat and memory pressure on every tick (on slow ones too for
+	// a cgroup that is not Config.Hot). The slow figures feed
 	// metrics, not decisions (OOM kills arrive as kernel events), and
 	// leaving them out halves the cost of a tick.
 	CPU, IO       psi.Stats
@@ -128,7 +132,15 @@ type Config struct {
 	// SlowEvery: cgroup cpu and io pressure are read every SlowEvery-th
 	// snapshot (default 5) and carried over in between.
 	SlowEvery int
-	Logger    *slog.Logger
+	// Hot says which cgroups have their usage, memory.stat and memory
+	// pressure read on every snapshot (all when nil). The others are read
+	// whole on slow ticks only and carried over in between, as their cpu
+	// and io pressure are. nodeguard run makes the pod cgroups and those
+	// above them hot: the eviction policy decides on pods, and their
+	// containers' cgroups (two of every three beneath kubepods) feed only
+	// metrics and the ids of kernel events.
+	Hot    func(rel string) bool
+	Logger *slog.Logger
 }
 
 // Snapshotter reads Snapshots. Snapshot may be called from one goroutine
@@ -180,6 +192,8 @@ type entry struct {
 	hasCPU, hasIO bool
 	slowAt        time.Time
 
+	memAt   time.Time
+	hot     bool // read on every tick (Config.Hot)
 	rel     string
 	key     CgroupKey
 	uid     uint64
@@ -430,7 +444,8 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &entry{rel: rel, dir: src.Memory, key: CgroupKey{ID: id, HierarchyID: s.cfg.Layout.Memory.ID}, reader: cgstat.NewReader(src)}
+	e := &entry{rel: rel, dir: src.Memory, key: CgroupKey{ID: id, HierarchyID: s.cfg.Layout.Memory.ID}, reader: cgstat.NewReader(src),
+		hot: s.cfg.Hot == nil || s.cfg.Hot(rel)}
 	if src.PSI != "" {
 		if uid, err := cgroups.ID(src.PSI); err == nil {
 			e.uid = uid
@@ -476,20 +491,30 @@ func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 	for _, e := range entries {
 		c := Cgroup{Key: e.key, UnifiedID: e.uid, Rel: e.rel, Dir: e.dir}
 		// Limits and event counters are read on slow ticks only; usage,
-		// memory.stat and memory pressure on every tick.
-		read := e.reader.ReadHot
-		if slow || !e.full {
+		// memory.stat and memory pressure on every tick, or for a cold
+		// cgroup (Config.Hot) on slow ticks too.
+		var read func(*cgstat.Memory) error
+		switch {
+		case slow || !e.full:
 			read = e.reader.Read
+		case e.hot:
+			read = e.reader.ReadHot
 		}
-		c.Memory = e.mem
-		if err := read(&c.Memory); err != nil {
-			if errors.Is(err, cgstat.ErrGone) {
+		// A cold cgroup between slow ticks (read nil) keeps its last reading.
+		c.Memory, c.MemoryAt = e.mem, e.memAt
+		if read != nil {
+			err := read(&c.Memory)
+			switch {
+			case errors.Is(err, cgstat.ErrGone):
 				gone = append(gone, e.rel)
 				continue
+			case err != nil:
+				c.Err = err
+				e.full = false // read whole again on the next tick
+			default:
+				c.MemoryAt = now
+				e.mem, e.memAt, e.full = c.Memory, now, true
 			}
-			c.Err = err
-		} else {
-			e.mem, e.full = c.Memory, true
 		}
 		if slow || e.slowAt.IsZero() {
 			e.readSlow(now, &c)

@@ -235,3 +235,80 @@ func openFDs(t *testing.T) int {
 	}
 	return len(ents)
 }
+
+// memRel is s's path in the memory hierarchy: the snapshot's Rel.
+func memRel(s *cgtest.Sandbox) string {
+	for _, d := range s.Dirs() {
+		if d.Hierarchy.ID == s.Layout().Memory.ID {
+			return d.Rel
+		}
+	}
+	return ""
+}
+
+// TestColdCgroupsAreReadOnSlowTicks: a cgroup that Config.Hot leaves out
+// (a container's, in nodeguard run) has its memory read on slow ticks only
+// and its last reading carried in between; the hot one above it (its
+// pod's) is read on every tick, and sees the memory the container takes
+// at once.
+func TestColdCgroupsAreReadOnSlowTicks(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	parent := cgtest.New(t)
+	pod := parent.Child(t, "pod")
+	ctr := pod.Child(t, "ctr")
+	podRel, ctrRel := memRel(pod), memRel(ctr)
+	snapper, err := pressure.New(pressure.Config{Layout: parent.Layout(), Roots: []string{parent.Rel()}, SlowEvery: 3,
+		Hot: func(rel string) bool { return rel != ctrRel }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapper.Close()
+
+	base := time.Now()
+	tick := func(i int) (p, c pressure.Cgroup) {
+		t.Helper()
+		snap := snapper.Snapshot(context.Background(), base.Add(time.Duration(i)*time.Second))
+		var ok bool
+		if p, ok = find(snap, podRel); !ok || p.Err != nil {
+			t.Fatalf("tick %d: pod cgroup %s: found %v, err %v", i, podRel, ok, p.Err)
+		}
+		if c, ok = find(snap, ctrRel); !ok || c.Err != nil {
+			t.Fatalf("tick %d: container cgroup %s: found %v, err %v", i, ctrRel, ok, c.Err)
+		}
+		return p, c
+	}
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Second) }
+	tick(0) // slow: both read
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "NODEGUARD_TEST_HOLD_MIB=48")
+	out, _ := cmd.StdoutPipe()
+	if err := ctr.Start(t, cmd); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if _, err := out.Read(make([]byte, 6)); err != nil {
+		t.Fatalf("holder never got ready: %v", err)
+	}
+
+	const held = 40 << 20
+	for i := 1; i <= 4; i++ {
+		p, c := tick(i)
+		if !p.MemoryAt.Equal(at(i)) {
+			t.Errorf("tick %d: the hot pod cgroup's memory was read at %v, want this tick's %v", i, p.MemoryAt, at(i))
+		}
+		if ws := p.Memory.WorkingSet(); ws < held {
+			t.Errorf("tick %d: the pod cgroup's working set %d bytes, want the 48 MiB its container holds", i, ws)
+		}
+		slowTick := i / 3 * 3
+		if !c.MemoryAt.Equal(at(slowTick)) {
+			t.Errorf("tick %d: the cold container cgroup's memory was read at %v, want the last slow tick's %v", i, c.MemoryAt, at(slowTick))
+		}
+		switch ws := c.Memory.WorkingSet(); {
+		case slowTick == 0 && ws >= held:
+			t.Errorf("tick %d: the cold container cgroup shows %d bytes before a slow tick read it", i, ws)
+		case slowTick > 0 && ws < held:
+			t.Errorf("tick %d: the cold container cgroup shows %d bytes after the slow tick, want the 48 MiB held", i, ws)
+		}
+	}
+}

@@ -281,3 +281,17 @@ func PodUIDOf(d Driver, qosBase, name string) (types.UID, bool) {
 	}
 	return types.UID(uid), true
 }
+
+// BeneathPod reports whether the cgroup at rel (a path within a hierarchy,
+// "/a/b/c") lies beneath a pod cgroup that PodParent names with driver d:
+// a container's cgroup, or deeper. kubepods itself, its QoS cgroups and
+// the pod cgroups are not beneath one.
+func BeneathPod(d Driver, rel string) bool {
+	parts := strings.Split(strings.Trim(rel, "/"), "/")
+	for i := 1; i < len(parts)-1; i++ {
+		if _, ok := PodUIDOf(d, parts[i-1], parts[i]); ok {
+			return true
+		}
+	}
+	return false
+}

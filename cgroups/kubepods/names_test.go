@@ -180,3 +180,37 @@ func TestSystemdRootsMustMakeValidUnitNames(t *testing.T) {
 		})
 	}
 }
+
+func TestBeneathPod(t *testing.T) {
+	for _, d := range []Driver{Cgroupfs, Systemd} {
+		for _, root := range []string{"/", "/node-a"} {
+			for _, class := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
+				pod, err := PodParent(d, root, class, uid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				qos, err := QOSParent(d, root, class)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A relative root sits beneath another cgroup (the
+				// agent's own): the same names, further down.
+				for _, under := range []string{"", "/system.slice/nodeguard.service"} {
+					for rel, want := range map[string]bool{
+						under + qos: false,
+						under + pod: false,
+						under + pod + "/cri-containerd-0a1b.scope": true,
+						under + pod + "/0a1b2c3d":                  true,
+						under + pod + "/0a1b2c3d/nested":           true,
+						under + qos + "/not-a-pod/0a1b2c3d":        false,
+						under + qos + "/podnot-a-uid!/0a1b2c3d":    false,
+					} {
+						if got := BeneathPod(d, rel); got != want {
+							t.Errorf("BeneathPod(%v, %q) = %v, want %v", d, rel, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -39,6 +39,9 @@ type senseFlags struct {
 	// profiling serves net/http/pprof beside /metrics.
 	profiling bool
 	roots     []string
+	// hot picks the cgroups read on every tick (pressure.Config.Hot;
+	// nil: all).
+	hot       func(rel string) bool
 	podsRoot  string
 	rootDir   string
 	imageFS   string
@@ -148,6 +151,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 	s.snapper, err = pressure.New(pressure.Config{
 		Layout:      s.layout,
 		Roots:       f.roots,
+		Hot:         f.hot,
 		PodsRoot:    podsRoot,
 		NodeFSPath:  existing(f.rootDir, "/"),
 		ImageFSPath: imageFS,

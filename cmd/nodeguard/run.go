@@ -422,6 +422,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	// read by the sensor's observer goroutine.
 	var wire atomic.Pointer[podRootTripwire]
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{kube}, rootDir: cfg.RootDir,
+		// Pods and the cgroups above them every tick; containers' on
+		// the slow ticks (pressure.Config.Hot).
+		hot:   func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
 		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
 		onEvent: fwd.send, imageFSStats: disk.imageFS.FSStats,
