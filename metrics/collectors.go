@@ -213,7 +213,7 @@ func (c *scrapeCollector) cgroups(ch chan<- prometheus.Metric, snap *pressure.Sn
 }
 
 func (c *scrapeCollector) full(ch chan<- prometheus.Metric, snap *pressure.Snapshot) error {
-	fs := c.e.opts.Full.LatestFull()
+	fs := c.e.opts.Full.Full()
 	if fs == nil || snap == nil {
 		return errNoSnapshot
 	}

@@ -15,10 +15,10 @@ type SnapshotSource interface {
 	Latest() *pressure.Snapshot
 }
 
-// FullSource hands out the newest full statistics (cpu, io, pids), read
-// at a slow cadence; nil before the first.
+// FullSource hands out full statistics (cpu, io, pids) for a scrape:
+// recent ones, read for it if need be; nil before the first snapshot.
 type FullSource interface {
-	LatestFull() *pressure.FullStats
+	Full() *pressure.FullStats
 }
 
 // KernelSource is the loaded event pipeline.

@@ -28,7 +28,7 @@ func (f fixedSnapshots) Latest() *pressure.Snapshot { return f.s }
 
 type fixedFull struct{ f *pressure.FullStats }
 
-func (f fixedFull) LatestFull() *pressure.FullStats { return f.f }
+func (f fixedFull) Full() *pressure.FullStats { return f.f }
 
 type fakeKernel struct{}
 

@@ -23,7 +23,12 @@ type Sensor struct {
 	// monotonic clock (now may be a test's clock).
 	freshAt atomic.Pointer[time.Time]
 	full    atomic.Pointer[FullStats]
-	wake    chan struct{}
+	// fullMu serialises readings of full statistics (Full); stater and
+	// fullEvery are set once by EnableFull.
+	fullMu    sync.Mutex
+	stater    *cgstat.Stater
+	fullEvery time.Duration
+	wake      chan struct{}
 	// snapMu serialises snapshots: the tick's and Fresh's share the
 	// Snapshotter's open files.
 	snapMu sync.Mutex
@@ -144,7 +149,7 @@ func (s *Sensor) publish(snap *Snapshot) {
 
 // FullStats are the full statistics of every cgroup of one snapshot (cpu
 // time and throttling, block I/O, pids, through containerd/cgroups), read
-// at a slow cadence for metrics.
+// when metrics ask for them (Full).
 type FullStats struct {
 	Time  time.Time
 	Took  time.Duration
@@ -154,36 +159,52 @@ type FullStats struct {
 	Errors int
 }
 
-// LatestFull is the newest FullStats, nil before the first.
-func (s *Sensor) LatestFull() *FullStats { return s.full.Load() }
+// DefaultFullEvery is how long Full reuses the full statistics it read.
+// Under a Prometheus scrape interval of 15 s or more every scrape reads
+// fresh ones; shorter intervals share one reading.
+const DefaultFullEvery = 10 * time.Second
 
-// RunFull reads full statistics for the cgroups of the newest snapshot
-// every interval until ctx is done (default 15 s: a Prometheus scrape
-// interval; a pass over 250 cgroups costs ~65 ms on v1).
-func (s *Sensor) RunFull(ctx context.Context, st *cgstat.Stater, every time.Duration) {
+// EnableFull lets Full read full statistics with st, reusing a reading for
+// every (DefaultFullEvery when 0). Call it before Full is.
+func (s *Sensor) EnableFull(st *cgstat.Stater, every time.Duration) {
 	if every <= 0 {
-		every = 15 * time.Second
+		every = DefaultFullEvery
 	}
-	// The first pass follows the first snapshot.
-	for s.Latest() == nil {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(s.tick / 4):
-		}
+	s.stater, s.fullEvery = st, every
+}
+
+// Full returns the full statistics of the newest snapshot's cgroups: the
+// last ones read if they are younger than EnableFull's interval, or else
+// read now. One reading runs at a time and callers that ask meanwhile
+// share it. Nothing is read while nobody asks: the full statistics feed
+// only metrics, and a pass over 330 cgroups costs ~50 ms of CPU on v1,
+// which a tick of its own spent every 15 s whether or not anything
+// scraped. Nil before the first snapshot or without EnableFull.
+func (s *Sensor) Full() *FullStats {
+	if s.stater == nil {
+		return nil
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		if snap := s.Latest(); snap != nil {
-			s.full.Store(s.readFull(snap, st))
+	fresh := func() *FullStats {
+		if fs := s.full.Load(); fs != nil && s.now().Sub(fs.Time) < s.fullEvery {
+			return fs
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		return nil
 	}
+	if fs := fresh(); fs != nil {
+		return fs
+	}
+	s.fullMu.Lock()
+	defer s.fullMu.Unlock()
+	if fs := fresh(); fs != nil {
+		return fs // read by the caller this one waited for
+	}
+	snap := s.Latest()
+	if snap == nil {
+		return nil
+	}
+	fs := s.readFull(snap, s.stater)
+	s.full.Store(fs)
+	return fs
 }
 
 func (s *Sensor) readFull(snap *Snapshot, st *cgstat.Stater) *FullStats {

@@ -2,10 +2,13 @@ package pressure_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/pressure"
 )
@@ -114,4 +117,58 @@ func sandboxSnapshotter(t *testing.T) *pressure.Snapshotter {
 	}
 	t.Cleanup(func() { snapper.Close() })
 	return snapper
+}
+
+// Full reads nothing until asked, then reads the full statistics of the
+// newest snapshot's cgroups (real ones: the sandbox root), hands the same
+// reading to whoever asks within the interval, including callers that
+// ask together, and reads again once it has aged.
+func TestFullIsReadWhenAskedAndReusedWithinItsInterval(t *testing.T) {
+	snapper := sandboxSnapshotter(t)
+	var clock atomic.Int64 // seconds past base
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(clock.Load()) * time.Second) }
+	sensor := pressure.NewSensor(snapper, time.Hour, now)
+	if fs := sensor.Full(); fs != nil {
+		t.Fatalf("Full without EnableFull = %+v, want nil", fs)
+	}
+	layout, err := cgroups.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sensor.EnableFull(cgstat.NewStater(layout), 10*time.Second)
+	if fs := sensor.Full(); fs != nil {
+		t.Fatalf("Full before the first snapshot = %+v, want nil", fs)
+	}
+	sensor.Fresh(context.Background())
+
+	first := sensor.Full()
+	if first == nil || len(first.ByKey) == 0 || first.Errors != 0 {
+		t.Fatalf("first Full = %+v, want the sandbox root's statistics", first)
+	}
+	together := func() []*pressure.FullStats {
+		var wg sync.WaitGroup
+		got := make([]*pressure.FullStats, 8)
+		for i := range got {
+			wg.Go(func() { got[i] = sensor.Full() })
+		}
+		wg.Wait()
+		return got
+	}
+	clock.Store(9)
+	for i, fs := range together() {
+		if fs != first {
+			t.Errorf("caller %d within the interval got a new reading (at %v), want the first (at %v)", i, fs.Time, first.Time)
+		}
+	}
+	clock.Store(10)
+	got := together()
+	if got[0] == first || !got[0].Time.Equal(now()) {
+		t.Errorf("Full after the interval returned the reading of %v, want a new one at %v", got[0].Time, now())
+	}
+	for i, fs := range got {
+		if fs != got[0] {
+			t.Errorf("callers asking together after the interval got readings of their own (%d)", i)
+		}
+	}
 }

@@ -72,7 +72,7 @@ func (f *senseFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.rootDir, "root-dir", "/var/lib/nodeguard", "nodeguard's state directory: its filesystem is nodefs")
 	cmd.Flags().StringVar(&f.imageFS, "image-fs", "/var/lib/containerd", "a path on the runtime's image filesystem (imagefs); skipped when missing")
 	cmd.Flags().DurationVar(&f.tick, "tick", time.Second, "snapshot interval (the safety tick; PSI triggers and OOM events wake it earlier)")
-	cmd.Flags().DurationVar(&f.fullEvery, "full-stats-every", 15*time.Second, "interval of full cgroup statistics (cpu, io, pids) for metrics")
+	cmd.Flags().DurationVar(&f.fullEvery, "full-stats-every", pressure.DefaultFullEvery, "how long the full cgroup statistics (cpu, io, pids) a scrape reads are reused by the next ones")
 	cmd.Flags().BoolVar(&f.noBPF, "no-bpf", false, "sense without the eBPF pipeline (PSI and cgroup statistics only)")
 	cmd.Flags().BoolVar(&f.profiling, "enable-profiling", false, "serve Go's /debug/pprof/ on the metrics address")
 }
@@ -185,6 +185,8 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		}
 	}
 	s.sensor = pressure.NewSensor(s.snapper, f.tick, nil)
+	// Full statistics are read at a scrape, not on a tick of their own.
+	s.sensor.EnableFull(cgstat.NewStater(s.layout), f.fullEvery)
 	opts := metrics.Options{Snapshots: s.sensor, Full: s.sensor, Resolver: f.resolver, Storage: f.storage, Version: version}
 	if s.pipeline != nil {
 		opts.Kernel = s.pipeline
@@ -224,10 +226,6 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 func (s *sensing) Serve(ctx context.Context) error {
 	g, ctx := group.New(ctx)
 	g.Go("snapshot loop", func(ctx context.Context) error { s.sensor.Run(ctx); return nil })
-	g.Go("full statistics", func(ctx context.Context) error {
-		s.sensor.RunFull(ctx, cgstat.NewStater(s.layout), s.flags.fullEvery)
-		return nil
-	})
 	if s.watcher != nil {
 		wakes := make(chan psi.Wake, 16)
 		g.Go("psi triggers", func(ctx context.Context) error { return s.watcher.Run(ctx, wakes) })

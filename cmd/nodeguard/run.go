@@ -426,7 +426,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		// the slow ticks (pressure.Config.Hot).
 		hot:   func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
 		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
-		tick: time.Second, fullEvery: 15 * time.Second, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
+		tick: time.Second, fullEvery: pressure.DefaultFullEvery, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
 		onEvent: fwd.send, imageFSStats: disk.imageFS.FSStats,
 		onWake: func(w psi.Wake) {
 			if m := evictMgr.Load(); m != nil {
