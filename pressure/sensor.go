@@ -159,10 +159,11 @@ type FullStats struct {
 	Errors int
 }
 
-// DefaultFullEvery is how long Full reuses the full statistics it read.
-// Under a Prometheus scrape interval of 15 s or more every scrape reads
-// fresh ones; shorter intervals share one reading.
-const DefaultFullEvery = 10 * time.Second
+// DefaultFullEvery is how long Full reuses the full statistics it read:
+// shorter than the usual scrape intervals (10 s and more), so that each
+// scrape of one Prometheus reads fresh ones, while scrapes that come
+// together (two Prometheus servers, a dashboard's refresh) share one.
+const DefaultFullEvery = 5 * time.Second
 
 // EnableFull lets Full read full statistics with st, reusing a reading for
 // every (DefaultFullEvery when 0). Call it before Full is.

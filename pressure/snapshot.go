@@ -36,13 +36,14 @@ type Cgroup struct {
 	Rel, Dir string
 	Memory   cgstat.Memory
 	// MemoryAt is when Memory was read: the Snapshot's Time for a hot
-	// cgroup (Config.Hot), the last slow tick for a cold one.
+	// cgroup (Config.Hot), the last slow tick for a cold one, which is
+	// read only then.
 	MemoryAt time.Time
 	// CPU and IO pressure from the cgroup2 directory (HasCPU/HasIO),
 	// read every Config.SlowEvery snapshots at SlowAt. Memory limits and
 	// event counters are refreshed on the same slow ticks; usage,
-	// memory.stat and memory pressure on every tick (on slow ones too for
-	// a cgroup that is not Config.Hot). The slow figures feed
+	// memory.stat and memory pressure on every tick, or only on the slow
+	// ones for a cgroup that is not Config.Hot. The slow figures feed
 	// metrics, not decisions (OOM kills arrive as kernel events), and
 	// leaving them out halves the cost of a tick.
 	CPU, IO       psi.Stats
@@ -135,11 +136,15 @@ type Config struct {
 	// Hot says which cgroups have their usage, memory.stat and memory
 	// pressure read on every snapshot (all when nil). The others are read
 	// whole on slow ticks only and carried over in between, as their cpu
-	// and io pressure are. nodeguard run makes the pod cgroups and those
-	// above them hot: the eviction policy decides on pods, and their
+	// and io pressure are; one removed meanwhile stays in the snapshots
+	// until the kernel's rmdir event (Remove) or the next slow tick.
+	// Hot is given the cgroup's path from its monitored root on, the
+	// root's own name first ("kubepods/burstable/pod<uid>/<ctr>"), never
+	// what lies above the root. nodeguard run makes the pod cgroups and
+	// those above them hot: the eviction policy decides on pods, and their
 	// containers' cgroups (two of every three beneath kubepods) feed only
 	// metrics and the ids of kernel events.
-	Hot    func(rel string) bool
+	Hot    func(fromRoot string) bool
 	Logger *slog.Logger
 }
 
@@ -414,6 +419,18 @@ func (s *Snapshotter) dirsOf(rel string) ([]cgroups.Dir, error) {
 	return nil, fmt.Errorf("cgroup %s: %w: not beneath a monitored root", rel, fs.ErrNotExist)
 }
 
+// fromRoot is rel's path from the monitored root it lies beneath, the
+// root's own name first: "kubepods/burstable/pod<uid>" for rel
+// "/a/b/kubepods/burstable/pod<uid>" beneath root "/a/b/kubepods".
+func (s *Snapshotter) fromRoot(rel string) string {
+	for _, r := range s.roots {
+		if sub, ok := strings.CutPrefix(rel, r.mem.Rel); ok && (sub == "" || sub[0] == '/') {
+			return filepath.Base(r.mem.Rel) + sub
+		}
+	}
+	return rel
+}
+
 // AllDirs maps a cgroup (its path in the memory hierarchy) to its
 // directories in every hierarchy, for cgstat.Stater.Full.
 func (s *Snapshotter) AllDirs(rel string) ([]cgroups.Dir, error) {
@@ -445,7 +462,7 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 		return nil, err
 	}
 	e := &entry{rel: rel, dir: src.Memory, key: CgroupKey{ID: id, HierarchyID: s.cfg.Layout.Memory.ID}, reader: cgstat.NewReader(src),
-		hot: s.cfg.Hot == nil || s.cfg.Hot(rel)}
+		hot: s.cfg.Hot == nil || s.cfg.Hot(s.fromRoot(rel))}
 	if src.PSI != "" {
 		if uid, err := cgroups.ID(src.PSI); err == nil {
 			e.uid = uid
@@ -492,7 +509,7 @@ func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 		c := Cgroup{Key: e.key, UnifiedID: e.uid, Rel: e.rel, Dir: e.dir}
 		// Limits and event counters are read on slow ticks only; usage,
 		// memory.stat and memory pressure on every tick, or for a cold
-		// cgroup (Config.Hot) on slow ticks too.
+		// cgroup (Config.Hot) on slow ticks only.
 		var read func(*cgstat.Memory) error
 		switch {
 		case slow || !e.full:

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -251,14 +252,20 @@ func memRel(s *cgtest.Sandbox) string {
 // and its last reading carried in between; the hot one above it (its
 // pod's) is read on every tick, and sees the memory the container takes
 // at once.
+//
+// The cgroups are named as nodeguard run's (cgroupfs driver) and told
+// apart by its own rule, kubepods.BeneathPod, under a relative root whose
+// parent is itself named as a pod's (an agent run inside a pod): what
+// lies above the root must not make the pods beneath it cold.
 func TestColdCgroupsAreReadOnSlowTicks(t *testing.T) {
 	cgtest.RequirePrivileged(t)
-	parent := cgtest.New(t)
-	pod := parent.Child(t, "pod")
-	ctr := pod.Child(t, "ctr")
+	outer := cgtest.New(t).Child(t, "pod0f1e2d3c-aaaa-bbbb-cccc-000000000001")
+	kube := outer.Child(t, "kubepods")
+	pod := kube.Child(t, "pod0f1e2d3c-aaaa-bbbb-cccc-000000000002")
+	ctr := pod.Child(t, "0a1b2c3d4e5f")
 	podRel, ctrRel := memRel(pod), memRel(ctr)
-	snapper, err := pressure.New(pressure.Config{Layout: parent.Layout(), Roots: []string{parent.Rel()}, SlowEvery: 3,
-		Hot: func(rel string) bool { return rel != ctrRel }})
+	snapper, err := pressure.New(pressure.Config{Layout: kube.Layout(), Roots: []string{kube.Rel()}, SlowEvery: 3,
+		Hot: func(fromRoot string) bool { return !kubepods.BeneathPod(kubepods.Cgroupfs, fromRoot) }})
 	if err != nil {
 		t.Fatal(err)
 	}

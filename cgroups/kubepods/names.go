@@ -282,12 +282,16 @@ func PodUIDOf(d Driver, qosBase, name string) (types.UID, bool) {
 	return types.UID(uid), true
 }
 
-// BeneathPod reports whether the cgroup at rel (a path within a hierarchy,
-// "/a/b/c") lies beneath a pod cgroup that PodParent names with driver d:
-// a container's cgroup, or deeper. kubepods itself, its QoS cgroups and
-// the pod cgroups are not beneath one.
-func BeneathPod(d Driver, rel string) bool {
-	parts := strings.Split(strings.Trim(rel, "/"), "/")
+// BeneathPod reports whether the cgroup at fromRoot lies beneath a pod
+// cgroup that PodParent names with driver d: a container's cgroup, or
+// deeper. fromRoot is the cgroup's path from the kubepods root on, the
+// root's own name first ("kubepods/burstable/pod<uid>/<ctr>",
+// "kubepods.slice/kubepods-pod<uid>.slice/cri-containerd-<id>.scope"):
+// what lies above the root (the agent's own cgroup, under a relative
+// root, may itself be a pod's) is not looked at. kubepods itself, its QoS
+// cgroups and the pod cgroups are not beneath one.
+func BeneathPod(d Driver, fromRoot string) bool {
+	parts := strings.Split(strings.Trim(fromRoot, "/"), "/")
 	for i := 1; i < len(parts)-1; i++ {
 		if _, ok := PodUIDOf(d, parts[i-1], parts[i]); ok {
 			return true

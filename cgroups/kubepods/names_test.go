@@ -2,6 +2,7 @@ package kubepods
 
 import (
 	"errors"
+	"path"
 	"strings"
 	"testing"
 
@@ -184,6 +185,12 @@ func TestSystemdRootsMustMakeValidUnitNames(t *testing.T) {
 func TestBeneathPod(t *testing.T) {
 	for _, d := range []Driver{Cgroupfs, Systemd} {
 		for _, root := range []string{"/", "/node-a"} {
+			kube, err := QOSParent(d, root, corev1.PodQOSGuaranteed) // kubepods itself
+			if err != nil {
+				t.Fatal(err)
+			}
+			// fromRoot: the path from kubepods on, its own name first.
+			fromRoot := func(p string) string { return strings.TrimPrefix(p, strings.TrimSuffix(path.Dir(kube), "/")+"/") }
 			for _, class := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
 				pod, err := PodParent(d, root, class, uid)
 				if err != nil {
@@ -193,21 +200,17 @@ func TestBeneathPod(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// A relative root sits beneath another cgroup (the
-				// agent's own): the same names, further down.
-				for _, under := range []string{"", "/system.slice/nodeguard.service"} {
-					for rel, want := range map[string]bool{
-						under + qos: false,
-						under + pod: false,
-						under + pod + "/cri-containerd-0a1b.scope": true,
-						under + pod + "/0a1b2c3d":                  true,
-						under + pod + "/0a1b2c3d/nested":           true,
-						under + qos + "/not-a-pod/0a1b2c3d":        false,
-						under + qos + "/podnot-a-uid!/0a1b2c3d":    false,
-					} {
-						if got := BeneathPod(d, rel); got != want {
-							t.Errorf("BeneathPod(%v, %q) = %v, want %v", d, rel, got, want)
-						}
+				for p, want := range map[string]bool{
+					qos:                                false,
+					pod:                                false,
+					pod + "/cri-containerd-0a1b.scope": true,
+					pod + "/0a1b2c3d":                  true,
+					pod + "/0a1b2c3d/nested":           true,
+					qos + "/not-a-pod/0a1b2c3d":        false,
+					qos + "/podnot-a-uid!/0a1b2c3d":    false,
+				} {
+					if got := BeneathPod(d, fromRoot(p)); got != want {
+						t.Errorf("BeneathPod(%v, %q) = %v, want %v", d, fromRoot(p), got, want)
 					}
 				}
 			}

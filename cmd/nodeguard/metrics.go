@@ -219,7 +219,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 	return s, nil
 }
 
-// Serve runs the snapshot loop, full statistics, PSI triggers, the kernel
+// Serve runs the snapshot loop, PSI triggers, the kernel
 // event consumer and the metrics server until ctx is done or one of them
 // fails, and returns only once all of them have returned: Close may follow
 // at once. A failure of any ends the others, and Serve returns it.
