@@ -24,6 +24,7 @@ const overheadAgentName = "nodeguard"
 func newBenchOverheadCmd(g *globalFlags) *cobra.Command {
 	cfg := bench.OverheadConfig{Window: 60 * time.Second, Parallel: 4}
 	var out, profileDir, probes string
+	var scrapeEvery time.Duration
 	pods := []int{110}
 	cmd := &cobra.Command{
 		Use:   "overhead",
@@ -31,7 +32,8 @@ func newBenchOverheadCmd(g *globalFlags) *cobra.Command {
 		Long: `Starts the private test containerd (its own network namespace, local
 images), then the real agent as a child process ("nodeguard run" from this
 binary, pointed at that containerd and its network, with its own state
-directory, API socket and cgroup root, metrics off), and applies
+directory, API socket and cgroup root; metrics on a loopback port only
+when --probes, --cpu-profile or --scrape-every need them), and applies
 busybox "sleep 3600" pods through the agent's API until --pods of them run.
 It then samples, every second for --window, the CPU (deltas of utime, stime
 and the reaped children's cutime and cstime in /proc/<pid>/stat; a process
@@ -52,7 +54,10 @@ real specs), of the kinds given in turn (exec, http: httpGet readiness and
 tcpSocket liveness on busybox httpd, tcp, grpc), and once all are ready the
 agent's CPU is sampled beside the probe-less idle window, with the probe
 rate achieved (from the agent's prober_probe_total, read from its metrics on
-a loopback port before and after the window). Every pod is deleted and
+a loopback port before and after the window). --scrape-every D has the
+agent's /metrics scraped every D through every window, as a Prometheus
+server would, so that the figures include what serving its metrics costs
+(the full cgroup statistics are read at a scrape). Every pod is deleted and
 the environment removed at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) (retErr error) {
@@ -103,6 +108,14 @@ the environment removed at the end.`,
 					return nil
 				}
 			}
+			if scrapeEvery < 0 {
+				return fmt.Errorf("--scrape-every %s: must not be negative", scrapeEvery)
+			}
+			if scrapeEvery > 0 && metricsAddr == "" {
+				if metricsAddr, err = freeLoopbackAddr(); err != nil {
+					return fmt.Errorf("--scrape-every: %w", err)
+				}
+			}
 			if len(cfg.Probes) > 0 {
 				if metricsAddr == "" {
 					if metricsAddr, err = freeLoopbackAddr(); err != nil {
@@ -118,6 +131,19 @@ the environment removed at the end.`,
 			defer func() { retErr = errors.Join(retErr, agent.close()) }()
 			client := agent.Client()
 			pid := agent.pid()
+			if scrapeEvery > 0 {
+				sctx, stop := context.WithCancel(ctx)
+				done := make(chan scrapeCount, 1)
+				go func() { done <- scrapeMetrics(sctx, metricsAddr, scrapeEvery) }()
+				defer func() {
+					stop()
+					n := <-done
+					fmt.Fprintf(cmd.OutOrStdout(), "metrics scraped every %s: %d scrapes, %d failed, %.1f KiB each on average\n", scrapeEvery, n.ok+n.failed, n.failed, n.kib())
+					if n.ok == 0 {
+						retErr = errors.Join(retErr, fmt.Errorf("--scrape-every: no scrape of the agent's metrics succeeded (%d failed)", n.failed))
+					}
+				}()
+			}
 
 			groups := []bench.ProcGroup{
 				{Name: overheadAgentName, PIDs: func() ([]int, error) { return []int{pid}, nil }},
@@ -163,7 +189,66 @@ the environment removed at the end.`,
 	cmd.Flags().StringVar(&profileDir, "cpu-profile", "", "directory for the agent's CPU profile of each window (serves its /debug/pprof/ on loopback)")
 	cmd.Flags().StringVar(&probes, "probes", "", "add a window with probed pods: probe kinds given to them in turn, from "+strings.Join(bench.ProbeKinds, ",")+" (e.g. exec,http,tcp)")
 	cmd.Flags().DurationVar(&cfg.ProbePeriod, "probe-period", 10*time.Second, "periodSeconds of the probed pods' probes (with --probes)")
+	cmd.Flags().DurationVar(&scrapeEvery, "scrape-every", 0, "scrape the agent's /metrics this often through every window, as Prometheus would (0: never)")
 	return cmd
+}
+
+// scrapeCount is what scrapeMetrics did.
+type scrapeCount struct {
+	ok, failed int
+	bytes      int64
+}
+
+func (n scrapeCount) kib() float64 {
+	if n.ok == 0 {
+		return 0
+	}
+	return float64(n.bytes) / float64(n.ok) / 1024
+}
+
+// scrapeMetrics reads the agent's /metrics at addr every every until ctx
+// is done, each scrape bounded by the interval, as a Prometheus server's
+// scrape timeout is.
+func scrapeMetrics(ctx context.Context, addr string, every time.Duration) scrapeCount {
+	var n scrapeCount
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-t.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, every)
+		b, err := scrapeOnce(sctx, addr)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return n
+			}
+			n.failed++
+			continue
+		}
+		n.ok++
+		n.bytes += b
+	}
+}
+
+func scrapeOnce(ctx context.Context, addr string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.Copy(io.Discard, resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s", resp.Status)
+	}
+	return b, err
 }
 
 // fetchCPUProfile takes the CPU profile of the agent serving /debug/pprof/
