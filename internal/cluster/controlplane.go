@@ -31,6 +31,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nodeguard/nodeguard/internal/crienv"
 )
 
 // Options say where the binaries are and where the run keeps its state.
@@ -46,7 +48,8 @@ type Options struct {
 	ReadyTimeout time.Duration
 }
 
-// ControlPlane is a running control plane.
+// ControlPlane is a running control plane. Its methods are for one
+// goroutine at a time.
 type ControlPlane struct {
 	opts Options
 	// Server is the API server's URL (https://127.0.0.1:<port>).
@@ -62,26 +65,48 @@ type ControlPlane struct {
 }
 
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan error
-	log  string
+	name    string
+	cmd     *exec.Cmd
+	exited  <-chan struct{} // closed once Wait returned, waitErr set
+	waitErr error
+	log     string
 }
 
 // Start launches etcd, the API server, the scheduler and the controller
 // manager, and returns once the API server's /readyz says ready. On error
-// everything already started is stopped.
-func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
+// everything already started is stopped. The loopback ports are picked
+// free and released before the components bind them; when one was taken
+// meanwhile ("address already in use") Start tries again with others, up
+// to three times, each attempt in a directory of its own beneath Dir.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.ReadyTimeout <= 0 {
 		opts.ReadyTimeout = 90 * time.Second
 	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		o := opts
+		if o.Dir, err = os.MkdirTemp(opts.Dir, "cp-"); err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
+		var cp *ControlPlane
+		if cp, err = start(ctx, o); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return cp, err
+		}
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "control plane: attempt %d: a port was taken meanwhile; again with others\n", attempt)
+		}
+	}
+	return nil, err
+}
+
+func start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"} {
 		if fi, err := os.Stat(filepath.Join(opts.Bin, b)); err != nil || fi.Mode()&0o111 == 0 {
 			return nil, fmt.Errorf("control plane: no %s in %s (run scripts/controlplane.sh)", b, opts.Bin)
 		}
-	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	cp := &ControlPlane{opts: opts}
 	defer func() {
@@ -101,7 +126,13 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	}
 	pki := filepath.Join(opts.Dir, "pki")
 	serving, servingKey, err := cp.issue(pki, "apiserver", pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
-		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)})
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	// What the API server presents to kubelets (logs, exec, port-forward).
+	kubeletClient, kubeletClientKey, err := cp.IssueClientCert("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +186,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 		"--service-account-issuer", "https://kubernetes.default.svc", "--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey, "--service-cluster-ip-range", "10.96.0.0/24",
 		"--endpoint-reconciler-type", "none", "--kubelet-certificate-authority", cp.CACert,
+		"--kubelet-client-certificate", kubeletClient, "--kubelet-client-key", kubeletClientKey,
 		"--allow-privileged=true"); err != nil {
 		return nil, err
 	}
@@ -192,13 +224,15 @@ func (cp *ControlPlane) run(ctx context.Context, name string, args ...string) er
 	cmd := exec.Command(filepath.Join(cp.opts.Bin, name), args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, and killed with the test binary should that
-	// die first.
+	// die first: started and reaped from a thread locked for the child's
+	// whole life, since the death signal follows the starting thread.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p := &proc{name: name, cmd: cmd, log: logPath}
+	exited, err := crienv.StartLocked(cmd, &p.waitErr)
+	if err != nil {
 		return fmt.Errorf("control plane: start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan error, 1), log: logPath}
-	go func() { p.done <- cmd.Wait() }()
+	p.exited = exited
 	cp.procs = append(cp.procs, p)
 	return ctx.Err()
 }
@@ -207,9 +241,8 @@ func (cp *ControlPlane) run(ctx context.Context, name string, args ...string) er
 func (cp *ControlPlane) Died() error {
 	for _, p := range cp.procs {
 		select {
-		case err := <-p.done:
-			p.done <- err
-			return fmt.Errorf("%s exited (%v); its log ends:\n%s", p.name, err, tail(p.log, 20))
+		case <-p.exited:
+			return fmt.Errorf("%s exited (%v); its log ends:\n%s", p.name, p.waitErr, tail(p.log, 20))
 		default:
 		}
 	}
@@ -217,7 +250,9 @@ func (cp *ControlPlane) Died() error {
 }
 
 func (cp *ControlPlane) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cp.pool()}}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cp.pool()}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: tr}
 	deadline := time.Now().Add(cp.opts.ReadyTimeout)
 	start := time.Now()
 	var last string
@@ -270,38 +305,31 @@ func (cp *ControlPlane) Pids() map[string]int {
 }
 
 // Stop ends every component, the last started first: SIGTERM, then
-// SIGKILL after 10 s. Each is ended by its own pid.
+// SIGKILL after 10 s. Each is ended by its own pid. It reports a component
+// that had exited before it was asked to, and one that SIGTERM did not
+// end. The exit status after SIGTERM is not judged: kube-scheduler without
+// leader election ends with status 1 ("finished without leader elect").
 func (cp *ControlPlane) Stop() error {
 	var errs []error
 	for i := len(cp.procs) - 1; i >= 0; i-- {
 		p := cp.procs[i]
 		select {
-		case <-p.done:
-			continue // already gone (Died reported it)
+		case <-p.exited:
+			errs = append(errs, fmt.Errorf("stop %s: it had exited already (%v); its log ends:\n%s", p.name, p.waitErr, tail(p.log, 20)))
+			continue
 		default:
 		}
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-p.done:
+		case <-p.exited:
 		case <-time.After(10 * time.Second):
 			_ = p.cmd.Process.Kill()
-			if err := <-p.done; err != nil && !isSignal(err) {
-				errs = append(errs, fmt.Errorf("stop %s: %w", p.name, err))
-			}
+			<-p.exited
+			errs = append(errs, fmt.Errorf("stop %s: still running 10 s after SIGTERM, killed", p.name))
 		}
 	}
 	cp.procs = nil
 	return errors.Join(errs...)
-}
-
-func isSignal(err error) bool {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return true
-		}
-	}
-	return false
 }
 
 // makeCA writes the run's CA certificate and key under Dir/pki.
