@@ -133,6 +133,15 @@ func existing(path, fallback string) string {
 }
 
 func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sensing, retErr error) {
+	// Zero means the default; a negative interval is a mistake, not that.
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--tick", f.tick}, {"--full-stats-every", f.fullEvery}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%s %s: must not be negative (0: the default)", d.flag, d.v)
+		}
+	}
 	s := &sensing{log: log, flags: f}
 	defer func() {
 		if retErr != nil {
