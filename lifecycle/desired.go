@@ -146,6 +146,28 @@ func (m *Manager) Delete(_ context.Context, namespace, name string) error {
 	return fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
 }
 
+// Terminate stops and removes the pod uid within grace (an API
+// deletion's grace period, which may be shorter than the spec's), as
+// Delete. It reports whether the pod was known; a pod being removed
+// already keeps its removal, with the shorter of the two grace periods.
+func (m *Manager) Terminate(uid types.UID, grace time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.pods[uid]
+	if !ok {
+		return false
+	}
+	if st.graceOverride == nil || grace < *st.graceOverride {
+		st.graceOverride = &grace
+	}
+	if !st.deleting {
+		st.deleting = true
+		st.poke()
+		m.poke()
+	}
+	return true
+}
+
 // Forget drops pods of a source that are no longer in it (the manifest
 // directory lost a file); keep are the UIDs still there.
 func (m *Manager) Forget(source string, keep map[types.UID]bool) {

@@ -282,6 +282,8 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 	// recording the eviction.
 	m.log.Info("pod evicted", "pod", key(pod), "hard", d.Hard, "grace", g, "message", d.Message,
 		"lock_wait", locked.Sub(start), "kill", killed.Sub(killStart), "record", time.Since(killed))
+	// The kubelet's event on the pod (after the kill: it waits for nothing).
+	m.event(pod, "", corev1.EventTypeWarning, ReasonEvicted, d.Message)
 	return errors.Join(errs...)
 }
 

@@ -68,6 +68,14 @@ const (
 // Config wires a Manager.
 type Config struct {
 	Runtime Runtime
+	// OnRemoved, when set, is told of every pod removed (deleted,
+	// forgotten, replaced) once its containers are stopped and its
+	// sandbox and volumes are gone, with its final status: the phase
+	// terminal (Succeeded when every container exited 0, else Failed, as
+	// the kubelet ends a deleted pod) and each container's terminated
+	// state as the runtime last reported it. Node mode writes it to the
+	// API server before deleting the pod there.
+	OnRemoved func(*corev1.Pod)
 	Cgroups *kubepods.Manager
 	// RootDir holds per-pod state: logs under RootDir/logs.
 	RootDir string
@@ -207,7 +215,14 @@ type podState struct {
 	pod        *corev1.Pod
 	source     string
 	deleting   bool
-	sandboxID  string
+	// graceOverride, when set, is the grace period the deletion gives
+	// (an API deletion's deletionGracePeriodSeconds) instead of the
+	// spec's.
+	graceOverride *time.Duration
+	// final is the status made once the containers were stopped for the
+	// removal (OnRemoved).
+	final     *corev1.PodStatus
+	sandboxID string
 	sandboxCfg *runtimeapi.PodSandboxConfig
 	parent     string
 	ip         string
@@ -321,6 +336,14 @@ func call(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// podGrace is the grace period st's removal gives its containers.
+func podGrace(st *podState) time.Duration {
+	if st.graceOverride != nil {
+		return *st.graceOverride
+	}
+	return grace(st.pod)
+}
 
 func grace(p *corev1.Pod) time.Duration {
 	if p.Spec.TerminationGracePeriodSeconds != nil {

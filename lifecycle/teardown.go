@@ -22,6 +22,12 @@ import (
 // in ("" if unknown); with podGone the pod cgroup is removed too, as no
 // other sandbox of the pod will use it. The caller holds a work slot.
 func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time.Duration, podGone bool) {
+	m.teardown(ctx, id, parent, g, podGone, nil)
+}
+
+// teardown is teardownSandbox, calling afterStop (when not nil) once the
+// containers are stopped and before the sandbox and they are removed.
+func (m *Manager) teardown(ctx context.Context, id, parent string, g time.Duration, podGone bool, afterStop func(ctx context.Context)) {
 	cctx, cancel := call(ctx)
 	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
 	cancel()
@@ -40,6 +46,9 @@ func (m *Manager) teardownSandbox(ctx context.Context, id, parent string, g time
 		}
 	}
 	m.stopInWaves(ctx, terminationWaves(m.podOf(running), running), g)
+	if afterStop != nil {
+		afterStop(ctx)
+	}
 	cctx, cancel = call(ctx)
 	defer cancel()
 	if err := m.cfg.Runtime.StopPodSandbox(cctx, id); err != nil && !errors.Is(err, cri.ErrNotFound) {

@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/qos"
 )
 
 type backoff struct {
@@ -114,8 +115,15 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 	}
 	m.probes.RemovePod(uid) // nothing is probed while it is torn down
 	m.events.forget(uid)
+	m.mu.Lock()
+	g := podGrace(st)
+	m.mu.Unlock()
 	for _, sb := range sbs {
-		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], grace(st.pod), true)
+		var final func(context.Context)
+		if m.cfg.OnRemoved != nil && sb.Id == st.sandboxID {
+			final = func(ctx context.Context) { m.finalStatus(ctx, st, sb.Id) }
+		}
+		m.teardown(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], g, true, final)
 	}
 	// The pod's cgroup, by its computed name (a nodeguard restarted
 	// since may never have learnt st.parent): processes the runtime does
@@ -140,7 +148,54 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 	_ = os.Remove(m.evictedPath(uid))
 	m.mu.Lock()
 	delete(m.pods, uid)
+	var final *corev1.Pod
+	if m.cfg.OnRemoved != nil {
+		final = st.view()
+		if st.final != nil {
+			final.Status = *st.final
+		} else if final.Status.Phase != corev1.PodSucceeded {
+			// Nothing ran (no sandbox), or it was gone already.
+			final.Status.Phase = corev1.PodFailed
+		}
+		final.Status.QOSClass = qos.Class(st.pod)
+	}
 	m.mu.Unlock()
 	m.log.Info("pod removed", "pod", key(st.pod))
+	if final != nil {
+		m.cfg.OnRemoved(final)
+	}
 	return true
+}
+
+// finalStatus makes st's status once the containers of its sandbox id
+// are stopped, for OnRemoved: each container as the runtime reports it
+// now, the phase terminal, Ready and ContainersReady false.
+func (m *Manager) finalStatus(ctx context.Context, st *podState, id string) {
+	cctx, cancel := call(ctx)
+	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
+	cancel()
+	if err != nil {
+		m.log.Warn("final status: list containers", "pod", key(st.pod), "err", err)
+		return
+	}
+	m.updateStatus(ctx, st, ctrs, nil, true, false)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	final := st.status.DeepCopy()
+	allZero := len(final.ContainerStatuses) > 0
+	for _, cs := range final.ContainerStatuses {
+		if t := cs.State.Terminated; t == nil || t.ExitCode != 0 {
+			allZero = false
+		}
+	}
+	final.Phase = corev1.PodFailed
+	if allZero {
+		final.Phase = corev1.PodSucceeded
+	}
+	for i := range final.Conditions {
+		if c := &final.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			c.Status = corev1.ConditionFalse
+		}
+	}
+	st.final = final
 }

@@ -70,6 +70,20 @@ type runConfig struct {
 	// kubelet's --node-labels: a pod whose nodeSelector they do not match
 	// is rejected (NodeAffinity).
 	NodeLabels map[string]string `json:"nodeLabels"`
+	// Kubeconfig joins a Kubernetes cluster as its node agent (node
+	// mode; the kubelet's --kubeconfig): the Node is registered and its
+	// status and Lease kept. Empty: standalone.
+	Kubeconfig string `json:"kubeconfig"`
+	// NodeName overrides the node's name (the lower-cased hostname), the
+	// kubelet's --hostname-override / --node-name.
+	NodeName string `json:"nodeName"`
+	// NodeIP is the node's address, or two (IPv4 and IPv6) separated by
+	// a comma (the kubelet's --node-ip): status.hostIP(s), and the Node's
+	// InternalIP. Empty: found from the hostname and interfaces.
+	NodeIP string `json:"nodeIP"`
+	// RegisterWithTaints are the taints the Node is registered with (the
+	// kubelet's key).
+	RegisterWithTaints []corev1.Taint `json:"registerWithTaints"`
 	// SystemReserved and KubeReserved (e.g. {memory: 512Mi, cpu: 500m})
 	// are taken off the node's capacity; the rest, node allocatable, is
 	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
@@ -291,6 +305,9 @@ func (c runConfig) Validate() error {
 		if errs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(errs) > 0 {
 			return fmt.Errorf("clusterDomain: %q: %s", c.ClusterDomain, strings.Join(errs, "; "))
 		}
+	}
+	if err := c.validateNode(); err != nil {
+		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.NodeLabels)) {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {

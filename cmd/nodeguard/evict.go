@@ -192,9 +192,18 @@ func (o *evictionObserver) OnStaleness(d time.Duration) {
 
 // admitter is the lifecycle's admission hook, bound to the eviction
 // policy once it exists.
-type admitter struct{ policy atomic.Pointer[oom.Policy] }
+type admitter struct {
+	policy atomic.Pointer[oom.Policy]
+	// fit, in node mode, is the node allocatable check (fitsAllocatable).
+	fit func(*corev1.Pod) error
+}
 
 func (a *admitter) admit(p *corev1.Pod) error {
+	if a.fit != nil {
+		if err := a.fit(p); err != nil {
+			return err
+		}
+	}
 	pol := a.policy.Load()
 	if pol == nil {
 		return nil

@@ -17,6 +17,8 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeguard/nodeguard/cgroups"
@@ -24,6 +26,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/host"
+	"github.com/nodeguard/nodeguard/kubenode"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/credentials"
@@ -48,6 +51,8 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		flags          runConfig
 		privateRuntime bool
 		privateNet     bool
+		nodeLabelsFlag map[string]string
+		taintsFlag     string
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -91,6 +96,19 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				override("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
 				override("api-socket", &cfg.APISocket, flags.APISocket)
 				override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+				override("kubeconfig", &cfg.Kubeconfig, flags.Kubeconfig)
+				override("node-name", &cfg.NodeName, flags.NodeName)
+				override("node-ip", &cfg.NodeIP, flags.NodeIP)
+				if fs.Changed("node-labels") {
+					cfg.NodeLabels = nodeLabelsFlag
+				}
+				if fs.Changed("register-with-taints") {
+					t, err := parseTaints(taintsFlag)
+					if err != nil {
+						return cfg, fmt.Errorf("--register-with-taints: %w", err)
+					}
+					cfg.RegisterWithTaints = t
+				}
 				if fs.Changed("enable-profiling") {
 					cfg.EnableProfiling = flags.EnableProfiling
 				}
@@ -171,6 +189,11 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&flags.APISocket, "api-socket", DefaultAPISocket, "local API socket (root only)")
 	cmd.Flags().StringVar(&flags.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on (empty: off)")
 	cmd.Flags().BoolVar(&flags.EnableProfiling, "enable-profiling", false, "serve Go's /debug/pprof/ on the metrics address")
+	cmd.Flags().StringVar(&flags.Kubeconfig, "kubeconfig", "", "join the cluster of this kubeconfig as its node agent (node mode); empty: standalone")
+	cmd.Flags().StringVar(&flags.NodeName, "node-name", "", "the node's name (default: the lower-cased hostname)")
+	cmd.Flags().StringVar(&flags.NodeIP, "node-ip", "", "the node's IP address, or an IPv4 and an IPv6 one separated by a comma (default: found)")
+	cmd.Flags().StringToStringVar(&nodeLabelsFlag, "node-labels", nil, "labels the node registers with, key=value,... (over nodeLabels)")
+	cmd.Flags().StringVar(&taintsFlag, "register-with-taints", "", "taints the node registers with, key[=value]:effect,...")
 	cmd.Flags().BoolVar(&privateRuntime, "private-runtime", false, "start a private containerd in its own network namespace (demo, tests)")
 	return cmd
 }
@@ -361,6 +384,12 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	if cfg.NodeName != "" {
+		node.Name = cfg.NodeName
+	}
+	if ips, _ := parseNodeIPs(cfg.NodeIP); len(ips) > 0 {
+		node.HostIPs = ips
+	}
 	if f := cfg.ImageCredentialsFile; f != "" {
 		// Read at each pull; a file that is wrong from the start is an
 		// error now rather than a warning at every pull.
@@ -378,8 +407,31 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	// lifecycle manager, eviction decisions and OOM kills from the eviction
 	// manager.
 	events := api.NewEventLog(4096)
+	var podEvents lifecycle.EventRecorder = events
+	// Node mode: the API server is a pod source, and is told of what
+	// happens to its pods.
+	var (
+		kubeCS    kubernetes.Interface
+		kubeRec   record.EventRecorder
+		podSource atomic.Pointer[kubenode.PodSource]
+		onRemoved func(*corev1.Pod)
+	)
+	if cfg.Kubeconfig != "" {
+		cs, b, rec, err := kubeClient(cfg.Kubeconfig, node.Name)
+		if err != nil {
+			return err
+		}
+		g.Cleanup(b.Shutdown)
+		kubeCS, kubeRec = cs, rec
+		podEvents = &kubeEvents{local: events, recorder: rec}
+		onRemoved = func(p *corev1.Pod) {
+			if s := podSource.Load(); s != nil {
+				s.Removed(p)
+			}
+		}
+	}
 	mgr, err := lifecycle.New(lifecycle.Config{
-		Volumes: vols, Network: network, ProbeNetNS: probeNetNS(cfg.Network), Admit: adm.admit, Node: node, Events: events,
+		Volumes: vols, Network: network, ProbeNetNS: probeNetNS(cfg.Network), Admit: adm.admit, Node: node, Events: podEvents, OnRemoved: onRemoved,
 		ImageCredentialsFile: cfg.ImageCredentialsFile, ClusterDomain: cfg.ClusterDomain, NodeLabels: nodeLabels,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
@@ -398,6 +450,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
+	var nodeRes func() (corev1.ResourceList, corev1.ResourceList)
 	if cfg.PodManifestPath != "" {
 		files := filesource.New(filesource.Config{Dir: cfg.PodManifestPath, Pods: mgr, Log: log})
 		if err := files.Sync(ctx); err != nil {
@@ -405,7 +458,27 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		}
 		g.Go("manifest directory", files.Run)
 	}
-	mgr.SourcesReady()
+	if kubeCS != nil {
+		nodeCap, nodeAlloc := nodeResources(capacity, node, cfg.Network.MaxPods, cfg, policy.Thresholds)
+		adm.fit = func(p *corev1.Pod) error { return fitsAllocatable(p, mgr.List(), nodeAlloc) }
+		ps := kubenode.NewPodSource(kubenode.PodsConfig{Client: kubeCS, NodeName: node.Name, HostIPs: node.HostIPs, Pods: mgr,
+			Reject: rejectReason, Recorder: kubeRec, Log: log.With("component", "pod-source")})
+		podSource.Store(ps)
+		g.Go("API server pods", ps.Run)
+		nodeRes = func() (corev1.ResourceList, corev1.ResourceList) { return nodeCap, nodeAlloc }
+		// Sandboxes of the API server's pods are not orphans: nothing is
+		// removed until its pods are listed (the kubelet's sources ready).
+		g.Go("sources ready", func(ctx context.Context) error {
+			select {
+			case <-ps.Synced():
+				mgr.SourcesReady()
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	} else {
+		mgr.SourcesReady()
+	}
 	g.Go("pod lifecycle", func(ctx context.Context) error { mgr.Run(ctx); return nil })
 
 	// Sensing always runs (the eviction manager confirms every wake-up on
@@ -492,6 +565,19 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		g.Go("eviction events", func(ctx context.Context) error { em.Events(ctx, fwd.ch); return nil })
 		g.Go("eviction manager", em.Run)
 		log.Info("eviction manager running", "thresholds", len(policy.Thresholds), "psi_rules", len(policy.PSIRules), "dry_run", cfg.Eviction.DryRun)
+	}
+
+	if kubeCS != nil {
+		nodeCap, nodeAlloc := nodeRes()
+		nm := nodeMode{cfg: cfg, node: node, capacity: nodeCap, allocatable: nodeAlloc, runtime: client,
+			heartbeat: mgr.Heartbeat, log: log}
+		if em := evictMgr.Load(); em != nil {
+			nm.conditions = em.Policy().Conditions
+		}
+		if _, err := startNodeMode(g, kubeCS, nm); err != nil {
+			return err
+		}
+		log.Info("node mode: joining the cluster", "kubeconfig", cfg.Kubeconfig, "node", node.Name)
 	}
 
 	if err := os.MkdirAll(filepath.Dir(cfg.APISocket), 0o755); err != nil {

@@ -46,6 +46,10 @@ type Options struct {
 	Progress io.Writer
 	// ReadyTimeout bounds the wait for /readyz (default 90 s).
 	ReadyTimeout time.Duration
+	// NodeMonitorGracePeriod is how long the node controller waits for a
+	// node's Lease or status before marking it NotReady (0: the
+	// controller's default, 50 s).
+	NodeMonitorGracePeriod time.Duration
 }
 
 // ControlPlane is a running control plane. Its methods are for one
@@ -198,10 +202,14 @@ func start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 		"--authorization-kubeconfig", schedKC, "--bind-address", "127.0.0.1", "--secure-port", "0", "--leader-elect=false"); err != nil {
 		return nil, err
 	}
-	if err := cp.run(ctx, "kube-controller-manager", "--kubeconfig", cmKC, "--authentication-kubeconfig", cmKC,
+	cmArgs := []string{"--kubeconfig", cmKC, "--authentication-kubeconfig", cmKC,
 		"--authorization-kubeconfig", cmKC, "--bind-address", "127.0.0.1", "--secure-port", "0", "--leader-elect=false",
 		"--service-account-private-key-file", saKey, "--root-ca-file", cp.CACert, "--use-service-account-credentials",
-		"--cluster-signing-cert-file", cp.CACert, "--cluster-signing-key-file", cp.CAKey); err != nil {
+		"--cluster-signing-cert-file", cp.CACert, "--cluster-signing-key-file", cp.CAKey}
+	if opts.NodeMonitorGracePeriod > 0 {
+		cmArgs = append(cmArgs, "--node-monitor-grace-period", opts.NodeMonitorGracePeriod.String())
+	}
+	if err := cp.run(ctx, "kube-controller-manager", cmArgs...); err != nil {
 		return nil, err
 	}
 	return cp, nil

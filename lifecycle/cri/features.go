@@ -2,6 +2,8 @@ package cri
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,4 +99,45 @@ func ImageVolumesOf(info RuntimeInfo) ImageVolumes {
 	iv.Mount = v.AtLeast(containerdImageVolumes)
 	iv.SubPath = v.AtLeast(containerdImageVolumeSubPath)
 	return iv
+}
+
+// Ready asks the runtime whether it is ready (CRI Status conditions
+// RuntimeReady and NetworkReady) and returns nil when both are, or an
+// error in the words of the kubelet's Ready condition ("container runtime
+// network not ready: NetworkReady=false reason:NetworkPluginNotReady
+// message:...").
+func (c *Client) Ready(ctx context.Context) error {
+	resp, err := c.rt.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("container runtime is down: %w", opError(ctx, "runtime status", "ready", err))
+	}
+	return RuntimeReady(resp.GetStatus())
+}
+
+// RuntimeReady judges a CRI RuntimeStatus as the kubelet's runtime state
+// does: a missing RuntimeReady or NetworkReady condition, or one that is
+// false, makes the node not ready, and says which.
+func RuntimeReady(st *runtimeapi.RuntimeStatus) error {
+	var errs []string
+	for _, want := range []struct{ typ, what string }{
+		{runtimeapi.RuntimeReady, "container runtime not ready"},
+		{runtimeapi.NetworkReady, "container runtime network not ready"},
+	} {
+		var found *runtimeapi.RuntimeCondition
+		for _, c := range st.GetConditions() {
+			if c.GetType() == want.typ {
+				found = c
+			}
+		}
+		switch {
+		case found == nil:
+			errs = append(errs, fmt.Sprintf("%s: %s condition missing", want.what, want.typ))
+		case !found.GetStatus():
+			errs = append(errs, fmt.Sprintf("%s: %s=false reason:%s message:%s", want.what, want.typ, found.GetReason(), found.GetMessage()))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(errs, ", "))
 }

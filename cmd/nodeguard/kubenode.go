@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/nodeguard/nodeguard/internal/group"
+	"github.com/nodeguard/nodeguard/kubenode"
+	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+)
+
+// validateNode checks the node-mode keys: kubeconfig, nodeName, nodeIP,
+// registerWithTaints, and nodeLabels against NodeRestriction when a
+// kubeconfig joins a cluster.
+func (c runConfig) validateNode() error {
+	if c.Kubeconfig != "" && !filepath.IsAbs(c.Kubeconfig) {
+		return fmt.Errorf("kubeconfig: %q: want an absolute path", c.Kubeconfig)
+	}
+	if c.NodeName != "" {
+		if errs := validation.IsDNS1123Subdomain(c.NodeName); len(errs) > 0 {
+			return fmt.Errorf("nodeName: %q: %s", c.NodeName, strings.Join(errs, "; "))
+		}
+	}
+	if _, err := parseNodeIPs(c.NodeIP); err != nil {
+		return err
+	}
+	for i, t := range c.RegisterWithTaints {
+		if err := validateTaint(t); err != nil {
+			return fmt.Errorf("registerWithTaints[%d]: %w", i, err)
+		}
+	}
+	if c.Kubeconfig != "" {
+		if err := kubenode.CheckLabels(c.NodeLabels); err != nil {
+			return fmt.Errorf("nodeLabels: %w", err)
+		}
+	}
+	return nil
+}
+
+// parseNodeIPs reads nodeIP: one address, or an IPv4 and an IPv6 one
+// separated by a comma, as the kubelet's --node-ip.
+func parseNodeIPs(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("nodeIP: %q: at most two addresses (IPv4,IPv6)", s)
+	}
+	var out []string
+	var fams []bool
+	for _, p := range parts {
+		ip := net.ParseIP(strings.TrimSpace(p))
+		if ip == nil {
+			return nil, fmt.Errorf("nodeIP: %q: %q is not an IP address", s, p)
+		}
+		if ip.IsUnspecified() {
+			return nil, fmt.Errorf("nodeIP: %q: %s is unspecified", s, ip)
+		}
+		fams = append(fams, ip.To4() != nil)
+		out = append(out, ip.String())
+	}
+	if len(fams) == 2 && fams[0] == fams[1] {
+		return nil, fmt.Errorf("nodeIP: %q: two addresses must be one IPv4 and one IPv6", s)
+	}
+	return out, nil
+}
+
+// parseTaints reads --register-with-taints: key[=value]:Effect, comma
+// separated.
+func parseTaints(s string) ([]corev1.Taint, error) {
+	var out []corev1.Taint
+	for _, spec := range strings.Split(s, ",") {
+		spec = strings.TrimSpace(spec)
+		if spec == "" {
+			continue
+		}
+		kv, effect, ok := strings.Cut(spec, ":")
+		if !ok {
+			return nil, fmt.Errorf("taint %q: want key[=value]:effect", spec)
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		t := corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)}
+		if err := validateTaint(t); err != nil {
+			return nil, fmt.Errorf("taint %q: %w", spec, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func validateTaint(t corev1.Taint) error {
+	if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
+		return fmt.Errorf("key %q: %s", t.Key, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
+		return fmt.Errorf("value %q: %s", t.Value, strings.Join(errs, "; "))
+	}
+	switch t.Effect {
+	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		return nil
+	}
+	return fmt.Errorf("effect %q: want NoSchedule, PreferNoSchedule or NoExecute", t.Effect)
+}
+
+// nodeSystemInfo is status.nodeInfo: the machine's identity and versions.
+func nodeSystemInfo(runtimeName, runtimeVersion, kernel string) corev1.NodeSystemInfo {
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(b))
+	}
+	return corev1.NodeSystemInfo{
+		MachineID:               read("/etc/machine-id"),
+		SystemUUID:              strings.ToLower(read("/sys/class/dmi/id/product_uuid")),
+		BootID:                  read("/proc/sys/kernel/random/boot_id"),
+		KernelVersion:           kernel,
+		OSImage:                 osImage(),
+		ContainerRuntimeVersion: runtimeName + "://" + runtimeVersion,
+		KubeletVersion:          kubeletVersion,
+		OperatingSystem:         "linux",
+		Architecture:            goarch,
+	}
+}
+
+// osImage is /etc/os-release's PRETTY_NAME, as the kubelet's (cadvisor's).
+func osImage() string {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return "Linux"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"'`)
+		}
+	}
+	return "Linux"
+}
+
+// kubeletVersion is status.nodeInfo.kubeletVersion: the Kubernetes
+// release whose node contract nodeguard keeps, marked as nodeguard's.
+var kubeletVersion = "v1.37.2+nodeguard." + version
+
+const goarch = runtime.GOARCH
+
+// nodeMode is what joining a cluster needs from the rest of the agent.
+type nodeMode struct {
+	cfg         runConfig
+	node        cri.NodeInfo
+	capacity    corev1.ResourceList
+	allocatable corev1.ResourceList
+	runtime     *cri.Client
+	// conditions are the eviction manager's (nil: none runs).
+	conditions func() map[oom.Condition]bool
+	// heartbeat is when the pod lifecycle last made a pass.
+	heartbeat func() time.Time
+	log       *slog.Logger
+}
+
+// plegThreshold: a pod lifecycle that made no pass for this long makes
+// the node NotReady, as the kubelet's PLEG health check.
+const plegThreshold = 3 * time.Minute
+
+// startNodeMode registers the node with the cluster of nm.cfg.Kubeconfig
+// and keeps its status and Lease, in g.
+func startNodeMode(g *group.Group, cs kubernetes.Interface, nm nodeMode) (*kubenode.Agent, error) {
+	var addrs []corev1.NodeAddress
+	for _, ip := range nm.node.HostIPs {
+		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
+	addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: nm.node.Name})
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	info := nm.runtime.Runtime()
+	agent, err := kubenode.New(kubenode.Config{
+		Client: cs, Name: nm.node.Name, Labels: nm.cfg.NodeLabels, Taints: nm.cfg.RegisterWithTaints,
+		Addresses: addrs, Capacity: nm.capacity, Allocatable: nm.allocatable,
+		Info: nodeSystemInfo(info.Name, info.Version, unix.ByteSliceToString(uts.Release[:])),
+		Log:  nm.log.With("component", "node"),
+		Health: func(ctx context.Context) kubenode.Health {
+			var h kubenode.Health
+			if nm.conditions != nil {
+				c := nm.conditions()
+				h.MemoryPressure, h.DiskPressure, h.PIDPressure = c[oom.MemoryPressure], c[oom.DiskPressure], c[oom.PIDPressure]
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := nm.runtime.Ready(cctx); err != nil {
+				h.NotReady = append(h.NotReady, err.Error())
+			}
+			if last := nm.heartbeat(); time.Since(last) > plegThreshold {
+				h.NotReady = append(h.NotReady, fmt.Sprintf("PLEG is not healthy: pleg was last seen active %v ago; threshold is %v",
+					time.Since(last).Round(time.Second), plegThreshold))
+			}
+			return h
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.Go("node status", func(ctx context.Context) error {
+		if err := agent.Register(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		return agent.Run(ctx)
+	})
+	return agent, nil
+}
+
+// nodeResources are the Node's capacity and allocatable, as the kubelet
+// reports them: cpu, memory, ephemeral-storage (the filesystem of the
+// root dir), pods (maxPods) and the huge page sizes (none pre-allocated
+// here); allocatable is capacity less the reservations, and memory less
+// the hard eviction threshold on memory.available too.
+func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int, cfg runConfig, thresholds []oom.Threshold) (cap, alloc corev1.ResourceList) {
+	cap = capacity.DeepCopy()
+	if eph, ok := node.Allocatable[corev1.ResourceEphemeralStorage]; ok {
+		cap[corev1.ResourceEphemeralStorage] = eph
+	}
+	if maxPods <= 0 {
+		maxPods = 110
+	}
+	cap[corev1.ResourcePods] = *resource.NewQuantity(int64(maxPods), resource.DecimalSI)
+	cap["hugepages-2Mi"] = *resource.NewQuantity(0, resource.BinarySI)
+	cap["hugepages-1Gi"] = *resource.NewQuantity(0, resource.BinarySI)
+	alloc = cap.DeepCopy()
+	for _, res := range []corev1.ResourceList{cfg.SystemReserved, cfg.KubeReserved} {
+		for name, q := range res {
+			if v, ok := alloc[name]; ok {
+				v.Sub(q)
+				alloc[name] = v
+			}
+		}
+	}
+	{
+		mem := cap[corev1.ResourceMemory]
+		for _, t := range thresholds {
+			if t.Signal == nodestats.SignalMemoryAvailable && t.Hard() {
+				v := alloc[corev1.ResourceMemory]
+				v.Sub(*resource.NewQuantity(t.Value.Resolve(mem.Value()), resource.BinarySI))
+				alloc[corev1.ResourceMemory] = v
+			}
+		}
+	}
+	for name, v := range alloc {
+		if v.Sign() < 0 {
+			alloc[name] = *resource.NewQuantity(0, v.Format)
+		}
+	}
+	return cap, alloc
+}
+
+// fitsAllocatable is the kubelet's resource admission (its
+// noderesources fit check at admission): the pod's requests, with those
+// of the pods already running that are not terminal, must fit the node's
+// allocatable; the refusal's reason is "OutOf<resource>".
+func fitsAllocatable(p *corev1.Pod, active []*corev1.Pod, alloc corev1.ResourceList) error {
+	want := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	used := corev1.ResourceList{}
+	for _, o := range active {
+		if o.UID == p.UID || o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed || o.DeletionTimestamp != nil {
+			continue
+		}
+		for name, q := range resourcehelper.PodRequests(o, resourcehelper.PodResourcesOptions{}) {
+			u := used[name]
+			u.Add(q)
+			used[name] = u
+		}
+	}
+	pods := alloc[corev1.ResourcePods]
+	if n := int64(len(active)) + 1; !pods.IsZero() && n > pods.Value() {
+		return &resourceRejection{name: corev1.ResourcePods, requested: 1, used: n - 1, capacity: pods.Value()}
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
+		req, ok := want[name]
+		if !ok || req.IsZero() {
+			continue
+		}
+		capq, ok := alloc[name]
+		if !ok {
+			continue
+		}
+		u := used[name]
+		value := func(q resource.Quantity) int64 {
+			if name == corev1.ResourceCPU {
+				return q.MilliValue()
+			}
+			return q.Value()
+		}
+		if value(req)+value(u) > value(capq) {
+			return &resourceRejection{name: name, requested: value(req), used: value(u), capacity: value(capq)}
+		}
+	}
+	return nil
+}
+
+// resourceRejection is a pod that does not fit, in the kubelet's words.
+type resourceRejection struct {
+	name                      corev1.ResourceName
+	requested, used, capacity int64
+}
+
+func (e *resourceRejection) Reason() string { return "OutOf" + string(e.name) }
+
+func (e *resourceRejection) Error() string {
+	return fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", e.name, e.requested, e.used, e.capacity)
+}
+
+// rejectReason is the pod status reason and message of a pod Apply
+// refused, as the kubelet's admission results name them.
+func rejectReason(err error) (string, string) {
+	var rr *resourceRejection
+	var ae *oom.AdmitError
+	switch {
+	case errors.As(err, &rr):
+		return rr.Reason(), rr.Error()
+	case errors.As(err, &ae):
+		return oom.AdmitReason, ae.Error()
+	case strings.Contains(err.Error(), lifecycle.ReasonNodeAffinity+": "):
+		return lifecycle.ReasonNodeAffinity, lifecycle.MessageNodeAffinity
+	case errors.Is(err, lifecycle.ErrInvalid):
+		return "UnsupportedPodSpec", err.Error()
+	}
+	return "UnexpectedAdmissionError", err.Error()
+}
+
+// kubeEvents tees pod events to the API server: those of the pods bound
+// through it, as the kubelet's recorder (source component "kubelet", so
+// that `kubectl describe` shows them as a node's).
+type kubeEvents struct {
+	local    lifecycle.EventRecorder
+	recorder record.EventRecorder
+}
+
+func (k *kubeEvents) Append(at time.Time, kind string, obj any) {
+	k.local.Append(at, kind, obj)
+	e, ok := obj.(lifecycle.PodEvent)
+	if !ok || kind != lifecycle.PodEventKind || e.UID == "" {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: e.Namespace, Name: e.Pod, UID: e.UID, FieldPath: e.FieldPath}
+	k.recorder.Event(ref, e.Type, e.Reason, e.Message)
+}
+
+// kubeClient is the clientset of a kubeconfig, with an event recorder
+// that writes as the node's agent.
+func kubeClient(path, nodeName string) (kubernetes.Interface, record.EventBroadcaster, record.EventRecorder, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	rc.UserAgent = "nodeguard/" + version
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName})
+	return cs, b, rec, nil
+}

@@ -1,0 +1,188 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+)
+
+// fakePods records what the source asks of the pod lifecycle.
+type fakePods struct {
+	mu         sync.Mutex
+	pods       map[types.UID]*corev1.Pod
+	terminated map[types.UID]time.Duration
+	refuse     map[string]error
+}
+
+func (f *fakePods) Apply(_ context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range pods {
+		if err := f.refuse[p.Name]; err != nil {
+			return nil, err
+		}
+		p = p.DeepCopy()
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[annotationSource] = source
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.88.0.7",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		f.pods[p.UID] = p
+	}
+	return pods, nil
+}
+
+func (f *fakePods) List() []*corev1.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*corev1.Pod
+	for _, p := range f.pods {
+		out = append(out, p.DeepCopy())
+	}
+	return out
+}
+
+func (f *fakePods) Forget(string, map[types.UID]bool) {}
+
+func (f *fakePods) Terminate(uid types.UID, grace time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.pods[uid]; !ok {
+		return false
+	}
+	f.terminated[uid] = grace
+	return true
+}
+
+func apiPod(name, uid string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid), CreationTimestamp: metav1.Now()},
+		Spec:   corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, Reason: "by-scheduler"}}}}
+}
+
+func waitCond(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if f() {
+			return
+		}
+	}
+	t.Fatalf("no %s within 10 s", what)
+}
+
+func TestPodSourceRunsRejectsAndTerminatesTheNodesPods(t *testing.T) {
+	run, big := apiPod("run", "u-run"), apiPod("big", "u-big")
+	c := fake.NewClientset(run, big)
+	fp := &fakePods{pods: map[types.UID]*corev1.Pod{}, terminated: map[types.UID]time.Duration{},
+		refuse: map[string]error{"big": errors.New("no room")}}
+	rec := record.NewFakeRecorder(10)
+	s := NewPodSource(PodsConfig{Client: c, NodeName: "node-a", HostIPs: []string{"192.0.2.10"}, Pods: fp, Recorder: rec,
+		Reject: func(error) (string, string) { return "OutOfmemory", "Node didn't have enough resource: memory" }, StatusEvery: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	<-s.Synced()
+
+	get := func(name string) *corev1.Pod {
+		p, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	waitCond(t, "run's status written", func() bool { return get("run").Status.Phase == corev1.PodRunning })
+	p := get("run")
+	if p.Status.PodIP != "10.88.0.7" || p.Status.HostIP != "192.0.2.10" {
+		t.Errorf("podIP %q hostIP %q", p.Status.PodIP, p.Status.HostIP)
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Reason != "by-scheduler" {
+			t.Errorf("the scheduler's PodScheduled was replaced: %+v", cond)
+		}
+	}
+	waitCond(t, "big rejected", func() bool { return get("big").Status.Reason == "OutOfmemory" })
+	if b := get("big"); b.Status.Phase != corev1.PodFailed {
+		t.Errorf("rejected pod's phase %s", b.Status.Phase)
+	}
+	select {
+	case e := <-rec.Events:
+		if e != "Warning OutOfmemory Node didn't have enough resource: memory" {
+			t.Errorf("event %q", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no event for the rejected pod")
+	}
+
+	// A deletion with a grace period terminates the pod within it; once
+	// removed, its final status is written and it is deleted.
+	p = get("run")
+	now := metav1.Now()
+	grace := int64(7)
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &now, &grace
+	if _, err := c.CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "run terminated", func() bool {
+		fp.mu.Lock()
+		defer fp.mu.Unlock()
+		return fp.terminated["u-run"] == 7*time.Second
+	})
+	final := fp.List()[0]
+	final.Status.Phase = corev1.PodSucceeded
+	s.Removed(final)
+	waitCond(t, "run deleted from the API", func() bool {
+		_, err := c.CoreV1().Pods("default").Get(ctx, "run", metav1.GetOptions{})
+		return err != nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMergeKeepsTheStatusManagersRules(t *testing.T) {
+	s := NewPodSource(PodsConfig{HostIPs: []string{"192.0.2.10"}})
+	past := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	api := apiPod("p", "u")
+	api.Status.Phase = corev1.PodFailed
+	api.Status.Reason = "Evicted"
+	api.Status.StartTime = &past
+	api.Status.Conditions = append(api.Status.Conditions,
+		corev1.PodCondition{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: past},
+		corev1.PodCondition{Type: "example.com/gate", Status: corev1.ConditionTrue})
+	cur := &corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &metav1.Time{Time: time.Now()},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodInitialized, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionFalse}}}
+	st := s.merge(api, cur)
+	if st.Phase != corev1.PodFailed || st.Reason != "Evicted" {
+		t.Errorf("phase %s reason %s: a terminal phase was left", st.Phase, st.Reason)
+	}
+	if !st.StartTime.Equal(&past) {
+		t.Errorf("startTime %v, want the API's %v", st.StartTime, past)
+	}
+	types := map[corev1.PodConditionType]corev1.PodCondition{}
+	for _, c := range st.Conditions {
+		types[c.Type] = c
+	}
+	if c := types[corev1.PodInitialized]; !c.LastTransitionTime.Equal(&past) {
+		t.Errorf("Initialized transition %v, want kept %v", c.LastTransitionTime, past)
+	}
+	if _, ok := types["example.com/gate"]; !ok {
+		t.Error("a readiness gate's condition was dropped")
+	}
+	if c, ok := types[corev1.DisruptionTarget]; !ok || c.Reason != "TerminationByKubelet" {
+		t.Errorf("DisruptionTarget %+v on an evicted pod", c)
+	}
+	if st.HostIP != "192.0.2.10" {
+		t.Errorf("hostIP %q", st.HostIP)
+	}
+}
