@@ -76,7 +76,7 @@ type Config struct {
 	// state as the runtime last reported it. Node mode writes it to the
 	// API server before deleting the pod there.
 	OnRemoved func(*corev1.Pod)
-	Cgroups *kubepods.Manager
+	Cgroups   *kubepods.Manager
 	// RootDir holds per-pod state: logs under RootDir/logs.
 	RootDir string
 	// MemoryCapacity of the node in bytes, for Burstable oom_score_adj.
@@ -212,17 +212,17 @@ type Manager struct {
 }
 
 type podState struct {
-	pod        *corev1.Pod
-	source     string
-	deleting   bool
+	pod      *corev1.Pod
+	source   string
+	deleting bool
 	// graceOverride, when set, is the grace period the deletion gives
 	// (an API deletion's deletionGracePeriodSeconds) instead of the
 	// spec's.
 	graceOverride *time.Duration
 	// final is the status made once the containers were stopped for the
 	// removal (OnRemoved).
-	final     *corev1.PodStatus
-	sandboxID string
+	final      *corev1.PodStatus
+	sandboxID  string
 	sandboxCfg *runtimeapi.PodSandboxConfig
 	parent     string
 	ip         string
