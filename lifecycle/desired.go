@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,9 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		}
 		warnings = append(warnings, m.unenforcedLocalStorage(p, source)...)
 		for _, w := range warnings {
+			if source == SourceAPIServer && (strings.Contains(w, "ignored: set by an API server") || strings.Contains(w, "nodeguard does no scheduling")) {
+				continue // the API server set them, and its scheduler placed the pod
+			}
 			m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
 		}
 		if p.Annotations == nil {

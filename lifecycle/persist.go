@@ -20,6 +20,10 @@ import (
 // persisted under RootDir/api-pods so that a restarted nodeguard keeps them.
 const SourceAPI = "api"
 
+// SourceAPIServer is the source of the pods a Kubernetes API server binds
+// to the node (node mode; kubenode.Source).
+const SourceAPIServer = "kube-apiserver"
+
 func (m *Manager) persistDir() string { return filepath.Join(m.cfg.RootDir, "api-pods") }
 
 func (m *Manager) persistPath(uid types.UID) string {

@@ -66,6 +66,10 @@ type Config struct {
 	// means none exist (every non-optional configMap or secret volume
 	// fails).
 	SourceDir string
+	// Objects, when set, is where configMaps and secrets come from
+	// instead of SourceDir, and what issues service account tokens for
+	// projected serviceAccountToken sources (node mode: the API server).
+	Objects Objects
 	// NodeMemory caps memory-backed volumes (bytes): the tmpfs size when
 	// neither the volume's sizeLimit nor the pod's memory limit is known.
 	// Zero means the node's total memory.
@@ -101,6 +105,7 @@ type Manager struct {
 	podsDir    string // root/pods
 	allow      []string
 	sourceDir  string
+	objects    Objects
 	nodeMemory int64
 	alloc      corev1.ResourceList
 	log        *slog.Logger
@@ -185,6 +190,7 @@ func New(cfg Config) (*Manager, error) {
 		podsDir:    filepath.Join(root, podsDirName),
 		allow:      allow,
 		sourceDir:  cfg.SourceDir,
+		objects:    cfg.Objects,
 		nodeMemory: mem,
 		alloc:      allocatable(cfg.Allocatable, mem),
 		log:        log,

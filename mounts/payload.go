@@ -85,6 +85,8 @@ func (m *Manager) volumePayload(pod *corev1.Pod, v *corev1.Volume) (payload, err
 				err = m.addSource(pl, sourceSecrets, pod.Namespace, src.Secret.Name, src.Secret.Items, mode, isTrue(src.Secret.Optional))
 			case src.DownwardAPI != nil:
 				err = addDownward(pl, pod, src.DownwardAPI.Items, mode, m.allocatable())
+			case src.ServiceAccountToken != nil:
+				err = m.addToken(pl, pod, src.ServiceAccountToken, mode)
 			default:
 				err = fmt.Errorf("%w: projected source kind", ErrUnsupported)
 			}
@@ -106,6 +108,18 @@ func (m *Manager) addSource(pl payload, kind, namespace, name string, items []co
 	if !validComponent(namespace) || !validComponent(name) {
 		return fmt.Errorf("%s: %w: not a single path component", what, ErrUnsafePath)
 	}
+	if m.objects != nil {
+		data, found, err := m.objects.Object(kind, namespace, name)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: %w", what, err)
+		case !found && optional:
+			return nil
+		case !found:
+			return fmt.Errorf("%s: %w: not in the API server", what, ErrSourceNotFound)
+		}
+		return addKeys(pl, what, data, items, mode, optional)
+	}
 	if m.sourceDir == "" {
 		if optional {
 			return nil
@@ -123,6 +137,12 @@ func (m *Manager) addSource(pl payload, kind, namespace, name string, items []co
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	return addKeys(pl, what, data, items, mode, optional)
+}
+
+// addKeys adds the keys of one object's data: those listed in items at
+// their paths and modes, or every key at its own name with mode.
+func addKeys(pl payload, what string, data map[string][]byte, items []corev1.KeyToPath, mode os.FileMode, optional bool) error {
 	if len(items) == 0 {
 		for key, b := range data {
 			if err := pl.add(key, payloadFile{data: b, mode: mode}); err != nil {
@@ -297,3 +317,24 @@ func fileMode(m *int32) os.FileMode {
 }
 
 func isTrue(b *bool) bool { return b != nil && *b }
+
+// addToken adds a projected serviceAccountToken source: a token of the
+// pod's service account from Objects, at the source's path. Without
+// Objects (standalone) there is no control plane to issue one.
+func (m *Manager) addToken(pl payload, pod *corev1.Pod, s *corev1.ServiceAccountTokenProjection, mode os.FileMode) error {
+	if m.objects == nil {
+		return fmt.Errorf("serviceAccountToken: %w: no control plane issues tokens", ErrUnsupported)
+	}
+	exp := int64(3600)
+	if s.ExpirationSeconds != nil {
+		exp = *s.ExpirationSeconds
+	}
+	tok, err := m.objects.Token(pod, s.Audience, exp)
+	if err != nil {
+		return fmt.Errorf("serviceAccountToken: %w", err)
+	}
+	if err := pl.add(s.Path, payloadFile{data: tok, mode: mode}); err != nil {
+		return fmt.Errorf("serviceAccountToken path %q: %w", s.Path, err)
+	}
+	return nil
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // ConfigMap returns the keys of ConfigMap namespace/name from SourceDir,
@@ -25,6 +27,13 @@ func (m *Manager) source(kind, namespace, name string) (map[string][]byte, bool,
 	if !validComponent(namespace) || !validComponent(name) {
 		return nil, false, fmt.Errorf("read %s %s/%s: %w: not a single path component", kind, namespace, name, ErrUnsafePath)
 	}
+	if m.objects != nil {
+		data, found, err := m.objects.Object(kind, namespace, name)
+		if err != nil {
+			return nil, false, fmt.Errorf("read %s %s/%s: %w", kind, namespace, name, err)
+		}
+		return data, found, nil
+	}
 	if m.sourceDir == "" {
 		return nil, false, nil
 	}
@@ -37,3 +46,22 @@ func (m *Manager) source(kind, namespace, name string) (map[string][]byte, bool,
 	}
 	return data, true, nil
 }
+
+// Objects is where configMaps, secrets and service account tokens come
+// from when a control plane has them (node mode).
+type Objects interface {
+	// Object returns the data of a ConfigMap or Secret (kind "configmaps"
+	// or "secrets"); found is false, with a nil error, when it does not
+	// exist.
+	Object(kind, namespace, name string) (data map[string][]byte, found bool, err error)
+	// Token returns a token of pod's service account bound to pod, for
+	// audience (empty: the API server's) and valid for expirationSeconds.
+	Token(pod *corev1.Pod, audience string, expirationSeconds int64) ([]byte, error)
+}
+
+// SourceConfigMaps and SourceSecrets are the kinds Objects.Object is asked
+// for.
+const (
+	SourceConfigMaps = sourceConfigMaps
+	SourceSecrets    = sourceSecrets
+)

@@ -157,6 +157,20 @@ func (m *Manager) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *fi
 				k++
 				errs = append(errs, validateDownward(pod, d.Items, sp.Child("downwardAPI", "items"), paths)...)
 			}
+			if t := src.ServiceAccountToken; t != nil {
+				k++
+				tp := sp.Child("serviceAccountToken")
+				switch {
+				case m.objects == nil:
+					errs = append(errs, field.Forbidden(tp, "service account tokens are issued by a control plane, and there is none"))
+				case t.Path == "":
+					errs = append(errs, field.Required(tp.Child("path"), ""))
+				case t.ExpirationSeconds != nil && *t.ExpirationSeconds < 600:
+					errs = append(errs, field.Invalid(tp.Child("expirationSeconds"), *t.ExpirationSeconds, "may not be less than 10 minutes"))
+				default:
+					errs = append(errs, payloadPath(t.Path, tp.Child("path"), paths)...)
+				}
+			}
 			switch {
 			case k == 0:
 				errs = append(errs, field.NotSupported(sp, "", []string{"configMap", "downwardAPI", "secret"}))

@@ -386,3 +386,16 @@ func kubeClient(path, nodeName string) (kubernetes.Interface, record.EventBroadc
 	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: nodeName})
 	return cs, b, rec, nil
 }
+
+// nodeName is the node's name: nodeName, else the lower-cased hostname
+// (the kubelet's).
+func nodeName(cfg runConfig) (string, error) {
+	if cfg.NodeName != "" {
+		return cfg.NodeName, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("node name: %w", err)
+	}
+	return strings.ToLower(h), nil
+}

@@ -5,6 +5,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/nodeguard/nodeguard/kubenode"
+	"github.com/nodeguard/nodeguard/lifecycle"
 )
 
 // TestNodeLabelsAddToTheStandaloneOnes: nodeLabels from the configuration
@@ -36,5 +39,11 @@ func TestNodeLabelsAddToTheStandaloneOnes(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("label %s = %q, want %q", k, got[k], v)
 		}
+	}
+}
+
+func TestTheAPIServerSourceIsOneName(t *testing.T) {
+	if kubenode.Source != lifecycle.SourceAPIServer {
+		t.Fatalf("kubenode.Source %q, lifecycle.SourceAPIServer %q", kubenode.Source, lifecycle.SourceAPIServer)
 	}
 }

@@ -347,12 +347,45 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			// leases and netns are not listed yet.
 			GCMinAge: time.Minute}
 	}
+	// Node mode: the API server is a pod source, the source of the
+	// ConfigMaps, Secrets and tokens its pods use, and is told of what
+	// happens to them.
+	var (
+		kubeCS    kubernetes.Interface
+		kubeRec   record.EventRecorder
+		objects   *kubenode.Objects
+		podSource atomic.Pointer[kubenode.PodSource]
+		onRemoved func(*corev1.Pod)
+	)
+	if cfg.Kubeconfig != "" {
+		name, err := nodeName(cfg)
+		if err != nil {
+			return err
+		}
+		cs, b, rec, err := kubeClient(cfg.Kubeconfig, name)
+		if err != nil {
+			return err
+		}
+		g.Cleanup(b.Shutdown)
+		kubeCS, kubeRec = cs, rec
+		objects = kubenode.NewObjects(cs, log.With("component", "objects"))
+		g.Go("API server objects", objects.Run)
+		onRemoved = func(p *corev1.Pod) {
+			if s := podSource.Load(); s != nil {
+				s.Removed(p)
+			}
+		}
+	}
+	var volObjects mounts.Objects
+	if objects != nil {
+		volObjects = objects
+	}
 	// k8s.io/mount-utils (the format and mount of local volumes) logs
 	// through klog: into the daemon's log with the rest.
 	klog.SetSlogLogger(log.With("component", "mount-utils"))
 	vols, err := mounts.New(mounts.Config{
 		RootDir: cfg.RootDir, HostPathAllow: cfg.Volumes.HostPathAllow, SourceDir: cfg.Volumes.SourceDir,
-		NodeMemory: int64(mi.MemTotal), Logger: log,
+		NodeMemory: int64(mi.MemTotal), Logger: log, Objects: volObjects,
 		// NFS clients dial from the pod network's namespace, as probes do.
 		NodeNetNS: cfg.Network.NodeNetNS,
 	})
@@ -408,27 +441,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	// manager.
 	events := api.NewEventLog(4096)
 	var podEvents lifecycle.EventRecorder = events
-	// Node mode: the API server is a pod source, and is told of what
-	// happens to its pods.
-	var (
-		kubeCS    kubernetes.Interface
-		kubeRec   record.EventRecorder
-		podSource atomic.Pointer[kubenode.PodSource]
-		onRemoved func(*corev1.Pod)
-	)
-	if cfg.Kubeconfig != "" {
-		cs, b, rec, err := kubeClient(cfg.Kubeconfig, node.Name)
-		if err != nil {
-			return err
-		}
-		g.Cleanup(b.Shutdown)
-		kubeCS, kubeRec = cs, rec
-		podEvents = &kubeEvents{local: events, recorder: rec}
-		onRemoved = func(p *corev1.Pod) {
-			if s := podSource.Load(); s != nil {
-				s.Removed(p)
-			}
-		}
+	if kubeRec != nil {
+		podEvents = &kubeEvents{local: events, recorder: kubeRec}
 	}
 	mgr, err := lifecycle.New(lifecycle.Config{
 		Volumes: vols, Network: network, ProbeNetNS: probeNetNS(cfg.Network), Admit: adm.admit, Node: node, Events: podEvents, OnRemoved: onRemoved,
@@ -439,7 +453,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		DNS: lifecycle.NodeDNS(lifecycle.ResolvConf), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull,
 			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor,
 			SupplementalGroupsPolicy: features.GetSupplementalGroupsPolicy(),
-			ImageVolumes:             imageVolumes.Mount, ImageVolumeSubPath: imageVolumes.SubPath, Runtime: imageVolumes.Runtime},
+			ImageVolumes:             imageVolumes.Mount, ImageVolumeSubPath: imageVolumes.SubPath, Runtime: imageVolumes.Runtime,
+			ServiceAccountTokens: kubeCS != nil},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
 		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})

@@ -54,6 +54,10 @@ type Options struct {
 	// Runtime names the runtime and its version ("containerd
 	// 1.6.20~ds1"), for those refusals.
 	Runtime string
+	// ServiceAccountTokens says that a control plane issues service
+	// account tokens (node mode): projected serviceAccountToken sources
+	// are mounted instead of refused.
+	ServiceAccountTokens bool
 }
 
 // DNS limits from Linux libc resolution (pkg/apis/core/validation).
@@ -119,7 +123,12 @@ func Validate(pod *corev1.Pod, opts Options) (warnings []string, errs field.Erro
 		errs = append(errs, field.NotSupported(field.NewPath("kind"), pod.Kind, []string{"Pod"}))
 	}
 	warnings, unsupported := checkSupport(pod)
-	errs = append(errs, unsupported...)
+	for _, e := range unsupported {
+		if opts.ServiceAccountTokens && strings.HasSuffix(e.Field, ".serviceAccountToken") && strings.Contains(e.Field, ".projected.sources[") {
+			continue // issued through the control plane
+		}
+		errs = append(errs, e)
+	}
 	warnings = append(warnings, lifecycleWarnings(&pod.Spec)...)
 	if len(pod.Spec.ImagePullSecrets) > 0 && !opts.ImagePull {
 		// Harmless: nothing is pulled, so no credentials are needed.
