@@ -58,6 +58,13 @@ type ManagerConfig struct {
 	// Snapshot returns a FRESH snapshot, read when called (not a cached
 	// one): every decision is confirmed on it.
 	Snapshot func(ctx context.Context) (*pressure.Snapshot, error)
+	// SnapshotCalm, when set, returns a fresh snapshot in which the pods'
+	// own cgroups may carry a reading a few seconds old (the sensor's
+	// FreshCalm). A tick's evaluation takes it while the last evaluation
+	// was calm (Policy.Calm): the node's figures in it are fresh, and
+	// when they are not calm any more the manager takes Snapshot before
+	// it evaluates. Wake-ups always take Snapshot.
+	SnapshotCalm func(ctx context.Context) (*pressure.Snapshot, error)
 	// Tick: see DefaultTick (the default when 0).
 	Tick time.Duration
 	// MinInterval: see DefaultMinInterval (the default when 0; negative
@@ -121,7 +128,12 @@ type Manager struct {
 	lastReclaim time.Time // the last node-level reclaim that did not suffice
 	running     atomic.Bool
 	evaluations atomic.Uint64
-	wg          sync.WaitGroup
+	// calm: the last evaluation found the node calm (calmNow), so a
+	// tick may take SnapshotCalm; calmLeft counts the calm snapshots
+	// taken again whole.
+	calm     bool
+	calmLeft atomic.Uint64
+	wg       sync.WaitGroup
 }
 
 // tracked is a victim whose release the manager waits for.
@@ -326,7 +338,12 @@ func (m *Manager) restoreOnExit() {
 func (m *Manager) evaluate(ctx context.Context) {
 	detected := m.now()
 	wakeAt, why, wakes := m.takeWake()
-	snap, err := m.cfg.Snapshot(ctx)
+	take := m.cfg.Snapshot
+	calm := m.calm && wakes == 0 && m.cfg.SnapshotCalm != nil
+	if calm {
+		take = m.cfg.SnapshotCalm
+	}
+	snap, err := take(ctx)
 	snapshotted := m.now()
 	if err != nil || snap == nil {
 		if err == nil {
@@ -343,6 +360,17 @@ func (m *Manager) evaluate(ctx context.Context) {
 	// evictions): Evaluations() > n then means "evaluated and done".
 	defer m.evaluations.Add(1)
 	refs := m.cfg.Actor.Pods()
+	if calm {
+		// The node's figures are fresh in a calm snapshot: when they are
+		// calm no more, every decision and the next victim are made on a
+		// whole fresh snapshot instead.
+		if !m.calmNow(nodeObservations(snap)) {
+			if full, err := m.cfg.Snapshot(ctx); err == nil && full != nil {
+				snap, snapshotted = full, m.now()
+			}
+			m.calmLeft.Add(1)
+		}
+	}
 	if m.watchUnseen(snap, refs) {
 		if again, err := m.cfg.Snapshot(ctx); err == nil && again != nil {
 			snap = again
@@ -377,6 +405,7 @@ func (m *Manager) evaluate(ctx context.Context) {
 		m.act(ctx, d, tm, why, wakes)
 	}
 
+	m.calm = m.calmNow(obs)
 	if m.conds == nil || !maps.Equal(m.conds, res.Conditions) {
 		m.conds = res.Conditions
 		m.obs.OnConditions(maps.Clone(res.Conditions))
@@ -423,6 +452,16 @@ func (m *Manager) watchUnseen(snap *pressure.Snapshot, refs []PodRef) bool {
 
 // observe joins the actor's pods to the snapshot's cgroups, leaving out
 // victims already released.
+// nodeObservations are snap's node-level observations alone (signals and
+// node PSI), what Policy.Calm looks at.
+func nodeObservations(snap *pressure.Snapshot) Observations {
+	obs := Observations{Time: snap.Time, Signals: make(map[nodestats.Signal]nodestats.Observation, len(snap.Signals)), NodePSI: snap.Node.PSI}
+	for _, o := range snap.Signals {
+		obs.Signals[o.Signal] = o
+	}
+	return obs
+}
+
 func (m *Manager) observe(snap *pressure.Snapshot, refs []PodRef) (Observations, *view) {
 	obs := Observations{
 		Time:    snap.Time,
@@ -832,3 +871,16 @@ func (m *Manager) Attribute(e *event.OOMKill, at time.Time) OOMKillAttribution {
 	}
 	return a
 }
+
+// calmNow tells whether the next tick may take a calm snapshot: the policy
+// finds obs calm and no evicted pod's release is being watched.
+func (m *Manager) calmNow(obs Observations) bool {
+	m.mu.Lock()
+	tracking := len(m.tracking)
+	m.mu.Unlock()
+	return tracking == 0 && m.policy.Calm(obs)
+}
+
+// CalmLeft counts the ticks whose calm snapshot was found not calm and
+// taken again whole.
+func (m *Manager) CalmLeft() uint64 { return m.calmLeft.Load() }

@@ -19,6 +19,7 @@ import (
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
+	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 
 // fakeActor records what the manager asks of it.
@@ -795,5 +796,72 @@ func TestManagerNeverChoosesAVictimReleasedInTheSamePass(t *testing.T) {
 				t.Errorf("%d eviction lines logged, want 1", n)
 			}
 		})
+	}
+}
+
+// Far from every threshold, the manager's ticks take calm snapshots (the
+// pods' own figures may be seconds old); the tick that finds the node's
+// figures near a threshold takes a whole snapshot before it decides, and
+// decides on that one's pod figures, never on the calm one's.
+func TestManagerTicksOnCalmSnapshotsAndDecidesOnWholeOnes(t *testing.T) {
+	calm := &script{avail: 4 * Gi}
+	h := startManager(t, hard100, func(c *ManagerConfig) {
+		c.Tick = 20 * time.Millisecond
+		c.SnapshotCalm = calm.snapshot
+	})
+	a, b := pod("a", 0, 100*Mi), pod("b", 0, 100*Mi)
+	h.actor.setPods(ref(a, "/kubepods/pod-a"), ref(b, "/kubepods/pod-b"))
+	// The whole snapshot's pods: a is the biggest. The calm one carries
+	// old figures in which b was.
+	h.snap.set(4*Gi, cgroup("/kubepods/pod-a", 11, 1*Gi), cgroup("/kubepods/pod-b", 12, 200*Mi))
+	calm.set(4*Gi, cgroup("/kubepods/pod-a", 11, 10*Mi), cgroup("/kubepods/pod-b", 12, 900*Mi))
+	eventually(t, "ticks on calm snapshots", func() bool { return calm.calls.Load() >= 5 })
+	whole := h.snap.calls.Load()
+	time.Sleep(100 * time.Millisecond)
+	if n := h.snap.calls.Load() - whole; n != 0 {
+		t.Errorf("%d whole snapshots while calm, want 0", n)
+	}
+	if h.m.CalmLeft() != 0 {
+		t.Errorf("CalmLeft %d while calm", h.m.CalmLeft())
+	}
+
+	// Memory drops below the threshold between two ticks, no wake-up.
+	h.snap.set(80*Mi, cgroup("/kubepods/pod-a", 11, 1*Gi), cgroup("/kubepods/pod-b", 12, 200*Mi))
+	calm.set(80*Mi, cgroup("/kubepods/pod-a", 11, 10*Mi), cgroup("/kubepods/pod-b", 12, 900*Mi))
+	got := receive(t, h.rec.decisions, "decision")
+	if got.d.Victim.UID != "a" || got.d.Victim.MemoryUsage != 1*Gi {
+		t.Fatalf("decided on %s (%d bytes), want a at 1Gi: from the whole snapshot", got.d.Victim.UID, got.d.Victim.MemoryUsage)
+	}
+	if h.m.CalmLeft() < 1 {
+		t.Error("the calm snapshot that was not calm is not counted")
+	}
+	// Near the threshold, every tick is whole.
+	calls := calm.calls.Load()
+	h.snap.set(150*Mi, cgroup("/kubepods/pod-b", 12, 200*Mi))
+	calm.set(150*Mi, cgroup("/kubepods/pod-b", 12, 900*Mi))
+	time.Sleep(150 * time.Millisecond)
+	if n := calm.calls.Load() - calls; n > 1 {
+		t.Errorf("%d calm snapshots near the threshold, want at most the one in flight", n)
+	}
+}
+
+func TestPolicyCalm(t *testing.T) {
+	p := mustPolicy(t, PolicyConfig{Thresholds: mustThresholds(t, hard100), PSIRules: []PSIRule{mustRule(t, "memory.some.avg10>40")}})
+	obs := memObs(4 * Gi)
+	obs.NodePSI = map[psi.Resource]psi.Stats{psi.Memory: {HasSome: true, HasFull: true}}
+	if !p.Calm(obs) {
+		t.Error("4Gi available and no pressure: not calm")
+	}
+	if p.Calm(memObs(150 * Mi)) {
+		t.Error("150Mi available, threshold 100Mi: calm")
+	}
+	hot := memObs(4 * Gi)
+	hot.NodePSI = map[psi.Resource]psi.Stats{psi.Memory: {Some: psi.Line{Avg10: 25}, HasSome: true, HasFull: true}}
+	if p.Calm(hot) {
+		t.Error("memory.some.avg10 25 with a rule at 40: calm")
+	}
+	pp := mustPolicy(t, PolicyConfig{Thresholds: mustThresholds(t, hard100), PSIRules: []PSIRule{mustRule(t, "pod:memory.full.avg10>40")}})
+	if pp.Calm(obs) {
+		t.Error("a pod PSI rule reads every pod: calm")
 	}
 }

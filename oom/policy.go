@@ -741,3 +741,42 @@ func (p *Policy) Admit(pod Pod) error {
 	}
 	return &AdmitError{Conditions: held}
 }
+
+// Calm reports whether obs is far from every decision: each threshold's
+// signal has at least twice its threshold available, each node PSI rule
+// reads at most half its level, no pod-scoped PSI rule is configured,
+// no victim is pending release and no condition is held. On such
+// observations Evaluate decides nothing and names no next victim, and
+// the pods' own figures are not looked at: the manager may then take
+// them from a calm snapshot (pressure.Snapshotter.SnapshotCalm), in which
+// they can be a few seconds old. A signal the observations lack cannot
+// meet its threshold, here as in Evaluate.
+func (p *Policy) Calm(obs Observations) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) > 0 {
+		return false
+	}
+	for _, on := range p.conds {
+		if on {
+			return false
+		}
+	}
+	for i := range p.cfg.Thresholds {
+		t := &p.cfg.Thresholds[i]
+		o, ok := obs.Signals[t.Signal]
+		if ok && o.Available < 2*t.Value.Resolve(o.Capacity) {
+			return false
+		}
+	}
+	for i := range p.cfg.PSIRules {
+		r := &p.cfg.PSIRules[i]
+		if r.Pod {
+			return false
+		}
+		if v, ok := r.value(obs.NodePSI[r.Resource]); ok && v > r.Percent/2 {
+			return false
+		}
+	}
+	return true
+}

@@ -122,10 +122,26 @@ func (s *Sensor) Fresh(ctx context.Context) *Snapshot {
 	return snap
 }
 
-func (s *Sensor) take(ctx context.Context) *Snapshot {
+// FreshCalm is Fresh with a calm snapshot (Snapshotter.SnapshotCalm): the
+// eviction manager's tick while memory is far from every threshold.
+func (s *Sensor) FreshCalm(ctx context.Context) *Snapshot {
+	snap := s.takeCalm(ctx, true)
+	at := time.Now()
+	s.freshAt.Store(&at)
+	return snap
+}
+
+func (s *Sensor) take(ctx context.Context) *Snapshot { return s.takeCalm(ctx, false) }
+
+func (s *Sensor) takeCalm(ctx context.Context, calm bool) *Snapshot {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
-	snap := s.snap.Snapshot(ctx, s.now())
+	var snap *Snapshot
+	if calm {
+		snap = s.snap.SnapshotCalm(ctx, s.now())
+	} else {
+		snap = s.snap.Snapshot(ctx, s.now())
+	}
 	s.latest.Store(snap)
 	s.publish(snap) // under snapMu: published in the order taken
 	return snap

@@ -144,7 +144,13 @@ type Config struct {
 	// those above them hot: the eviction policy decides on pods, and their
 	// containers' cgroups (two of every three beneath kubepods) feed only
 	// metrics and the ids of kernel events.
-	Hot    func(fromRoot string) bool
+	Hot func(fromRoot string) bool
+	// Calm names, among the hot cgroups, those that a calm snapshot
+	// (SnapshotCalm) reads as cold ones: nodeguard run names the pods'
+	// own cgroups, which the eviction policy needs fresh only when it may
+	// decide (memory near a threshold); the node's figures and the
+	// cgroups above the pods stay fresh in every snapshot.
+	Calm   func(fromRoot string) bool
 	Logger *slog.Logger
 }
 
@@ -199,6 +205,7 @@ type entry struct {
 
 	memAt   time.Time
 	hot     bool // read on every tick (Config.Hot)
+	calm    bool // read as a cold one by a calm snapshot (Config.Calm)
 	rel     string
 	key     CgroupKey
 	uid     uint64
@@ -462,7 +469,7 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 		return nil, err
 	}
 	e := &entry{rel: rel, dir: src.Memory, key: CgroupKey{ID: id, HierarchyID: s.cfg.Layout.Memory.ID}, reader: cgstat.NewReader(src),
-		hot: s.cfg.Hot == nil || s.cfg.Hot(s.fromRoot(rel))}
+		hot: s.cfg.Hot == nil || s.cfg.Hot(s.fromRoot(rel)), calm: s.cfg.Calm != nil && s.cfg.Calm(s.fromRoot(rel))}
 	if src.PSI != "" {
 		if uid, err := cgroups.ID(src.PSI); err == nil {
 			e.uid = uid
@@ -482,6 +489,17 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 // Snapshot reads everything once. now is the time the Snapshot is taken
 // at (injected: the caller's clock).
 func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
+	return s.snapshot(ctx, now, false)
+}
+
+// SnapshotCalm is Snapshot with the cgroups Config.Calm names read as cold
+// ones: between slow ticks they carry their last reading (Cgroup.MemoryAt
+// says how old). Slow ticks count calm snapshots as others.
+func (s *Snapshotter) SnapshotCalm(ctx context.Context, now time.Time) *Snapshot {
+	return s.snapshot(ctx, now, true)
+}
+
+func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, calm bool) *Snapshot {
 	start := time.Now()
 	s.closeRetired()
 	if now.Sub(s.scanned) >= s.cfg.RescanEvery {
@@ -514,7 +532,7 @@ func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 		switch {
 		case slow || !e.full:
 			read = e.reader.Read
-		case e.hot:
+		case e.hot && !(calm && e.calm):
 			read = e.reader.ReadHot
 		}
 		// A cold cgroup between slow ticks (read nil) keeps its last reading.

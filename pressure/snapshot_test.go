@@ -319,3 +319,48 @@ func TestColdCgroupsAreReadOnSlowTicks(t *testing.T) {
 		}
 	}
 }
+
+// A calm snapshot reads the cgroups Config.Calm names (the pods' own) as
+// cold ones, on slow ticks only; an ordinary snapshot in between reads
+// them at once; the cgroups above them are read in both.
+func TestCalmSnapshotsReadPodsOnSlowTicks(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	kube := cgtest.New(t).Child(t, "kubepods")
+	pod := kube.Child(t, "pod0f1e2d3c-aaaa-bbbb-cccc-000000000003")
+	kubeRel, podRel := memRel(kube), memRel(pod)
+	snapper, err := pressure.New(pressure.Config{Layout: kube.Layout(), Roots: []string{kube.Rel()}, SlowEvery: 3,
+		Hot:  func(fromRoot string) bool { return !kubepods.BeneathPod(kubepods.Cgroupfs, fromRoot) },
+		Calm: func(fromRoot string) bool { return kubepods.IsPod(kubepods.Cgroupfs, fromRoot) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapper.Close()
+	base := time.Now()
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Second) }
+	for i, calm := range []bool{true, true, true, true, false, true} {
+		var snap *pressure.Snapshot
+		if calm {
+			snap = snapper.SnapshotCalm(context.Background(), at(i))
+		} else {
+			snap = snapper.Snapshot(context.Background(), at(i))
+		}
+		p, ok := find(snap, podRel)
+		k, ok2 := find(snap, kubeRel)
+		if !ok || !ok2 {
+			t.Fatalf("snapshot %d: pod %v, kubepods %v", i, ok, ok2)
+		}
+		want := at(i)
+		if calm && i%3 != 0 {
+			want = at(i - 1) // carried from the snapshot before
+			if i == 1 || i == 2 {
+				want = at(0)
+			}
+		}
+		if !p.MemoryAt.Equal(want) {
+			t.Errorf("snapshot %d (calm %v): the pod read at %v, want %v", i, calm, p.MemoryAt.Sub(base), want.Sub(base))
+		}
+		if !k.MemoryAt.Equal(at(i)) {
+			t.Errorf("snapshot %d: kubepods read at %v, want this one's %v", i, k.MemoryAt.Sub(base), at(i).Sub(base))
+		}
+	}
+}

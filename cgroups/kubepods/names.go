@@ -299,3 +299,14 @@ func BeneathPod(d Driver, fromRoot string) bool {
 	}
 	return false
 }
+
+// IsPod reports whether fromRoot (as BeneathPod's) is a pod's own cgroup:
+// its last two components name a pod ("kubepods/burstable/pod<uid>").
+func IsPod(d Driver, fromRoot string) bool {
+	parts := strings.Split(strings.Trim(fromRoot, "/"), "/")
+	if len(parts) < 2 {
+		return false
+	}
+	_, ok := PodUIDOf(d, parts[len(parts)-2], parts[len(parts)-1])
+	return ok
+}

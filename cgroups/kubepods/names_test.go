@@ -212,6 +212,9 @@ func TestBeneathPod(t *testing.T) {
 					if got := BeneathPod(d, fromRoot(p)); got != want {
 						t.Errorf("BeneathPod(%v, %q) = %v, want %v", d, fromRoot(p), got, want)
 					}
+					if got, want := IsPod(d, fromRoot(p)), p == pod; got != want {
+						t.Errorf("IsPod(%v, %q) = %v, want %v", d, fromRoot(p), got, want)
+					}
 				}
 			}
 		}

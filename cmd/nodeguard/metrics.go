@@ -42,6 +42,7 @@ type senseFlags struct {
 	// hot picks the cgroups read on every tick (pressure.Config.Hot;
 	// nil: all).
 	hot       func(rel string) bool
+	calm      func(rel string) bool // pressure.Config.Calm
 	podsRoot  string
 	rootDir   string
 	imageFS   string
@@ -161,6 +162,7 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 		Layout:      s.layout,
 		Roots:       f.roots,
 		Hot:         f.hot,
+		Calm:        f.calm,
 		PodsRoot:    podsRoot,
 		NodeFSPath:  existing(f.rootDir, "/"),
 		ImageFSPath: imageFS,

@@ -512,7 +512,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{kube}, rootDir: cfg.RootDir,
 		// Pods and the cgroups above them every tick; containers' on
 		// the slow ticks (pressure.Config.Hot).
-		hot:   func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
+		hot: func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
+		// ...and the pods' own only while memory is near a threshold
+		// (oom.Policy.Calm): far from every one, the eviction manager's
+		// ticks read them every 5th second with the containers'.
+		calm:  func(rel string) bool { return kubepods.IsPod(driver, rel) },
 		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: pressure.DefaultFullEvery, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
 		onEvent: fwd.send, imageFSStats: disk.imageFS.FSStats,
@@ -557,10 +561,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		}
 		em, err := oom.NewManager(oom.ManagerConfig{
 			Policy: policy, Actor: mgr.EvictionActor(cfg.Eviction.Exempt),
-			Snapshot: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
-			Watch:    s.sensor.Add,
-			Reclaim:  disk.reclaim,
-			Tick:     cfg.Eviction.Tick.Duration, DryRun: cfg.Eviction.DryRun, Logger: log, Observer: obs,
+			Snapshot:     func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
+			SnapshotCalm: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.FreshCalm(ctx), nil },
+			Watch:        s.sensor.Add,
+			Reclaim:      disk.reclaim,
+			Tick:         cfg.Eviction.Tick.Duration, DryRun: cfg.Eviction.DryRun, Logger: log, Observer: obs,
 		})
 		if err != nil {
 			return err
