@@ -69,6 +69,7 @@ func TestNodeModeJoinsARealControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	buildBinary(t) // not part of the registration time
 	started := time.Now()
 	d := startDaemon(t, dir, cfg, nil, "--kubeconfig", kc, "--node-name", node, "--register-with-taints", "dedicated=guarded:NoSchedule")
 	waitUntil(t, ctx, 90*time.Second, "node "+node+" Ready", func() error {
@@ -88,7 +89,7 @@ func TestNodeModeJoinsARealControlPlane(t *testing.T) {
 		`{.metadata.labels.kubernetes\.io/hostname}`:               node,
 		`{.spec.taints[0].key}`:                                    "dedicated",
 		`{.status.conditions[?(@.type=="MemoryPressure")].reason}`: "KubeletHasSufficientMemory",
-		`{.status.daemonEndpoints.kubeletEndpoint.port}`:           "10250",
+		`{.status.daemonEndpoints.kubeletEndpoint.Port}`:           "10250",
 		`{.status.nodeInfo.containerRuntimeVersion}`:               "containerd://",
 		`{.status.allocatable.pods}`:                               "",
 	} {
@@ -185,7 +186,7 @@ spec:
 
 	// A pod the node cannot run: rejected with the kubelet's reason, an
 	// Event naming it, nothing else disturbed.
-	big := kubectl("get", "node", node, "-o", "jsonpath={.status.allocatable.memory}")
+	const big = "1Ti" // more than the node's allocatable memory
 	if err := os.WriteFile(filepath.Join(dir, "big.yaml"), []byte(`apiVersion: v1
 kind: Pod
 metadata: {name: too-big, namespace: default}

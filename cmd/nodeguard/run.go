@@ -489,6 +489,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 				mgr.SourcesReady()
 			case <-ctx.Done():
 			}
+			<-ctx.Done() // a part of the group runs until the end
 			return nil
 		})
 	} else {

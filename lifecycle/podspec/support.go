@@ -45,6 +45,11 @@ var fieldUse = map[reflect.Type]map[string]use{
 		"name": honoured, "namespace": honoured, "uid": honoured, "labels": honoured, "annotations": honoured,
 		"creationTimestamp": serverSet, "resourceVersion": serverSet, "generation": serverSet,
 		"selfLink": serverSet, "managedFields": serverSet,
+		// What an API server and its controllers keep on the object (a
+		// ReplicaSet's pods have all of them); the node has nothing to do
+		// with them, as the kubelet.
+		"generateName": serverSet, "ownerReferences": serverSet, "finalizers": serverSet,
+		"deletionTimestamp": serverSet, "deletionGracePeriodSeconds": serverSet,
 	},
 	reflect.TypeFor[corev1.PodSpec](): {
 		"volumes": honoured, "initContainers": honoured, "containers": honoured,
