@@ -45,7 +45,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1)
 	$(GO) vet ./...
 	$(GO) vet -tags nodelane ./internal/nodelane/
-	$(GO) vet -tags clusterlane ./internal/cluster/
+	$(GO) vet -tags clusterlane ./internal/cluster/ ./cmd/nodeguard/
 
 # The test command of README.md and .ci/run: the host lane, then the lanes
 # that boot guests, in two chains side by side (scripts/lanes.sh; each
@@ -140,14 +140,19 @@ FUZZ_TARGETS ?= \
 	./oom:FuzzParsePSIRule \
 	./cmd/nodeguard:FuzzConfig
 
-# The control plane of the coming cluster lane (issue 15; not in make test
-# yet): etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
-# kubectl and kubelet v1.37.2 built once from the Go module proxy into
-# /var/cache/nodeguard-cp (scripts/controlplane.sh: ~25 min cold on 2
-# cores, nothing when cached), then started on 127.0.0.1 with Node,RBAC
-# and NodeRestriction and checked (internal/cluster).
+# The cluster lane (issue 15): etcd, kube-apiserver, kube-scheduler,
+# kube-controller-manager, kubectl and kubelet v1.37.2 built once from the
+# Go module proxy into /var/cache/nodeguard-cp (scripts/controlplane.sh:
+# 10-25 min cold on 2 cores, nothing when cached), started on 127.0.0.1
+# with Node,RBAC and NodeRestriction and checked (internal/cluster), then
+# nodeguard in node mode against it (cmd/nodeguard, TestNodeMode*: the
+# Node Ready with its capacity and Lease, a Deployment's pods Running, a
+# graceful delete, a rejection with its Event, NotReady once stopped).
+# make test runs it at the end of the second lanes chain.
 test-cluster: deps
-	bin=$$(scripts/controlplane.sh) && NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v ./internal/cluster/
+	@bin=$$(scripts/controlplane.sh) && \
+		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestControlPlane$$' ./internal/cluster/ && \
+		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./cmd/nodeguard/
 
 fuzz:
 	@missing=$$(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -Eo '^func Fuzz[A-Za-z0-9_]+' | \

@@ -5,10 +5,13 @@
 #   node            the node lane on Debian's containerd 1.6.20, with the
 #                   quick OOM race (the longer chain: ~14.5 min warm, the
 #                   race ~5 min of it);
-#   node-2+vm+fuzz  the node lane on containerd 2.x, then the VM lane
+#   node-2+vm+fuzz+cluster  the node lane on containerd 2.x, then the VM lane
 #                   (both kernels), then every fuzz target for FUZZTIME
 #                   (7 s) with one fuzzing worker (FUZZ_PARALLEL=1), so
-#                   that the first chain's guest keeps its core.
+#                   that the first chain's guest keeps its core, then
+#                   the cluster lane (make test-cluster: the control
+#                   plane from its cache, or built into it the first
+#                   time).
 #
 # Every guest runs on one host thread (single-threaded TCG), so on this
 # machine's 2 cores the two chains each have a core to themselves, and
@@ -53,13 +56,14 @@ chain() {
 
 chain node "$make" --no-print-directory test-node NODE_CONTAINERD=debian \
 	BIN=bin/nodeguard-lane-node NODEVM=bin/nodevm-lane-node NODE_OUT=out/node
-chain node-2+vm+fuzz bash -c '"$1" --no-print-directory test-node NODE_CONTAINERD="$2" \
+chain node-2+vm+fuzz+cluster bash -c '"$1" --no-print-directory test-node NODE_CONTAINERD="$2" \
 		BIN=bin/nodeguard-lane-node-2 NODEVM=bin/nodevm-lane-node-2 NODE_OUT=out/node-2 &&
 	"$1" --no-print-directory test-vm VMRUN=bin/vmrun-lane &&
-	FUZZ_PARALLEL=1 "$1" --no-print-directory fuzz FUZZTIME="$3"' _ "$make" "${NODE_CONTAINERD_2:-v2.4.2}" "${FUZZTIME:-7s}"
+	FUZZ_PARALLEL=1 "$1" --no-print-directory fuzz FUZZTIME="$3" &&
+	"$1" --no-print-directory test-cluster' _ "$make" "${NODE_CONTAINERD_2:-v2.4.2}" "${FUZZTIME:-7s}"
 
 failed=()
-for name in node node-2+vm+fuzz; do
+for name in node node-2+vm+fuzz+cluster; do
 	wait "${pid[$name]}" || failed+=("$name")
 done
 secs=$(($(date +%s) - start))
