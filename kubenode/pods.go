@@ -163,6 +163,23 @@ func (s *PodSource) sync(ctx context.Context) {
 			if p.DeletionGracePeriodSeconds != nil {
 				grace = time.Duration(*p.DeletionGracePeriodSeconds) * time.Second
 			}
+			if !applied {
+				// An agent that restarted meets the pod being deleted:
+				// its containers may still run, and are stopped within
+				// its grace period like any other's, not dropped.
+				if _, err := s.cfg.Pods.Apply(ctx, []*corev1.Pod{p}, Source); err == nil {
+					applied = true
+					s.mu.Lock()
+					s.applied[p.UID] = true
+					s.mu.Unlock()
+				}
+			}
+			s.mu.Lock()
+			_, finalPending := s.final[p.UID]
+			s.mu.Unlock()
+			if finalPending {
+				continue // its final status is written, then it is deleted (writeStatuses)
+			}
 			if !applied || !s.cfg.Pods.Terminate(p.UID, grace) {
 				// Nothing of it runs here: it can go at once.
 				s.deleteNow(ctx, p)
@@ -288,6 +305,11 @@ func (s *PodSource) writeStatuses(ctx context.Context) {
 		}
 		api, err := s.lister.Pods(p.Namespace).Get(p.Name)
 		if err != nil || api.UID != p.UID {
+			continue
+		}
+		if p.Status.Phase == corev1.PodPending && len(p.Status.ContainerStatuses) == 0 && api.Status.Phase == corev1.PodRunning {
+			// Re-adopted after a restart, not synced yet: its placeholder
+			// must not overwrite what the API has.
 			continue
 		}
 		st := s.merge(api, &p.Status)

@@ -365,10 +365,16 @@ func (m *Manager) evaluate(ctx context.Context) {
 		// calm no more, every decision and the next victim are made on a
 		// whole fresh snapshot instead.
 		if !m.calmNow(nodeObservations(snap)) {
-			if full, err := m.cfg.Snapshot(ctx); err == nil && full != nil {
-				snap, snapshotted = full, m.now()
-			}
 			m.calmLeft.Add(1)
+			full, err := m.cfg.Snapshot(ctx)
+			if err != nil || full == nil {
+				// Never decide on the calm snapshot's pod figures: the
+				// next evaluation takes a whole one.
+				m.calm = false
+				m.evaluations.Add(1)
+				return
+			}
+			snap, snapshotted = full, m.now()
 		}
 	}
 	if m.watchUnseen(snap, refs) {

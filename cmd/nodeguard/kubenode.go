@@ -284,10 +284,12 @@ func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int,
 func fitsAllocatable(p *corev1.Pod, active []*corev1.Pod, alloc corev1.ResourceList) error {
 	want := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	used := corev1.ResourceList{}
+	running := int64(0)
 	for _, o := range active {
 		if o.UID == p.UID || o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed || o.DeletionTimestamp != nil {
 			continue
 		}
+		running++
 		for name, q := range resourcehelper.PodRequests(o, resourcehelper.PodResourcesOptions{}) {
 			u := used[name]
 			u.Add(q)
@@ -295,7 +297,7 @@ func fitsAllocatable(p *corev1.Pod, active []*corev1.Pod, alloc corev1.ResourceL
 		}
 	}
 	pods := alloc[corev1.ResourcePods]
-	if n := int64(len(active)) + 1; !pods.IsZero() && n > pods.Value() {
+	if n := running + 1; !pods.IsZero() && n > pods.Value() {
 		return &resourceRejection{name: corev1.ResourcePods, requested: 1, used: n - 1, capacity: pods.Value()}
 	}
 	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {

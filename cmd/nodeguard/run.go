@@ -454,7 +454,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor,
 			SupplementalGroupsPolicy: features.GetSupplementalGroupsPolicy(),
 			ImageVolumes:             imageVolumes.Mount, ImageVolumeSubPath: imageVolumes.SubPath, Runtime: imageVolumes.Runtime,
-			ServiceAccountTokens: kubeCS != nil},
+			ServiceAccountTokens: kubeCS != nil, ClusterPriorityClasses: kubeCS != nil},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
 		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})

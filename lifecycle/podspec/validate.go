@@ -58,6 +58,10 @@ type Options struct {
 	// account tokens (node mode): projected serviceAccountToken sources
 	// are mounted instead of refused.
 	ServiceAccountTokens bool
+	// ClusterPriorityClasses (node mode): a priorityClassName neither
+	// built in nor configured is a cluster's, and the spec.priority its
+	// API server's admission set is taken.
+	ClusterPriorityClasses bool
 }
 
 // DNS limits from Linux libc resolution (pkg/apis/core/validation).
@@ -354,6 +358,11 @@ func ResolvePriority(pod *corev1.Pod, opts Options) (int32, *field.Error) {
 		v, ok := qos.BuiltinPriority(name)
 		if !ok {
 			v, ok = opts.PriorityClasses[name]
+		}
+		if !ok && opts.ClusterPriorityClasses && pod.Spec.Priority != nil {
+			// A cluster's PriorityClass, resolved by its API server's
+			// Priority admission into spec.priority.
+			return *pod.Spec.Priority, nil
 		}
 		if !ok {
 			return 0, field.NotFound(sp.Child("priorityClassName"), name)
