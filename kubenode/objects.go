@@ -160,37 +160,34 @@ func (o *Objects) watch(kind, namespace, name string) (*objectWatch, error) {
 		return w, nil
 	}
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	var lw *cache.ListWatch
-	var obj runtime.Object
+	var (
+		list  func(context.Context, metav1.ListOptions) (runtime.Object, error)
+		watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)
+		obj   runtime.Object
+	)
 	switch kind {
 	case kindConfigMaps:
 		c := o.client.CoreV1().ConfigMaps(namespace)
 		obj = &corev1.ConfigMap{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				opts.FieldSelector = sel
-				return c.List(ctx, opts)
-			},
-			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				opts.FieldSelector = sel
-				return c.Watch(ctx, opts)
-			},
-		}
+		list = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, opts) }
+		watchFn = c.Watch
 	case kindSecrets:
 		c := o.client.CoreV1().Secrets(namespace)
 		obj = &corev1.Secret{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				opts.FieldSelector = sel
-				return c.List(ctx, opts)
-			},
-			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				opts.FieldSelector = sel
-				return c.Watch(ctx, opts)
-			},
-		}
+		list = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, opts) }
+		watchFn = c.Watch
 	default:
 		return nil, fmt.Errorf("objects: unknown kind %q", kind)
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = sel
+			return list(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = sel
+			return watchFn(ctx, opts)
+		},
 	}
 	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: obj, Handler: cache.ResourceEventHandlerFuncs{}})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -308,8 +308,8 @@ func (s *PodSource) writeStatuses(ctx context.Context) {
 			continue
 		}
 		if p.Status.Phase == corev1.PodPending && len(p.Status.ContainerStatuses) == 0 && api.Status.Phase == corev1.PodRunning {
-			// Re-adopted after a restart, not synced yet: its placeholder
-			// must not overwrite what the API has.
+			// Re-adopted after a restart and not synced yet: its initial
+			// Pending status must not overwrite what the API has.
 			continue
 		}
 		st := s.merge(api, &p.Status)
