@@ -161,9 +161,9 @@ func (o *Objects) watch(kind, namespace, name string) (*objectWatch, error) {
 	}
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	var (
-		list  func(context.Context, metav1.ListOptions) (runtime.Object, error)
+		list    func(context.Context, metav1.ListOptions) (runtime.Object, error)
 		watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)
-		obj   runtime.Object
+		obj     runtime.Object
 	)
 	switch kind {
 	case kindConfigMaps:
