@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -107,22 +107,26 @@ func (s *PodSource) poke() {
 
 // Run watches the node's pods and writes their statuses until ctx ends.
 func (s *PodSource) Run(ctx context.Context) error {
-	f := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	// One informer of the pods bound to this node, not a shared factory:
+	// the factory links an informer and a lister for every API group,
+	// megabytes of code the agent would map and never run.
+	inf := coreinformers.NewFilteredPodInformer(s.cfg.Client, metav1.NamespaceAll, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", s.cfg.NodeName).String()
-		}))
-	inf := f.Core().V1().Pods()
-	s.lister = inf.Lister()
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		})
+	s.lister = listerscorev1.NewPodLister(inf.GetIndexer())
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.poke() },
 		UpdateFunc: func(any, any) { s.poke() },
 		DeleteFunc: func(any) { s.poke() },
 	}); err != nil {
 		return err
 	}
-	f.Start(ctx.Done())
-	defer f.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); inf.RunWithContext(ctx) }()
+	defer func() { <-stopped }()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil // ctx ended
 	}
 	s.sync(ctx)

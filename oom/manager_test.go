@@ -860,6 +860,21 @@ func TestPolicyCalm(t *testing.T) {
 	if p.Calm(hot) {
 		t.Error("memory.some.avg10 25 with a rule at 40: calm")
 	}
+	// A disk threshold needs no margin: the kubelet's default
+	// imagefs.available<15% on a filesystem 25% free is calm, 10% free is
+	// not.
+	dp := mustPolicy(t, PolicyConfig{Thresholds: mustThresholds(t, ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi", "imagefs.available": "15%"}})})
+	disk := func(free int64) Observations {
+		o := memObs(4 * Gi)
+		o.Signals[nodestats.SignalImageFsAvailable] = nodestats.Observation{Signal: nodestats.SignalImageFsAvailable, Available: free * Gi, Capacity: 100 * Gi}
+		return o
+	}
+	if !dp.Calm(disk(25)) {
+		t.Error("imagefs 25% free, threshold 15%: not calm")
+	}
+	if dp.Calm(disk(10)) {
+		t.Error("imagefs 10% free, threshold 15%: calm")
+	}
 	pp := mustPolicy(t, PolicyConfig{Thresholds: mustThresholds(t, hard100), PSIRules: []PSIRule{mustRule(t, "pod:memory.full.avg10>40")}})
 	if pp.Calm(obs) {
 		t.Error("a pod PSI rule reads every pod: calm")

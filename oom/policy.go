@@ -641,10 +641,15 @@ func (p *Policy) updateConditions(condMet map[Condition]bool, now time.Time, res
 	}
 }
 
+// memorySignals are the signals nextVictim measures its distance on.
+var memorySignals = []nodestats.Signal{nodestats.SignalMemoryAvailable, nodestats.SignalAllocatableMemoryAvailable}
+
+func memorySignal(s nodestats.Signal) bool { return slices.Contains(memorySignals, s) }
+
 // nextVictim returns the pod whose oom_score_adj to raise, or nil.
 func (p *Policy) nextVictim(obs Observations, ths []thresholdEval, nodePSI []psiEval, chosen map[types.UID]bool, decided []Decision) *Pod {
 	near := false
-	for _, sig := range []nodestats.Signal{nodestats.SignalMemoryAvailable, nodestats.SignalAllocatableMemoryAvailable} {
+	for _, sig := range memorySignals {
 		o, ok := obs.Signals[sig]
 		if !ok {
 			continue
@@ -742,15 +747,22 @@ func (p *Policy) Admit(pod Pod) error {
 	return &AdmitError{Conditions: held}
 }
 
-// Calm reports whether obs is far from every decision: each threshold's
-// signal has at least twice its threshold available, each node PSI rule
-// reads at most half its level, no pod-scoped PSI rule is configured,
-// no victim is pending release and no condition is held. On such
+// Calm reports whether obs is far from every decision: each memory
+// signal has at least twice its threshold available (nextVictim's
+// distance), every other threshold is not met, each node PSI rule reads
+// at most half its level, no pod-scoped PSI rule is configured, no
+// victim is pending release and no condition is held. On such
 // observations Evaluate decides nothing and names no next victim, and
 // the pods' own figures are not looked at: the manager may then take
 // them from a calm snapshot (pressure.Snapshotter.SnapshotCalm), in which
 // they can be a few seconds old. A signal the observations lack cannot
 // meet its threshold, here as in Evaluate.
+//
+// The disk and pid signals need no margin: their figures are the node's,
+// fresh in a calm snapshot too, and a calm tick whose figures meet a
+// threshold is taken again whole before anything is decided. A margin
+// there would keep a node whose image filesystem is 25% free (under
+// twice imagefs.available's 15%) from ever being calm.
 func (p *Policy) Calm(obs Observations) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -765,7 +777,14 @@ func (p *Policy) Calm(obs Observations) bool {
 	for i := range p.cfg.Thresholds {
 		t := &p.cfg.Thresholds[i]
 		o, ok := obs.Signals[t.Signal]
-		if ok && o.Available < 2*t.Value.Resolve(o.Capacity) {
+		if !ok {
+			continue
+		}
+		need := t.Value.Resolve(o.Capacity)
+		if memorySignal(t.Signal) {
+			need *= 2
+		}
+		if o.Available < need {
 			return false
 		}
 	}

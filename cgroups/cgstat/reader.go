@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -95,7 +96,8 @@ type cgFile struct {
 // tick for hundreds of cgroups: it opens the files it needs once, on the
 // first Read, keeps them open, and re-reads each with one pread at offset 0
 // (cgroupfs regenerates a file's content on every read at offset 0) into a
-// buffer it reuses, so that a Read allocates nothing.
+// buffer taken from a pool shared by every Reader for the call, so that a
+// Read allocates nothing and 330 Readers do not keep 330 buffers.
 //
 // It holds six file descriptors from the first Read until Close (seven on
 // v1 with swap accounting, one fewer without PSI). A Reader is not safe
@@ -103,7 +105,7 @@ type cgFile struct {
 type Reader struct {
 	src    Source
 	files  [numFiles]cgFile
-	buf    []byte
+	buf    *[]byte // from bufPool during a Read or ReadHot, else nil
 	opened bool
 	closed bool
 }
@@ -146,11 +148,33 @@ func (r *Reader) Read(m *Memory) error {
 			return err
 		}
 	}
+	r.takeBuf()
+	defer r.dropBuf()
 	*m = Memory{High: Unlimited}
 	if r.src.V1 {
 		return r.readV1(m)
 	}
 	return r.readV2(m)
+}
+
+// bufPool holds the read buffers (*[]byte) of every Reader: a Reader
+// keeps one only for the length of a call.
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, initialBuf)
+	return &b
+}}
+
+// pooledBuf bounds the buffers the pool keeps: a larger one (a file that
+// outgrew initialBuf many times over) is left to the collector.
+const pooledBuf = 64 << 10
+
+func (r *Reader) takeBuf() { r.buf = bufPool.Get().(*[]byte) }
+
+func (r *Reader) dropBuf() {
+	if len(*r.buf) <= pooledBuf {
+		bufPool.Put(r.buf)
+	}
+	r.buf = nil
 }
 
 // slowFields are the Fields that ReadHot carries over instead of reading.
@@ -168,6 +192,8 @@ func (r *Reader) ReadHot(m *Memory) error {
 	if !r.opened {
 		return r.Read(m)
 	}
+	r.takeBuf()
+	defer r.dropBuf()
 	prev := *m
 	*m = Memory{High: Unlimited}
 	if err := r.readUsageStat(m); err != nil {
@@ -324,7 +350,7 @@ func preadError(path string, err error) error {
 // pread reads file i whole from offset 0 into r.buf. Its errors are bare
 // errnos, so that an expected one costs no allocation.
 func (r *Reader) pread(i int) ([]byte, error) {
-	return preadWhole(r.files[i].fd, &r.buf)
+	return preadWhole(r.files[i].fd, r.buf)
 }
 
 // preadWhole reads the file fd whole with one pread at offset 0 into

@@ -304,34 +304,46 @@ func TestUpdateQOSWritesTheQoSCgroupsCPUShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := resource.MustParse
-	if err := m.UpdateQOS(t.Context(), []*corev1.Pod{pod("q1", corev1.ResourceList{"cpu": q("500m")}, nil)}); err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
-	for _, class := range []struct {
-		name   string
-		shares uint64
-	}{{"burstable", kubepods.MilliCPUToShares(500)}, {"besteffort", kubepods.MinShares}} {
-		k, _ := m.Kubepods()
-		dirs, err := m.Dirs(k + "/" + class.name)
-		if err != nil {
+	check := func(pods []*corev1.Pod, milliCPU int64) {
+		t.Helper()
+		if err := m.UpdateQOS(t.Context(), pods); err != nil {
 			t.Fatal(err)
 		}
-		for _, d := range dirs {
-			file, want := "cpu.shares", fmt.Sprint(class.shares)
-			if d.Hierarchy.V2() {
-				file, want = "cpu.weight", fmt.Sprint(kubepods.CPUWeight(class.shares))
-			}
-			b, err := os.ReadFile(filepath.Join(d.Path, file))
+		for _, class := range []struct {
+			name   string
+			shares uint64
+		}{{"burstable", kubepods.MilliCPUToShares(milliCPU)}, {"besteffort", kubepods.MinShares}} {
+			k, _ := m.Kubepods()
+			dirs, err := m.Dirs(k + "/" + class.name)
 			if err != nil {
-				continue // no cpu controller in this hierarchy
+				t.Fatal(err)
 			}
-			checked++
-			if got := strings.TrimSpace(string(b)); got != want {
-				t.Errorf("%s/%s = %s, want %s", d.Path, file, got, want)
+			for _, d := range dirs {
+				file, want := "cpu.shares", fmt.Sprint(class.shares)
+				if d.Hierarchy.V2() {
+					file, want = "cpu.weight", fmt.Sprint(kubepods.CPUWeight(class.shares))
+				}
+				b, err := os.ReadFile(filepath.Join(d.Path, file))
+				if err != nil {
+					continue // no cpu controller in this hierarchy
+				}
+				checked++
+				if got := strings.TrimSpace(string(b)); got != want {
+					t.Errorf("%d pods: %s/%s = %s, want %s", len(pods), d.Path, file, got, want)
+				}
 			}
 		}
 	}
+	q1 := pod("q1", corev1.ResourceList{"cpu": q("500m")}, nil)
+	check([]*corev1.Pod{q1}, 500)
+	// The figures of a pod object are remembered between calls: a new
+	// pod counts, one gone stops counting, and a pod whose object is
+	// replaced counts with its new requests.
+	q2 := pod("q2", corev1.ResourceList{"cpu": q("250m")}, nil)
+	check([]*corev1.Pod{q1, q2}, 750)
+	check([]*corev1.Pod{q2}, 250)
+	check([]*corev1.Pod{q2, pod("q1", corev1.ResourceList{"cpu": q("100m")}, nil)}, 350)
 	if checked == 0 {
 		t.Fatal("no hierarchy has the cpu controller: nothing checked")
 	}

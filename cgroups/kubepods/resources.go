@@ -198,12 +198,18 @@ func PodResources(pod *corev1.Pod, v2, enforceCPULimits bool) ResourceConfig {
 func QOSShares(pods []*corev1.Pod) (burstable, bestEffort uint64) {
 	var milliCPU int64
 	for _, p := range pods {
-		if qos.Class(p) != corev1.PodQOSBurstable {
-			continue
-		}
-		milliCPU += milli(qos.PodRequests(p), corev1.ResourceCPU)
+		milliCPU += burstableMilliCPU(p)
 	}
 	return MilliCPUToShares(milliCPU), MinShares
+}
+
+// burstableMilliCPU is what p adds to the Burstable cgroup's shares: its
+// cpu requests in millicores if it is Burstable, else 0.
+func burstableMilliCPU(p *corev1.Pod) int64 {
+	if qos.Class(p) != corev1.PodQOSBurstable {
+		return 0
+	}
+	return milli(qos.PodRequests(p), corev1.ResourceCPU)
 }
 
 // KubepodsResources returns the settings of the kubepods cgroup when node

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -92,4 +93,26 @@ func ownOOMScoreAdj() int {
 		return 0
 	}
 	return v
+}
+
+// daemonGCPercent is the agent's garbage-collection target (GOGC) unless
+// the environment sets GOGC. A node agent's memory comes out of the node's
+// reserve, and most of its heap is the same few megabytes of pod and
+// cgroup state rebuilt every second: at the Go default of 100 the heap
+// peaks at twice what is live. At 50, measured with 110 busybox pods
+// (bench overhead, 2026-12-03, side by side), max RSS fell from 79.1 to
+// 70.9 MiB idle and from 86.2 to 79.5 MiB with 22 probes a second, for
+// 0.003 cores more. (Prometheus lowers its GOGC to 75 for the same
+// reason.)
+const daemonGCPercent = 50
+
+// setDaemonGC applies daemonGCPercent unless GOGC is set, and says which
+// is in force.
+func setDaemonGC(log *slog.Logger) {
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		log.Debug("garbage collection target from GOGC", "GOGC", v)
+		return
+	}
+	debug.SetGCPercent(daemonGCPercent)
+	log.Debug("garbage collection target", "GOGC", daemonGCPercent)
 }

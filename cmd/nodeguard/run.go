@@ -235,6 +235,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return nil
 	})
 	setOwnOOMScoreAdj(log)
+	setDaemonGC(log)
 	layout, err := cgroups.Discover()
 	if err != nil {
 		return fmt.Errorf("discover cgroups: %w", err)
