@@ -75,6 +75,10 @@ type PodSource struct {
 	rejected map[types.UID]bool
 	written  map[types.UID]*corev1.PodStatus
 	final    map[types.UID]*corev1.Pod
+	// node is the Node's UID once read (mirror pods' owner); mirrorErr
+	// the last reason logged per static pod without a mirror.
+	node      types.UID
+	mirrorErr map[types.UID]string
 }
 
 // NewPodSource returns the source; Run starts it.
@@ -90,7 +94,7 @@ func NewPodSource(cfg PodsConfig) *PodSource {
 	}
 	return &PodSource{cfg: cfg, kick: make(chan struct{}, 1), synced: make(chan struct{}),
 		applied: map[types.UID]bool{}, rejected: map[types.UID]bool{}, written: map[types.UID]*corev1.PodStatus{},
-		final: map[types.UID]*corev1.Pod{}}
+		final: map[types.UID]*corev1.Pod{}, mirrorErr: map[types.UID]string{}}
 }
 
 // Synced is closed once the pods bound to the node were listed and
@@ -140,20 +144,28 @@ func (s *PodSource) Run(ctx context.Context) error {
 		case <-s.kick:
 			s.sync(ctx)
 		case <-t.C:
-			s.sync(ctx)
-			s.writeStatuses(ctx)
+			api, listed := s.sync(ctx)
+			local := s.cfg.Pods.List()
+			if listed {
+				s.syncMirrors(ctx, api, local)
+			}
+			s.writeStatuses(ctx, local)
 		}
 	}
 }
 
 // sync hands new pods to Pods, terminates the deleted ones within their
-// deletion grace period, and forgets those the API no longer has.
-func (s *PodSource) sync(ctx context.Context) {
-	pods, err := s.lister.List(labels.Everything())
+// deletion grace period, and forgets those the API no longer has. It
+// returns the node's pods as the informer has them, and whether it could
+// list them.
+// Mirror pods are not run: their static pods are.
+func (s *PodSource) sync(ctx context.Context) ([]*corev1.Pod, bool) {
+	all, err := s.lister.List(labels.Everything())
 	if err != nil {
 		s.cfg.Log.Warn("list the node's pods", "err", err)
-		return
+		return nil, false
 	}
+	pods := slices.DeleteFunc(slices.Clone(all), isMirror)
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	keep := make(map[types.UID]bool, len(pods))
 	for _, p := range pods {
@@ -224,6 +236,7 @@ func (s *PodSource) sync(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	return all, true
 }
 
 // reject ends a pod the node cannot run: Failed with the admission's
@@ -250,6 +263,10 @@ func (s *PodSource) reject(ctx context.Context, p *corev1.Pod, err error) {
 // final status written, then is deleted with grace 0, as the kubelet's
 // status manager does once a pod can be deleted.
 func (s *PodSource) Removed(p *corev1.Pod) {
+	if isStatic(p) {
+		s.poke() // its mirror goes at the next sync
+		return
+	}
 	if p.Annotations[annotationSource] != Source {
 		return
 	}
@@ -281,7 +298,7 @@ func (s *PodSource) deleteNow(ctx context.Context, p *corev1.Pod) {
 // writeStatuses writes every pod's status that changed since it was last
 // written, and the final statuses of removed pods followed by their
 // deletion.
-func (s *PodSource) writeStatuses(ctx context.Context) {
+func (s *PodSource) writeStatuses(ctx context.Context, local []*corev1.Pod) {
 	s.mu.Lock()
 	finals := make([]*corev1.Pod, 0, len(s.final))
 	for _, p := range s.final {
@@ -303,13 +320,23 @@ func (s *PodSource) writeStatuses(ctx context.Context) {
 		}
 		s.forget(f.UID)
 	}
-	for _, p := range s.cfg.Pods.List() {
-		if p.Annotations[annotationSource] != Source {
-			continue
-		}
-		api, err := s.lister.Pods(p.Namespace).Get(p.Name)
-		if err != nil || api.UID != p.UID {
-			continue
+	for _, p := range local {
+		var api *corev1.Pod
+		switch {
+		case isStatic(p):
+			m, ok := s.mirrorFor(p)
+			if !ok {
+				continue
+			}
+			api = m
+		case p.Annotations[annotationSource] == Source:
+			a, err := s.lister.Pods(p.Namespace).Get(p.Name)
+			if err != nil || a.UID != p.UID {
+				continue
+			}
+			api = a
+		default:
+			continue // the local API's pods are not the cluster's
 		}
 		if p.Status.Phase == corev1.PodPending && len(p.Status.ContainerStatuses) == 0 && api.Status.Phase == corev1.PodRunning {
 			// Re-adopted after a restart and not synced yet: its initial
@@ -318,14 +345,14 @@ func (s *PodSource) writeStatuses(ctx context.Context) {
 		}
 		st := s.merge(api, &p.Status)
 		s.mu.Lock()
-		last := s.written[p.UID]
+		last := s.written[api.UID]
 		s.mu.Unlock()
 		if last != nil && apiequality.Semantic.DeepEqual(last, st) {
 			continue
 		}
 		if apiequality.Semantic.DeepEqual(&api.Status, st) {
 			s.mu.Lock()
-			s.written[p.UID] = st
+			s.written[api.UID] = st
 			s.mu.Unlock()
 			continue
 		}
@@ -334,7 +361,7 @@ func (s *PodSource) writeStatuses(ctx context.Context) {
 			continue
 		}
 		s.mu.Lock()
-		s.written[p.UID] = st
+		s.written[api.UID] = st
 		s.mu.Unlock()
 	}
 }
@@ -348,23 +375,55 @@ func (s *PodSource) forget(uid types.UID) {
 
 // kubeletConditions are the pod conditions the kubelet owns; the others
 // (PodScheduled is the scheduler's, readiness gates are their
-// controllers') are kept as the API has them.
+// controllers') are kept as the API has them. DisruptionTarget is the
+// kubelet's only when it evicts: the taint manager and the eviction API
+// set it too, and theirs is kept.
 var kubeletConditions = []corev1.PodConditionType{
-	corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady, corev1.DisruptionTarget,
+	corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady,
+}
+
+func terminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
+
+// running reports whether any container of st still runs.
+func running(st *corev1.PodStatus) bool {
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for i := range list {
+			if list[i].State.Running != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // merge is the status to write for a pod whose API object is api and
 // whose status on the node is cur, by the kubelet status manager's rules:
-// a terminal phase is never left; the kubelet's own conditions are
-// replaced, keeping their transition times while their status holds;
-// startTime is kept once set; an evicted pod gets DisruptionTarget.
+// a terminal phase is never left, and not entered while a container
+// still runs (an evicted pod's containers stop within its grace period;
+// the ReplicaSet sees Failed once they have); a pod in a terminal phase
+// is not Ready; the kubelet's own conditions are replaced, keeping their
+// transition times while their status holds; startTime is kept once set;
+// an evicted pod gets DisruptionTarget at once.
 func (s *PodSource) merge(api *corev1.Pod, cur *corev1.PodStatus) *corev1.PodStatus {
 	st := cur.DeepCopy()
 	now := metav1.Now()
 	old := api.Status
-	if old.Phase == corev1.PodSucceeded || old.Phase == corev1.PodFailed {
-		if st.Phase != old.Phase {
-			st.Phase, st.Reason, st.Message = old.Phase, old.Reason, old.Message
+	if terminal(old.Phase) && st.Phase != old.Phase {
+		st.Phase, st.Reason, st.Message = old.Phase, old.Reason, old.Message
+	}
+	evicted := st.Phase == corev1.PodFailed && st.Reason == "Evicted"
+	evictMsg := st.Message
+	if !terminal(old.Phase) && terminal(st.Phase) && running(st) {
+		st.Phase, st.Reason, st.Message = corev1.PodRunning, "", ""
+	}
+	if terminal(st.Phase) {
+		for i := range st.Conditions {
+			if c := &st.Conditions[i]; (c.Type == corev1.PodReady || c.Type == corev1.ContainersReady) && c.Status == corev1.ConditionTrue {
+				c.Status, c.Reason, c.Message = corev1.ConditionFalse, "PodCompleted", ""
+				if st.Phase == corev1.PodFailed {
+					c.Reason = "PodFailed"
+				}
+			}
 		}
 	}
 	if old.StartTime != nil {
@@ -380,13 +439,19 @@ func (s *PodSource) merge(api *corev1.Pod, cur *corev1.PodStatus) *corev1.PodSta
 			st.HostIPs = append(st.HostIPs, corev1.HostIP{IP: ip})
 		}
 	}
-	if st.Phase == corev1.PodFailed && st.Reason == "Evicted" {
-		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
-			Reason: "TerminationByKubelet", Message: st.Message})
-	}
 	var conds []corev1.PodCondition
+	if evicted {
+		target := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "TerminationByKubelet", Message: evictMsg, LastTransitionTime: metav1.NewTime(now.Truncate(time.Second))}
+		for _, o := range old.Conditions {
+			if o.Type == target.Type && o.Status == target.Status && o.Reason == target.Reason {
+				target.LastTransitionTime = o.LastTransitionTime
+			}
+		}
+		conds = append(conds, target)
+	}
 	for _, c := range old.Conditions {
-		if !slices.Contains(kubeletConditions, c.Type) {
+		if !slices.Contains(kubeletConditions, c.Type) && !(evicted && c.Type == corev1.DisruptionTarget) {
 			conds = append(conds, c)
 		}
 	}

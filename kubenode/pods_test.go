@@ -186,3 +186,113 @@ func TestMergeKeepsTheStatusManagersRules(t *testing.T) {
 		t.Errorf("hostIP %q", st.HostIP)
 	}
 }
+
+func TestMergeHoldsTheTerminalPhaseWhileAContainerRuns(t *testing.T) {
+	s := NewPodSource(PodsConfig{})
+	api := apiPod("p", "u")
+	api.Status.Phase = corev1.PodRunning
+	api.Status.Conditions = append(api.Status.Conditions,
+		corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse, Reason: "PreemptionByScheduler"})
+	msg := "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi."
+	ready := []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}
+	cur := &corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: msg, Conditions: ready,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
+	conds := func(st *corev1.PodStatus) map[corev1.PodConditionType]corev1.PodCondition {
+		m := map[corev1.PodConditionType]corev1.PodCondition{}
+		for _, c := range st.Conditions {
+			if _, dup := m[c.Type]; dup {
+				t.Errorf("condition %s twice", c.Type)
+			}
+			m[c.Type] = c
+		}
+		return m
+	}
+	// Soft eviction: the containers run out their grace period. The pod
+	// stays Running for the API meanwhile, already marked as disrupted.
+	st := s.merge(api, cur)
+	if st.Phase != corev1.PodRunning || st.Reason != "" {
+		t.Errorf("phase %s reason %q while a container runs, want Running", st.Phase, st.Reason)
+	}
+	if c := conds(st)[corev1.DisruptionTarget]; c.Status != corev1.ConditionTrue || c.Reason != "TerminationByKubelet" || c.Message != msg {
+		t.Errorf("DisruptionTarget %+v while the evicted pod stops", c)
+	}
+	// Stopped: Failed, Evicted, and no longer Ready.
+	cur.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+	st = s.merge(api, cur)
+	if st.Phase != corev1.PodFailed || st.Reason != "Evicted" || st.Message != msg {
+		t.Errorf("phase %s reason %q message %q once stopped", st.Phase, st.Reason, st.Message)
+	}
+	for _, ty := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		if c := conds(st)[ty]; c.Status != corev1.ConditionFalse {
+			t.Errorf("%s %+v on a Failed pod", ty, c)
+		}
+	}
+	// Another component's DisruptionTarget is kept on a pod not evicted.
+	cur = &corev1.PodStatus{Phase: corev1.PodRunning, Conditions: ready}
+	if c := conds(s.merge(api, cur))[corev1.DisruptionTarget]; c.Reason != "PreemptionByScheduler" {
+		t.Errorf("the scheduler's DisruptionTarget became %+v", c)
+	}
+}
+
+func TestMirrorPodsFollowTheStaticPods(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "node-uid"}}
+	c := fake.NewClientset(node)
+	static := apiPod("web", "static-uid")
+	static.Spec.NodeName = ""
+	static.Labels = map[string]string{"app": "web"}
+	static.Annotations = map[string]string{annotationSource: "file:/etc/nodeguard/manifests/web.yaml"}
+	static.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.88.0.9"}
+	fp := &fakePods{pods: map[types.UID]*corev1.Pod{static.UID: static}, terminated: map[types.UID]time.Duration{}}
+	s := NewPodSource(PodsConfig{Client: c, NodeName: "node-a", Pods: fp, StatusEvery: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	<-s.Synced()
+	mirror := func() *corev1.Pod {
+		p, err := c.CoreV1().Pods("default").Get(ctx, "web-node-a", metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return p
+	}
+	waitCond(t, "the mirror pod with the static pod's status", func() bool {
+		m := mirror()
+		return m != nil && m.Status.PodIP == "10.88.0.9"
+	})
+	m := mirror()
+	if m.Annotations[corev1.MirrorPodAnnotationKey] != "static-uid" || m.Annotations[annotationSource] != "" || m.Spec.NodeName != "node-a" || m.Labels["app"] != "web" {
+		t.Errorf("mirror annotations %v, nodeName %q, labels %v", m.Annotations, m.Spec.NodeName, m.Labels)
+	}
+	if o := m.OwnerReferences; len(o) != 1 || o[0].Kind != "Node" || o[0].UID != "node-uid" || o[0].Controller == nil || !*o[0].Controller {
+		t.Errorf("mirror owners %+v, want the Node as controller", o)
+	}
+	fp.mu.Lock()
+	applied := len(fp.pods)
+	fp.mu.Unlock()
+	if applied != 1 {
+		t.Errorf("%d pods in the lifecycle: the mirror was run", applied)
+	}
+
+	// Deleted by someone: created again.
+	now := metav1.Now()
+	m.DeletionTimestamp = &now
+	if _, err := c.CoreV1().Pods("default").Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCond(t, "the mirror created again", func() bool {
+		m := mirror()
+		return m != nil && m.DeletionTimestamp == nil
+	})
+
+	// The manifest removed: the mirror goes.
+	fp.mu.Lock()
+	delete(fp.pods, static.UID)
+	fp.mu.Unlock()
+	s.Removed(static)
+	waitCond(t, "the mirror deleted", func() bool { return mirror() == nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -134,7 +134,7 @@ func (m *Manager) syncContainers(ctx context.Context, st *podState) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	m.updateStatus(ctx, st, ctrs, seen, initDone, failed)
+	m.updateStatus(ctx, st, ctrs, seen, initDone, failed, false)
 	m.recordContainerErrors(st, errs)
 	m.gc(ctx, st.parent, ctrs)
 	return nil

@@ -192,7 +192,7 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 		inodes, inodesKnown := m.inodeUsage(p.UID)
 		ref := oom.PodRef{CgroupRel: c.rel, Pod: oom.Pod{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: f.qos, Priority: f.priority,
-			Critical: f.critical, Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: it.source != SourceAPI,
+			Critical: f.critical, Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: staticSource(it.source),
 			MemoryRequest: f.memoryRequest, EphemeralRequest: f.ephemeralRequest,
 			EphemeralUsage: m.ephemeralUsage(p.UID),
 			Inodes:         inodes,
@@ -326,7 +326,11 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, sbs []*runtimeapi.PodSandbox) {
 	m.probes.RemovePod(uid)
 	for _, sb := range sbs {
-		m.teardownSandbox(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace, true)
+		var stopped func(context.Context)
+		if sb.Id == st.sandboxID {
+			stopped = func(ctx context.Context) { m.stoppedStatus(ctx, st, sb.Id) }
+		}
+		m.teardown(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace, true, stopped)
 	}
 	if parent, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
 		m.removePodCgroup(ctx, parent, true)
@@ -334,4 +338,18 @@ func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, 
 	if err := m.teardownVolumes(ctx, uid); err != nil {
 		m.log.Warn("evicted pod: tear down volumes", "pod", key(st.pod), "err", err)
 	}
+}
+
+// stoppedStatus takes an evicted pod's status from its stopped containers
+// in sandbox id, before they are removed: each container's terminated
+// state (exit code, reason, times), and no longer ready.
+func (m *Manager) stoppedStatus(ctx context.Context, st *podState, id string) {
+	cctx, cancel := call(ctx)
+	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
+	cancel()
+	if err != nil {
+		m.log.Warn("evicted pod: list its stopped containers", "pod", key(st.pod), "err", err)
+		return
+	}
+	m.updateStatus(ctx, st, ctrs, nil, true, false, true)
 }

@@ -274,7 +274,7 @@ func (m *Manager) enforceLocalStorage(ctx context.Context, s *PodStorage, observ
 	req := qos.PodRequests(pod)[corev1.ResourceEphemeralStorage]
 	victim := oom.Pod{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, QOS: qos.Class(pod), Priority: qos.Priority(pod),
-		Critical: qos.IsCritical(pod), Static: source != SourceAPI, Exempt: m.ls.exempt[key(pod)],
+		Critical: qos.IsCritical(pod), Static: staticSource(source), Exempt: m.ls.exempt[key(pod)],
 		EphemeralRequest: req.Value(), EphemeralUsage: int64(s.EphemeralBytes()),
 		GracePeriod: grace(pod),
 	}
@@ -357,7 +357,7 @@ func (m *Manager) unenforcedLocalStorage(p *corev1.Pod, source string) []string 
 		why = "eviction is disabled"
 	case qos.IsCritical(p):
 		why = "critical pods are never evicted"
-	case source != SourceAPI:
+	case staticSource(source):
 		why = "static pods (from the manifest directory) are never evicted, as by the kubelet"
 	case m.ls.exempt[key(p)]:
 		why = "the pod is exempt from eviction"

@@ -24,6 +24,12 @@ const SourceAPI = "api"
 // to the node (node mode; kubenode.Source).
 const SourceAPIServer = "kube-apiserver"
 
+// staticSource reports whether pods of source are static pods (the
+// manifest directory's): neither the local API's nor the API server's.
+// The kubelet never evicts a static pod; an API server's it evicts like
+// any other.
+func staticSource(source string) bool { return source != SourceAPI && source != SourceAPIServer }
+
 func (m *Manager) persistDir() string { return filepath.Join(m.cfg.RootDir, "api-pods") }
 
 func (m *Manager) persistPath(uid types.UID) string {

@@ -19,7 +19,7 @@ import (
 // earlier in this sync) when the list still shows that container in the
 // state seen had, else asked of the runtime again. A steady pod's sync
 // thus asks for each container's status once, not twice.
-func (m *Manager) updateStatus(ctx context.Context, st *podState, ctrs []*runtimeapi.Container, seen map[string]*runtimeapi.ContainerStatus, initDone, failed bool) {
+func (m *Manager) updateStatus(ctx context.Context, st *podState, ctrs []*runtimeapi.Container, seen map[string]*runtimeapi.ContainerStatus, initDone, failed, stopped bool) {
 	pod := st.pod
 	byName, prev := latest(ctrs), previous(ctrs)
 	status := corev1.PodStatus{PodIP: st.ip, StartTime: &metav1.Time{Time: st.created}}
@@ -134,8 +134,21 @@ func (m *Manager) updateStatus(ctx context.Context, st *podState, ctrs []*runtim
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if st.evicted != nil {
-		return // evicted meanwhile: Failed, Evicted stays
+	if ev := st.evicted; ev != nil {
+		if !stopped {
+			return // evicted meanwhile: Failed, Evicted stays
+		}
+		// Its containers stopped (stopped: the caller's afterStop): their
+		// terminated states, not ready, and the eviction's phase, reason
+		// and message, as the kubelet reports an evicted pod.
+		status.Phase, status.Reason, status.Message = corev1.PodFailed, ev.reason(), ev.Message
+		for i := range status.Conditions {
+			if c := &status.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+				c.Status = corev1.ConditionFalse
+			}
+		}
+		st.status = status
+		return
 	}
 	if st.status.Reason == "CrashLoopBackOff" || st.lastErr == "" {
 		status.Reason = ""

@@ -178,7 +178,7 @@ func (m *Manager) finalStatus(ctx context.Context, st *podState, id string) {
 		m.log.Warn("final status: list containers", "pod", key(st.pod), "err", err)
 		return
 	}
-	m.updateStatus(ctx, st, ctrs, nil, true, false)
+	m.updateStatus(ctx, st, ctrs, nil, true, false, true)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	final := st.status.DeepCopy()
@@ -189,7 +189,7 @@ func (m *Manager) finalStatus(ctx context.Context, st *podState, id string) {
 		}
 	}
 	final.Phase = corev1.PodFailed
-	if allZero {
+	if allZero && st.evicted == nil {
 		final.Phase = corev1.PodSucceeded
 	}
 	for i := range final.Conditions {

@@ -7,12 +7,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/internal/cluster"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
 type logWriter struct{ t *testing.T }
@@ -64,14 +72,54 @@ func TestNodeModeJoinsARealControlPlane(t *testing.T) {
 	if err := cluster.WriteKubeconfig(kc, cp.Server, cp.CACert, cluster.KubeconfigAuth{CertFile: cert, KeyFile: key}); err != nil {
 		t.Fatal(err)
 	}
+	// Node allocatable cut to 512 MiB through systemReserved, as in
+	// TestRunEvictsAHogBeforeTheKernelOOMKiller, so that a runaway pod
+	// meets allocatableMemory.available<100Mi long before the machine
+	// feels it; MemoryPressure lasts 10 s after the last crossing.
+	mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := int64(mi.MemTotal) - 512<<20
+	if reserved <= 0 {
+		t.Fatal("the machine has less than 512 MiB")
+	}
 	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte("nodeLabels: {pool: dense}\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`nodeLabels: {pool: dense}
+systemReserved: {memory: "%d"}
+eviction:
+  evictionHard: {memory.available: 100Mi}
+  evictionPressureTransitionPeriod: 10s
+volumes: {hostPathAllow: [%q]}
+`, reserved, dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A static pod from the manifest directory, seen by the cluster as
+	// its mirror pod.
+	manifests := filepath.Join(dir, "manifests")
+	if err := os.MkdirAll(manifests, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	staticManifest := filepath.Join(manifests, "static-web.yaml")
+	if err := os.WriteFile(staticManifest, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: static-web, namespace: default, labels: {tier: static}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: registry.local/nodeguard/busybox:1.35
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	buildBinary(t) // not part of the registration time
 	started := time.Now()
-	d := startDaemon(t, dir, cfg, nil, "--kubeconfig", kc, "--node-name", node, "--register-with-taints", "dedicated=guarded:NoSchedule")
+	d := startDaemon(t, dir, cfg, nil, "--kubeconfig", kc, "--node-name", node, "--register-with-taints", "dedicated=guarded:NoSchedule",
+		"--pod-manifest-path", manifests)
 	waitUntil(t, ctx, 90*time.Second, "node "+node+" Ready", func() error {
 		s, err := jsonpath("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 		if err != nil {
@@ -101,6 +149,18 @@ func TestNodeModeJoinsARealControlPlane(t *testing.T) {
 	if cap := kubectl("get", "node", node, "-o", "jsonpath={.status.capacity.memory}"); cap == "" {
 		t.Error("no memory capacity")
 	}
+	mirror := "static-web-" + node
+	waitUntil(t, ctx, 60*time.Second, "the mirror pod "+mirror+" Running", func() error {
+		out, err := jsonpath("get", "pod", mirror, "-o", `jsonpath={.status.phase}/{.metadata.ownerReferences[0].kind}/{.metadata.annotations.kubernetes\.io/config\.source}/{.metadata.labels.tier}`)
+		if err != nil {
+			return err
+		}
+		if out != "Running/Node/file/static" {
+			return fmt.Errorf("phase/owner/source/label %q", out)
+		}
+		return nil
+	})
+	t.Logf("mirror pod %s Running %.1f s after nodeguard started", mirror, time.Since(started).Seconds())
 	holder := kubectl("-n", "kube-node-lease", "get", "lease", node, "-o", "jsonpath={.spec.holderIdentity} {.metadata.ownerReferences[0].kind}")
 	if holder != node+" Node" {
 		t.Errorf("lease holder and owner %q, want %q", holder, node+" Node")
@@ -153,6 +213,10 @@ spec:
 	if got := kubectl("get", "deployment", "web", "-o", "jsonpath={.status.readyReplicas}"); got != "3" {
 		t.Errorf("deployment readyReplicas %q", got)
 	}
+
+	// Start latency: a 50-replica Deployment, each pod from its creation
+	// (the watch's ADDED) to Running, as a client of the API sees both.
+	startLatency(t, ctx, cp, kubectl, filepath.Join(dir, "scale.yaml"), 50)
 
 	// kubectl delete honours the grace period: the pod is Terminating
 	// while its container runs its 2 s TERM trap, then gone from the API;
@@ -227,6 +291,139 @@ spec:
 		t.Errorf("%d web pods Running after the rejection, want 3", n)
 	}
 
+	// A runaway pod of a Deployment: evicted before the kernel OOM killer,
+	// Failed/Evicted with the kubelet's message, DisruptionTarget and an
+	// Evicted Event; MemoryPressure on the node, and the node controller's
+	// taint, while it lasts; the ReplicaSet's replacement runs once it
+	// clears. The first pod to run hogs (a marker on a hostPath says so);
+	// its replacements sleep.
+	runaway := filepath.Join(dir, "runaway.yaml")
+	if err := os.WriteFile(runaway, []byte(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: runaway, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: runaway}}
+  template:
+    metadata: {labels: {app: runaway}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      tolerations: [{key: dedicated, operator: Equal, value: guarded, effect: NoSchedule}]
+      volumes: [{name: m, hostPath: {path: `+filepath.Join(dir, "marker")+`, type: DirectoryOrCreate}}]
+      containers:
+      - name: hog
+        image: registry.local/nodeguard/busybox:1.35
+        imagePullPolicy: Never
+        command: [sh, -c, "if [ -e /m/hogged ]; then exec sleep 3600; fi; touch /m/hogged; sleep 2; exec tail /dev/zero"]
+        volumeMounts: [{name: m, mountPath: /m}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("apply", "-f", runaway)
+	var hog, hogUID string
+	waitUntil(t, ctx, 90*time.Second, "the runaway pod evicted", func() error {
+		out, err := jsonpath("get", "pods", "-l", "app=runaway", "-o",
+			`jsonpath={range .items[*]}{.metadata.name}/{.metadata.uid}/{.status.phase}/{.status.reason}{"\n"}{end}`)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Fields(out) {
+			if f := strings.Split(l, "/"); len(f) == 4 && f[2] == "Failed" && f[3] == "Evicted" {
+				hog, hogUID = f[0], f[1]
+				return nil
+			}
+		}
+		return fmt.Errorf("pods %q", out)
+	})
+	evictedAt := time.Now()
+	msg := kubectl("get", "pod", hog, "-o", "jsonpath={.status.message}")
+	t.Logf("evicted %s: %s", hog, msg)
+	if !strings.HasPrefix(msg, "The node was low on resource: memory.") {
+		t.Errorf("eviction message %q, want the kubelet's", msg)
+	}
+	if got := kubectl("get", "pod", hog, "-o", `jsonpath={.status.conditions[?(@.type=="DisruptionTarget")].status}/{.status.conditions[?(@.type=="DisruptionTarget")].reason}/{.status.conditions[?(@.type=="Ready")].status}`); got != "True/TerminationByKubelet/False" {
+		t.Errorf("evicted pod DisruptionTarget status/reason and Ready %q, want True/TerminationByKubelet/False", got)
+	}
+	waitUntil(t, ctx, 30*time.Second, "an Evicted event on "+hog, func() error {
+		out, err := jsonpath("get", "events", "--field-selector", "involvedObject.uid="+hogUID, "-o", "jsonpath={.items[*].reason}")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "Evicted") {
+			return fmt.Errorf("events %q", out)
+		}
+		return nil
+	})
+	t.Logf("kubectl describe pod %s (end):\n%s", hog, tail(kubectl("describe", "pod", hog), 12))
+	waitUntil(t, ctx, 20*time.Second, "MemoryPressure on the node", func() error {
+		out, err := jsonpath("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`)
+		if err != nil {
+			return err
+		}
+		if out != "True" {
+			return fmt.Errorf("MemoryPressure=%q", out)
+		}
+		return nil
+	})
+	pressureSeen := time.Since(evictedAt)
+	taints := kubectl("get", "node", node, "-o", "jsonpath={.spec.taints[*].key}")
+	t.Logf("MemoryPressure on the node %.1f s after the eviction was seen; taints %s", pressureSeen.Seconds(), taints)
+	waitUntil(t, ctx, 90*time.Second, "the replacement Running", func() error {
+		out, err := jsonpath("get", "pods", "-l", "app=runaway", "-o", `jsonpath={range .items[*]}{.metadata.uid}/{.status.phase}{"\n"}{end}`)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Fields(out) {
+			if f := strings.Split(l, "/"); len(f) == 2 && f[0] != hogUID && f[1] == "Running" {
+				return nil
+			}
+		}
+		return fmt.Errorf("pods %q", out)
+	})
+	t.Logf("replacement Running %.1f s after the eviction was seen (MemoryPressure's transition period: 10 s)", time.Since(evictedAt).Seconds())
+	waitUntil(t, ctx, 60*time.Second, "MemoryPressure cleared", func() error {
+		out, err := jsonpath("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}/{.spec.taints[*].key}`)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(out, "False/") || strings.Contains(out, "memory-pressure") {
+			return fmt.Errorf("MemoryPressure/taints %q", out)
+		}
+		return nil
+	})
+	evs, err := d.client.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evicted, oomKills int
+	for _, e := range evs {
+		switch e.Kind {
+		case "eviction":
+			evicted++
+		case "oom_kill":
+			oomKills++
+			t.Logf("kernel OOM kill: %s", e.Object)
+		}
+	}
+	if evicted != 1 || oomKills != 0 {
+		t.Errorf("%d evictions (want 1), %d kernel OOM kills (want 0)", evicted, oomKills)
+	}
+
+	// The manifest removed: the static pod stops and its mirror goes.
+	if err := os.Remove(staticManifest); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, 60*time.Second, "the mirror pod "+mirror+" gone", func() error {
+		out, err := jsonpath("get", "pod", mirror, "--ignore-not-found", "-o", "jsonpath={.metadata.name}")
+		if err != nil {
+			return err
+		}
+		if out != "" {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+
 	// Stopped, nodeguard no longer renews its Lease: the node controller
 	// marks the node NotReady (grace period 20 s here).
 	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
@@ -248,6 +445,92 @@ spec:
 	if err := cp.Died(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startLatency applies a Deployment of n busybox replicas and logs, per
+// pod, the time from its creation to Running as an API watch sees them,
+// then deletes it and waits until its pods are gone.
+func startLatency(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, kubectl func(...string) string, file string, n int) {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", cp.AdminKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: "app=scale"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: scale, namespace: default}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: scale}}
+  template:
+    metadata: {labels: {app: scale}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      tolerations: [{key: dedicated, operator: Equal, value: guarded, effect: NoSchedule}]
+      containers:
+      - {name: c, image: registry.local/nodeguard/busybox:1.35, imagePullPolicy: Never, command: [sleep, "3600"]}
+`, n)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	applied := time.Now()
+	kubectl("apply", "-f", file)
+	added := map[types.UID]time.Time{}
+	var lat []time.Duration
+	timeout := time.After(4 * time.Minute)
+	for len(lat) < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended after %d of %d pods ran", len(lat), n)
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			at, seen := added[p.UID]
+			if !seen {
+				added[p.UID], at = now, now
+			}
+			if p.Status.Phase == corev1.PodRunning && !at.IsZero() {
+				lat = append(lat, now.Sub(at))
+				added[p.UID] = time.Time{} // counted
+			}
+		case <-timeout:
+			t.Fatalf("%d of %d pods Running after 4 min", len(lat), n)
+		}
+	}
+	all := time.Since(applied)
+	slices.Sort(lat)
+	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(f*float64(len(lat))))] }
+	t.Logf("start latency of %d pods, creation to Running: p50 %.2f s, p99 %.2f s, max %.2f s; all Running %.1f s after kubectl apply",
+		n, q(0.50).Seconds(), q(0.99).Seconds(), lat[len(lat)-1].Seconds(), all.Seconds())
+	kubectl("delete", "deployment", "scale", "--cascade=foreground", "--timeout=3m")
+	waitUntil(t, ctx, 3*time.Minute, "the scale pods gone", func() error {
+		out := kubectl("get", "pods", "-l", "app=scale", "-o", "name")
+		if out != "" {
+			return fmt.Errorf("%d left", len(strings.Fields(out)))
+		}
+		return nil
+	})
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
 }
 
 func waitUntil(t *testing.T, ctx context.Context, d time.Duration, what string, f func() error) {

@@ -94,6 +94,9 @@ type evictionObserver struct {
 	m      *metrics.Eviction // nil without metrics
 	events *api.EventLog
 	log    *slog.Logger
+	// onConditions, once set (node mode), is called when the node
+	// conditions change.
+	onConditions atomic.Pointer[func()]
 }
 
 func stages(t oom.Timing) map[string]time.Duration {
@@ -160,6 +163,9 @@ func (o *evictionObserver) OnReleased(d oom.Decision, t oom.Timing) {
 }
 
 func (o *evictionObserver) OnConditions(c map[oom.Condition]bool) {
+	if f := o.onConditions.Load(); f != nil {
+		(*f)()
+	}
 	out := map[string]bool{}
 	for k, v := range c {
 		out[string(k)] = v

@@ -95,6 +95,27 @@ func TestRunEvictsAHogBeforeTheKernelOOMKiller(t *testing.T) {
 		}
 	}
 	t.Logf("hog: %s: %s", hog.Status.Reason, hog.Status.Message)
+	// Once its containers are stopped, the status says so: terminated,
+	// not ready, still Failed/Evicted.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		p, err := client.Get(ctx, "default", "hog")
+		if err == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Terminated != nil {
+			cs := p.Status.ContainerStatuses[0]
+			if cs.Ready || p.Status.Phase != corev1.PodFailed || p.Status.Reason != "Evicted" {
+				t.Errorf("stopped evicted hog: ready %v, phase %s, reason %s", cs.Ready, p.Status.Phase, p.Status.Reason)
+			}
+			for _, c := range p.Status.Conditions {
+				if (c.Type == corev1.PodReady || c.Type == corev1.ContainersReady) && c.Status != corev1.ConditionFalse {
+					t.Errorf("stopped evicted hog: %s %s", c.Type, c.Status)
+				}
+			}
+			t.Logf("hog's container once stopped: exit %d, %s", cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the evicted hog's container never showed stopped: %+v", p.Status.ContainerStatuses)
+		}
+	}
 	if hog.Status.Phase != corev1.PodFailed || !strings.Contains(hog.Status.Message, "low on resource: memory") {
 		t.Errorf("hog status %s %q, want Failed with the kubelet's message", hog.Status.Phase, hog.Status.Message)
 	}

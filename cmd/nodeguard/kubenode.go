@@ -371,6 +371,12 @@ func (k *kubeEvents) Append(at time.Time, kind string, obj any) {
 	k.recorder.Event(ref, e.Type, e.Reason, e.Message)
 }
 
+// The client's rate limit toward the API server, the kubelet's defaults.
+const (
+	kubeAPIQPS   = 50
+	kubeAPIBurst = 100
+)
+
 // kubeClient is the clientset of a kubeconfig, with an event recorder
 // that writes as the node's agent.
 func kubeClient(path, nodeName string) (kubernetes.Interface, record.EventBroadcaster, record.EventRecorder, error) {
@@ -379,6 +385,11 @@ func kubeClient(path, nodeName string) (kubernetes.Interface, record.EventBroadc
 		return nil, nil, nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	rc.UserAgent = "nodeguard/" + version
+	// The kubelet's defaults (kubeAPIQPS, kubeAPIBurst, kubeAPIContentType):
+	// at client-go's own 5 requests a second, the status patches of 50
+	// pods started together queued for 30 s.
+	rc.QPS, rc.Burst = kubeAPIQPS, kubeAPIBurst
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("kubeconfig %s: %w", path, err)

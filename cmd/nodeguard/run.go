@@ -556,8 +556,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	g.Go("sensing", s.Serve)
 	beats := s.heartbeats()
 
+	var obs *evictionObserver
 	if !cfg.Eviction.Disabled {
-		obs := &evictionObserver{m: s.exporter.Eviction(), events: events, log: log}
+		obs = &evictionObserver{m: s.exporter.Eviction(), events: events, log: log}
 		if lost := relay.bind(obs); lost > 0 {
 			log.Warn("local-storage evictions made before the metrics existed are not counted", "lost", lost)
 		}
@@ -596,8 +597,16 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		if em := evictMgr.Load(); em != nil {
 			nm.conditions = em.Policy().Conditions
 		}
-		if _, err := startNodeMode(g, kubeCS, nm); err != nil {
+		agent, err := startNodeMode(g, kubeCS, nm)
+		if err != nil {
 			return err
+		}
+		if obs != nil {
+			// A condition that changes is posted at once, not at the next
+			// 10 s update: MemoryPressure taints the node for the
+			// scheduler only once the API has it.
+			kick := agent.Kick
+			obs.onConditions.Store(&kick)
 		}
 		log.Info("node mode: joining the cluster", "kubeconfig", cfg.Kubeconfig, "node", node.Name)
 	}
