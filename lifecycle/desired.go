@@ -123,8 +123,10 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		added = append(added, p)
 	}
 	m.mu.Unlock()
-	for _, p := range added {
-		logNoServiceAccountToken(m.log, p)
+	if source != SourceAPIServer { // the API server's pods carry their token volume
+		for _, p := range added {
+			logNoServiceAccountToken(m.log, p)
+		}
 	}
 	m.poke()
 	return out, nil

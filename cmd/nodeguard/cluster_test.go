@@ -33,9 +33,14 @@ func (w logWriter) Write(p []byte) (int, error) {
 // Node mode against a real control plane (the cached v1.37.2 binaries on
 // loopback, Node,RBAC and NodeRestriction on): nodeguard registers its
 // Node, which the node controller sees Ready with its capacity, keeps its
-// Lease, runs the pods of a Deployment the scheduler binds to it and
-// reports their status, honours a deletion's grace period while the
-// ReplicaSet replaces the pod, and once stopped the node goes NotReady.
+// Lease, gives its static pod a mirror pod, runs the pods of Deployments
+// the scheduler binds to it and reports their status (50 at once, their
+// start latency logged), honours a deletion's grace period while the
+// ReplicaSet replaces the pod, rejects a pod that does not fit, evicts a
+// runaway pod before the kernel OOM killer as the cluster expects an
+// eviction to look (Failed/Evicted, DisruptionTarget, the Event,
+// MemoryPressure and its taint, the replacement once it clears), and once
+// stopped the node goes NotReady.
 func TestNodeModeJoinsARealControlPlane(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	bin := os.Getenv("NODEGUARD_CP_BIN")
