@@ -60,7 +60,12 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 	// and the kubelet's reason for it (FailedMount, its event's: an NFS
 	// server that does not answer, a missing configMap).
 	if err := m.setupVolumes(ctx, st); err != nil {
-		m.setError(st, "FailedMount", err)
+		// Held with the reason in its status and, when the reason is new,
+		// a Warning event, as the kubelet's volume manager (a ConfigMap
+		// that appears later is mounted at a next sync).
+		if m.setError(st, "FailedMount", err) {
+			m.event(st.pod, "", corev1.EventTypeWarning, "FailedMount", err.Error())
+		}
 		return
 	}
 	if current != nil && st.sandboxID != current.Id && m.cfg.Network != nil && !pod.Spec.HostNetwork {
@@ -133,18 +138,21 @@ func (m *Manager) syncPod(ctx context.Context, st *podState, sbs []*runtimeapi.P
 	}
 }
 
-func (m *Manager) setError(st *podState, reason string, err error) {
+// setError puts reason and err in st's status (not an evicted pod's) and
+// logs err when it is not the last one; it reports whether it was new.
+func (m *Manager) setError(st *podState, reason string, err error) (changed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	msg := err.Error()
 	if st.evicted != nil {
-		return
+		return false
 	}
-	if st.lastErr != msg {
+	if changed = st.lastErr != msg; changed {
 		m.log.Warn("pod sync failed", "pod", key(st.pod), "reason", reason, "err", err)
 	}
 	st.lastErr = msg
 	st.status.Reason, st.status.Message = reason, msg
+	return changed
 }
 
 func (m *Manager) sandboxConfig(st *podState) *runtimeapi.PodSandboxConfig {

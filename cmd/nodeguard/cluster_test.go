@@ -296,6 +296,54 @@ spec:
 		t.Errorf("%d web pods Running after the rejection, want 3", n)
 	}
 
+	// A pod whose ConfigMap does not exist yet: held Pending, the reason in
+	// a FailedMount Event; started once the ConfigMap is created.
+	if err := os.WriteFile(filepath.Join(dir, "needs-config.yaml"), []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: needs-config, namespace: default}
+spec:
+  nodeName: `+node+`
+  terminationGracePeriodSeconds: 1
+  volumes: [{name: cfg, configMap: {name: later}}]
+  containers:
+  - name: c
+    image: registry.local/nodeguard/busybox:1.35
+    imagePullPolicy: Never
+    command: [sh, -c, "cat /cfg/k; exec sleep 3600"]
+    volumeMounts: [{name: cfg, mountPath: /cfg}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl("apply", "-f", filepath.Join(dir, "needs-config.yaml"))
+	waitUntil(t, ctx, 30*time.Second, "a FailedMount event on needs-config", func() error {
+		out, err := jsonpath("get", "events", "--field-selector", "involvedObject.name=needs-config,reason=FailedMount", "-o", "jsonpath={.items[*].message}")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "later") {
+			return fmt.Errorf("events %q", out)
+		}
+		t.Logf("held: FailedMount: %s", out)
+		return nil
+	})
+	if got := kubectl("get", "pod", "needs-config", "-o", "jsonpath={.status.phase}"); got != "Pending" {
+		t.Errorf("pod with a missing ConfigMap is %q, want Pending", got)
+	}
+	created := time.Now()
+	kubectl("create", "configmap", "later", "--from-literal=k=v")
+	waitUntil(t, ctx, 60*time.Second, "needs-config Running once its ConfigMap exists", func() error {
+		out, err := jsonpath("get", "pod", "needs-config", "-o", "jsonpath={.status.phase}")
+		if err != nil {
+			return err
+		}
+		if out != "Running" {
+			return fmt.Errorf("phase %q", out)
+		}
+		return nil
+	})
+	t.Logf("needs-config Running %.1f s after its ConfigMap was created", time.Since(created).Seconds())
+	kubectl("delete", "pod", "needs-config", "--wait=false")
+
 	// A runaway pod of a Deployment: evicted before the kernel OOM killer,
 	// Failed/Evicted with the kubelet's message, DisruptionTarget and an
 	// Evicted Event; MemoryPressure on the node, and the node controller's
