@@ -63,10 +63,17 @@ func (s *PodSource) mirrorOf(p *corev1.Pod, node types.UID) *corev1.Pod {
 		Spec: *p.Spec.DeepCopy(),
 	}
 	m.Spec.NodeName = s.cfg.NodeName
+	// The API server's Priority admission resolves spec.priority from
+	// priorityClassName (or the cluster's globalDefault) and refuses a
+	// pod that states another; the kubelet's file source never sets it.
+	m.Spec.Priority = nil
 	return m
 }
 
-// nodeUID is the Node's UID, read once it exists.
+// nodeUID is the Node's UID, read once it exists and again after a
+// create was forbidden (a Node recreated has another UID, which
+// NodeRestriction checks the owner reference against). No mirror is
+// created while the Node is being deleted, as by the kubelet.
 func (s *PodSource) nodeUID(ctx context.Context) (types.UID, error) {
 	s.mu.Lock()
 	uid := s.node
@@ -78,6 +85,9 @@ func (s *PodSource) nodeUID(ctx context.Context) (types.UID, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the node for its UID: %w", err)
 	}
+	if n.DeletionTimestamp != nil {
+		return "", fmt.Errorf("the node %s is being deleted", n.Name)
+	}
 	s.mu.Lock()
 	s.node = n.UID
 	s.mu.Unlock()
@@ -87,12 +97,31 @@ func (s *PodSource) nodeUID(ctx context.Context) (types.UID, error) {
 // syncMirrors makes the mirror pods match the static pods. api holds the
 // node's pods as the informer has them, local those of the lifecycle.
 func (s *PodSource) syncMirrors(ctx context.Context, api, local []*corev1.Pod) {
+	// A static pod replaced (its manifest edited) or removed is
+	// terminating beside its successor for up to its grace period: only
+	// the live ones want a mirror, and a mirror of a terminating one is
+	// left until it has stopped, unless a live one takes the name.
 	want := map[string]*corev1.Pod{} // namespace/name of the mirror -> static pod
+	terminating := map[string]bool{} // UIDs of static pods stopping
+	statics := map[types.UID]bool{}
 	for _, p := range local {
-		if isStatic(p) {
-			want[p.Namespace+"/"+s.mirrorName(p)] = p
+		if !isStatic(p) {
+			continue
+		}
+		statics[p.UID] = true
+		if p.DeletionTimestamp != nil {
+			terminating[string(p.UID)] = true
+			continue
+		}
+		want[p.Namespace+"/"+s.mirrorName(p)] = p
+	}
+	s.mu.Lock()
+	for uid := range s.mirrorErr {
+		if !statics[uid] {
+			delete(s.mirrorErr, uid)
 		}
 	}
+	s.mu.Unlock()
 	have := map[string]*corev1.Pod{}
 	for _, p := range api {
 		key := p.Namespace + "/" + p.Name
@@ -105,6 +134,8 @@ func (s *PodSource) syncMirrors(ctx context.Context, api, local []*corev1.Pod) {
 		}
 		sp, ok := want[key]
 		switch {
+		case !ok && terminating[p.Annotations[corev1.MirrorPodAnnotationKey]]:
+			continue // its static pod is stopping: the mirror goes after it
 		case !ok:
 			// Its static pod is gone (or not this agent's any more).
 		case p.Annotations[corev1.MirrorPodAnnotationKey] != string(sp.UID):
@@ -137,6 +168,11 @@ func (s *PodSource) syncMirrors(ctx context.Context, api, local []*corev1.Pod) {
 			// The informer has not seen it yet, or an old one is being
 			// deleted: the next sync looks again.
 		default:
+			if apierrors.IsForbidden(err) {
+				s.mu.Lock()
+				s.node = "" // read again: the Node may have been recreated
+				s.mu.Unlock()
+			}
 			s.mirrorProblem(sp, fmt.Errorf("create mirror pod %s: %w", key, err))
 		}
 	}

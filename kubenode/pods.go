@@ -230,9 +230,20 @@ func (s *PodSource) sync(ctx context.Context) ([]*corev1.Pod, bool) {
 			delete(s.applied, uid)
 		}
 	}
+	inAPI := make(map[types.UID]bool, len(all))
+	for _, p := range all {
+		inAPI[p.UID] = true
+	}
 	for uid := range s.rejected {
-		if !slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.UID == uid }) {
+		if !inAPI[uid] {
 			delete(s.rejected, uid)
+		}
+	}
+	// Statuses written for objects the API no longer has (a mirror
+	// deleted by the garbage collector, a pod force-deleted) are dropped.
+	for uid := range s.written {
+		if _, pending := s.final[uid]; !pending && !inAPI[uid] {
+			delete(s.written, uid)
 		}
 	}
 	s.mu.Unlock()
@@ -414,7 +425,12 @@ func (s *PodSource) merge(api *corev1.Pod, cur *corev1.PodStatus) *corev1.PodSta
 	evicted := st.Phase == corev1.PodFailed && st.Reason == "Evicted"
 	evictMsg := st.Message
 	if !terminal(old.Phase) && terminal(st.Phase) && running(st) {
-		st.Phase, st.Reason, st.Message = corev1.PodRunning, "", ""
+		// As the status manager's mergePodStatus: the phase the API has
+		// stays until no container runs.
+		st.Phase, st.Reason, st.Message = old.Phase, old.Reason, old.Message
+		if st.Phase == "" {
+			st.Phase = corev1.PodPending
+		}
 	}
 	if terminal(st.Phase) {
 		for i := range st.Conditions {

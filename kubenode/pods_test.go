@@ -285,11 +285,31 @@ func TestMirrorPodsFollowTheStaticPods(t *testing.T) {
 		return m != nil && m.DeletionTimestamp == nil
 	})
 
+	// The manifest edited: the old pod stops beside its successor, whose
+	// mirror replaces the old one and stays.
+	next := static.DeepCopy()
+	next.UID = "static-uid-2"
+	fp.mu.Lock()
+	fp.pods[static.UID].DeletionTimestamp = &now
+	fp.pods[next.UID] = next
+	fp.mu.Unlock()
+	waitCond(t, "the mirror of the new static pod", func() bool {
+		m := mirror()
+		return m != nil && m.Annotations[corev1.MirrorPodAnnotationKey] == "static-uid-2"
+	})
+	for range 10 {
+		time.Sleep(30 * time.Millisecond)
+		if m := mirror(); m == nil || m.Annotations[corev1.MirrorPodAnnotationKey] != "static-uid-2" {
+			t.Fatalf("the mirror flapped while the old static pod stops: %v", m)
+		}
+	}
+
 	// The manifest removed: the mirror goes.
 	fp.mu.Lock()
 	delete(fp.pods, static.UID)
+	delete(fp.pods, next.UID)
 	fp.mu.Unlock()
-	s.Removed(static)
+	s.Removed(next)
 	waitCond(t, "the mirror deleted", func() bool { return mirror() == nil })
 	cancel()
 	if err := <-done; err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -332,6 +333,9 @@ func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, 
 		}
 		m.teardown(ctx, sb.Id, sb.GetAnnotations()[AnnotationCgroupParent], st.evicted.Grace, true, stopped)
 	}
+	m.mu.Lock()
+	unknownStopped(&st.status)
+	m.mu.Unlock()
 	if parent, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
 		m.removePodCgroup(ctx, parent, true)
 	}
@@ -352,4 +356,35 @@ func (m *Manager) stoppedStatus(ctx context.Context, st *podState, id string) {
 		return
 	}
 	m.updateStatus(ctx, st, ctrs, nil, true, false, true)
+}
+
+// unknownStopped marks every container of an evicted pod's status that
+// does not show terminated (its stopped state could not be read: the
+// sandbox was gone, the runtime did not answer) as the kubelet's
+// TerminatePod does, and the pod as not ready: no container of it runs
+// once its sandboxes are torn down, and a status that still said so
+// would keep the API from ever seeing the pod Failed.
+func unknownStopped(status *corev1.PodStatus) {
+	for _, list := range [][]corev1.ContainerStatus{status.InitContainerStatuses, status.ContainerStatuses} {
+		for i := range list {
+			cs := &list[i]
+			if cs.State.Terminated != nil {
+				continue
+			}
+			var started metav1.Time
+			if cs.State.Running != nil {
+				started = cs.State.Running.StartedAt
+			}
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown",
+				Message: "The container could not be located when the pod was terminated", StartedAt: started}}
+			cs.Ready = false
+			f := false
+			cs.Started = &f
+		}
+	}
+	for i := range status.Conditions {
+		if c := &status.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			c.Status = corev1.ConditionFalse
+		}
+	}
 }
