@@ -344,18 +344,21 @@ func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, 
 	}
 }
 
-// stoppedStatus takes an evicted pod's status from its stopped containers
-// in sandbox id, before they are removed: each container's terminated
-// state (exit code, reason, times), and no longer ready.
-func (m *Manager) stoppedStatus(ctx context.Context, st *podState, id string) {
+// stoppedStatus takes st's status from its stopped containers in sandbox
+// id, before they are removed: each container as the runtime reports it
+// now (terminated: exit code, reason, times), and no longer ready; an
+// evicted pod keeps the eviction's phase and reason. It reports whether
+// the containers could be read.
+func (m *Manager) stoppedStatus(ctx context.Context, st *podState, id string) bool {
 	cctx, cancel := call(ctx)
 	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
 	cancel()
 	if err != nil {
-		m.log.Warn("evicted pod: list its stopped containers", "pod", key(st.pod), "err", err)
-		return
+		m.log.Warn("list the stopped containers", "pod", key(st.pod), "err", err)
+		return false
 	}
 	m.updateStatus(ctx, st, ctrs, nil, true, false, true)
+	return true
 }
 
 // unknownStopped marks every container of an evicted pod's status that

@@ -171,14 +171,9 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 // are stopped, for OnRemoved: each container as the runtime reports it
 // now, the phase terminal, Ready and ContainersReady false.
 func (m *Manager) finalStatus(ctx context.Context, st *podState, id string) {
-	cctx, cancel := call(ctx)
-	ctrs, err := m.cfg.Runtime.ListContainers(cctx, id, nil)
-	cancel()
-	if err != nil {
-		m.log.Warn("final status: list containers", "pod", key(st.pod), "err", err)
+	if !m.stoppedStatus(ctx, st, id) {
 		return
 	}
-	m.updateStatus(ctx, st, ctrs, nil, true, false, true)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	final := st.status.DeepCopy()

@@ -125,16 +125,7 @@ spec:
 	started := time.Now()
 	d := startDaemon(t, dir, cfg, nil, "--kubeconfig", kc, "--node-name", node, "--register-with-taints", "dedicated=guarded:NoSchedule",
 		"--pod-manifest-path", manifests)
-	waitUntil(t, ctx, 90*time.Second, "node "+node+" Ready", func() error {
-		s, err := jsonpath("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		if err != nil {
-			return err
-		}
-		if s != "True" {
-			return fmt.Errorf("Ready=%q", s)
-		}
-		return nil
-	})
+	waitJSONPath(t, ctx, 90*time.Second, "node "+node+" Ready", "True", jsonpath, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 	t.Logf("node registered and Ready %.1f s after nodeguard started", time.Since(started).Seconds())
 	t.Logf("kubectl get nodes -o wide:\n%s", kubectl("get", "nodes", "-o", "wide"))
 	for path, want := range map[string]string{
@@ -155,16 +146,7 @@ spec:
 		t.Error("no memory capacity")
 	}
 	mirror := "static-web-" + node
-	waitUntil(t, ctx, 60*time.Second, "the mirror pod "+mirror+" Running", func() error {
-		out, err := jsonpath("get", "pod", mirror, "-o", `jsonpath={.status.phase}/{.metadata.ownerReferences[0].kind}/{.metadata.annotations.kubernetes\.io/config\.source}/{.metadata.labels.tier}`)
-		if err != nil {
-			return err
-		}
-		if out != "Running/Node/file/static" {
-			return fmt.Errorf("phase/owner/source/label %q", out)
-		}
-		return nil
-	})
+	waitJSONPath(t, ctx, 60*time.Second, "the mirror pod "+mirror+" Running", "Running/Node/file/static", jsonpath, "get", "pod", mirror, "-o", `jsonpath={.status.phase}/{.metadata.ownerReferences[0].kind}/{.metadata.annotations.kubernetes\.io/config\.source}/{.metadata.labels.tier}`)
 	t.Logf("mirror pod %s Running %.1f s after nodeguard started", mirror, time.Since(started).Seconds())
 	holder := kubectl("-n", "kube-node-lease", "get", "lease", node, "-o", "jsonpath={.spec.holderIdentity} {.metadata.ownerReferences[0].kind}")
 	if holder != node+" Node" {
@@ -271,16 +253,7 @@ spec:
 		t.Fatal(err)
 	}
 	kubectl("apply", "-f", filepath.Join(dir, "big.yaml"))
-	waitUntil(t, ctx, 60*time.Second, "pod too-big rejected", func() error {
-		out, err := jsonpath("get", "pod", "too-big", "-o", "jsonpath={.status.phase}/{.status.reason}")
-		if err != nil {
-			return err
-		}
-		if out != "Failed/OutOfmemory" {
-			return fmt.Errorf("phase/reason %q", out)
-		}
-		return nil
-	})
+	waitJSONPath(t, ctx, 60*time.Second, "pod too-big rejected", "Failed/OutOfmemory", jsonpath, "get", "pod", "too-big", "-o", "jsonpath={.status.phase}/{.status.reason}")
 	t.Logf("rejected: %s", kubectl("get", "pod", "too-big", "-o", "jsonpath={.status.message}"))
 	waitUntil(t, ctx, 30*time.Second, "an OutOfmemory event on too-big", func() error {
 		out, err := jsonpath("get", "events", "--field-selector", "involvedObject.name=too-big", "-o", "jsonpath={.items[*].reason}")
@@ -331,16 +304,7 @@ spec:
 	}
 	created := time.Now()
 	kubectl("create", "configmap", "later", "--from-literal=k=v")
-	waitUntil(t, ctx, 60*time.Second, "needs-config Running once its ConfigMap exists", func() error {
-		out, err := jsonpath("get", "pod", "needs-config", "-o", "jsonpath={.status.phase}")
-		if err != nil {
-			return err
-		}
-		if out != "Running" {
-			return fmt.Errorf("phase %q", out)
-		}
-		return nil
-	})
+	waitJSONPath(t, ctx, 60*time.Second, "needs-config Running once its ConfigMap exists", "Running", jsonpath, "get", "pod", "needs-config", "-o", "jsonpath={.status.phase}")
 	t.Logf("needs-config Running %.1f s after its ConfigMap was created", time.Since(created).Seconds())
 	kubectl("delete", "pod", "needs-config", "--wait=false")
 
@@ -408,16 +372,7 @@ spec:
 		return nil
 	})
 	t.Logf("kubectl describe pod %s (end):\n%s", hog, tail(kubectl("describe", "pod", hog), 12))
-	waitUntil(t, ctx, 20*time.Second, "MemoryPressure on the node", func() error {
-		out, err := jsonpath("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`)
-		if err != nil {
-			return err
-		}
-		if out != "True" {
-			return fmt.Errorf("MemoryPressure=%q", out)
-		}
-		return nil
-	})
+	waitJSONPath(t, ctx, 20*time.Second, "MemoryPressure on the node", "True", jsonpath, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`)
 	pressureSeen := time.Since(evictedAt)
 	taints := kubectl("get", "node", node, "-o", "jsonpath={.spec.taints[*].key}")
 	t.Logf("MemoryPressure on the node %.1f s after the eviction was seen; taints %s", pressureSeen.Seconds(), taints)
@@ -466,16 +421,7 @@ spec:
 	if err := os.Remove(staticManifest); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, 60*time.Second, "the mirror pod "+mirror+" gone", func() error {
-		out, err := jsonpath("get", "pod", mirror, "--ignore-not-found", "-o", "jsonpath={.metadata.name}")
-		if err != nil {
-			return err
-		}
-		if out != "" {
-			return fmt.Errorf("still there")
-		}
-		return nil
-	})
+	waitJSONPath(t, ctx, 60*time.Second, "the mirror pod "+mirror+" gone", "", jsonpath, "get", "pod", mirror, "--ignore-not-found", "-o", "jsonpath={.metadata.name}")
 
 	// Stopped, nodeguard no longer renews its Lease: the node controller
 	// marks the node NotReady (grace period 20 s here).
@@ -572,6 +518,21 @@ spec:
 		out := kubectl("get", "pods", "-l", "app=scale", "-o", "name")
 		if out != "" {
 			return fmt.Errorf("%d left", len(strings.Fields(out)))
+		}
+		return nil
+	})
+}
+
+// waitJSONPath waits until jsonpath(args...) gives want.
+func waitJSONPath(t *testing.T, ctx context.Context, d time.Duration, what, want string, jsonpath func(...string) (string, error), args ...string) {
+	t.Helper()
+	waitUntil(t, ctx, d, what, func() error {
+		out, err := jsonpath(args...)
+		if err != nil {
+			return err
+		}
+		if out != want {
+			return fmt.Errorf("got %q, want %q", out, want)
 		}
 		return nil
 	})
