@@ -57,6 +57,8 @@ func (s apiService) Logs(ctx context.Context, ns, name string, o api.LogOptions,
 	opts := LogOptions{Container: o.Container, Previous: o.Previous, Tail: o.Tail, Timestamps: o.Timestamps, Follow: o.Follow}
 	if o.SinceSeconds > 0 {
 		opts.Since = s.m.now().Add(-time.Duration(o.SinceSeconds) * time.Second)
+	} else if !o.SinceTime.IsZero() {
+		opts.Since = o.SinceTime
 	}
 	return mapErr(s.m.Logs(ctx, ns, name, opts, w))
 }

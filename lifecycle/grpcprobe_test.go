@@ -136,7 +136,8 @@ func TestGRPCProbesInRealContainers(t *testing.T) {
 	waitGone(t, m, "grpc")
 	for _, e := range podEvents(t, events, "grpc") {
 		if !strings.HasPrefix(e.Message, "Readiness probe failed: ") && !strings.HasPrefix(e.Message, "Liveness probe failed: ") &&
-			e.Reason != lifecycle.ReasonKilling && e.Reason != "Pulled" { // the image manager's, at each start
+			e.Reason != lifecycle.ReasonKilling && e.Reason != "Pulled" && // the image manager's, at each start
+			e.Reason != lifecycle.ReasonCreated && e.Reason != lifecycle.ReasonStarted {
 			t.Errorf("unexpected event %+v", e)
 		}
 	}

@@ -125,8 +125,18 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 // error after it ends the stream with the Nodeguard-Error trailer, so that
 // a truncated log is never mistaken for a whole one.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
+	s.logsWith(func(r *http.Request) (LogOptions, error) { return parseLogOptions(r.URL.Query()) })(w, r)
+}
+
+// logsWith is logs with the query read by parse: the kubelet's
+// /containerLogs route names its parameters otherwise (kubelet.go).
+func (s *Server) logsWith(parse func(*http.Request) (LogOptions, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { s.serveLogs(w, r, parse) }
+}
+
+func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request, parse func(*http.Request) (LogOptions, error)) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	opts, err := parseLogOptions(r.URL.Query())
+	opts, err := parse(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -136,7 +146,24 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Trailer", errorTrailer)
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.WriteTimeout}
-	err = s.svc.Logs(r.Context(), ns, name, opts, sw)
+	// The deadlines are this response's: a connection the client reuses
+	// (the API server's to the kubelet routes, on a server without a
+	// WriteTimeout of its own) must not keep the last one.
+	defer sw.rc.SetWriteDeadline(time.Time{})
+	var out io.Writer = sw
+	ctx := r.Context()
+	if opts.LimitBytes > 0 {
+		// The kubelet's limitBytes: the log is cut after that many bytes,
+		// mid-line if need be, and the stream ends there, a follow too.
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ctx = lctx
+		out = &limitWriter{w: sw, left: opts.LimitBytes, done: cancel}
+	}
+	err = s.svc.Logs(ctx, ns, name, opts, out)
+	if lw, ok := out.(*limitWriter); ok && lw.left == 0 && (err == nil || errors.Is(err, errLimitReached) || errors.Is(err, context.Canceled)) && r.Context().Err() == nil {
+		err = nil
+	}
 	// The end of the stream (last chunk, trailer) is written after Logs
 	// returns, which may be long after the last write's deadline.
 	if err := sw.rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout)); err != nil {
@@ -180,6 +207,39 @@ func (sw *streamWriter) Write(b []byte) (int, error) {
 		return n, err
 	}
 	return n, sw.rc.Flush()
+}
+
+// errLimitReached ends a log stream at its limitBytes.
+var errLimitReached = errors.New("limitBytes reached")
+
+// limitWriter passes at most left bytes to w, then fails every write and
+// calls done (which cancels a follow that would otherwise wait for the
+// container's next line).
+type limitWriter struct {
+	w    io.Writer
+	left int64
+	done func()
+}
+
+func (l *limitWriter) Write(b []byte) (int, error) {
+	if l.left <= 0 {
+		l.done()
+		return 0, errLimitReached
+	}
+	cut := false
+	if int64(len(b)) > l.left {
+		b, cut = b[:l.left], true
+	}
+	n, err := l.w.Write(b)
+	l.left -= int64(n)
+	if err != nil {
+		return n, err
+	}
+	if cut || l.left == 0 {
+		l.done()
+		return n, errLimitReached
+	}
+	return n, nil
 }
 
 // exec: POST /v1/pods/{namespace}/{name}/exec?container=C with an
@@ -262,6 +322,9 @@ func statusOf(err error) int {
 func (s *Server) audit(r *http.Request, attrs ...any) []any {
 	if cred, ok := peerFrom(r.Context()); ok {
 		attrs = append(attrs, "peer_uid", cred.Uid, "peer_pid", cred.Pid)
+	}
+	if u, ok := UserFrom(r.Context()); ok {
+		attrs = append(attrs, "user", u)
 	}
 	return attrs
 }

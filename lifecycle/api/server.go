@@ -239,14 +239,21 @@ func (s *Server) removeSocket(path string, id fileID) {
 // limit admits at most MaxInFlight requests at once, answers the rest 503
 // at once (never queues them), and bounds every body.
 func (s *Server) limit(next http.Handler) http.Handler {
+	return s.limitWith(s.sem, next)
+}
+
+// limitWith is limit with a bound of its own: the kubelet routes' sessions
+// (logs -f, exec, port-forward) hold their slots while they last, and must
+// not take the local API's.
+func (s *Server) limitWith(sem chan struct{}, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case s.sem <- struct{}{}:
-			defer func() { <-s.sem }()
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
 		default:
 			s.busy.Add(1)
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%s: %d requests in flight, retry shortly", ErrBusy, s.opts.MaxInFlight))
+			writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("%s: %d requests in flight, retry shortly", ErrBusy, cap(sem)))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)

@@ -71,6 +71,13 @@ type LogOptions struct {
 	// SinceSeconds > 0 returns only lines of the last SinceSeconds
 	// (?sinceSeconds=).
 	SinceSeconds int64
+	// SinceTime, when set, returns only lines written at or after it
+	// (the kubelet's ?sinceTime=, RFC 3339); SinceSeconds wins when both
+	// are given, as they may not be.
+	SinceTime time.Time
+	// LimitBytes > 0 ends the log after that many bytes (the kubelet's
+	// ?limitBytes=).
+	LimitBytes int64
 }
 
 // ExecResult is the outcome of PodService.Exec, and the JSON body of the

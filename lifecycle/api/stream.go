@@ -133,6 +133,14 @@ func parseStreamRequest(kind StreamKind, q url.Values) (StreamRequest, error) {
 // channel.k8s.io/portforward.k8s.io subprotocols); the agent only copies
 // bytes. A request that is not an upgrade is a 400.
 func (s *Server) stream(kind StreamKind) http.HandlerFunc {
+	return s.streamWith(kind, func(r *http.Request) (StreamRequest, error) {
+		return parseStreamRequest(kind, r.URL.Query())
+	})
+}
+
+// streamWith is stream with the session's query read by parse: the
+// kubelet's routes name their parameters otherwise (kubelet.go).
+func (s *Server) streamWith(kind StreamKind, parse func(*http.Request) (StreamRequest, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ns, name := r.PathValue("namespace"), r.PathValue("name")
 		if !httpstream.IsUpgradeRequest(r) {
@@ -140,7 +148,7 @@ func (s *Server) stream(kind StreamKind) http.HandlerFunc {
 				ErrBadRequest, kind, ns, name))
 			return
 		}
-		req, err := parseStreamRequest(kind, r.URL.Query())
+		req, err := parse(r)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return

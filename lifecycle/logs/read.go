@@ -333,11 +333,10 @@ func (l *lineReader) next() ([]byte, error) {
 // ring until flush, with tail == 0 it drops them until flush. After flush
 // every line is written at once.
 type sink struct {
-	w     io.Writer
-	tail  int
-	ring  [][]byte
-	next  int
-	count int
+	w    io.Writer
+	tail int
+	ring [][]byte
+	next int
 }
 
 func (s *sink) line(b []byte) error {
@@ -348,21 +347,23 @@ func (s *sink) line(b []byte) error {
 	case s.tail == 0:
 		return nil
 	}
-	if s.ring == nil {
-		s.ring = make([][]byte, s.tail)
+	// The ring grows with the lines read, up to tail: a tail of two
+	// billion lines (any caller may ask) costs what the log holds, not
+	// two billion slots at the first line.
+	if len(s.ring) < s.tail {
+		s.ring = append(s.ring, b)
+		return nil
 	}
 	s.ring[s.next] = b
 	s.next = (s.next + 1) % s.tail
-	s.count++
 	return nil
 }
 
 func (s *sink) flush() error {
 	if s.tail > 0 {
-		n := min(s.count, s.tail)
-		start := (s.next - n + s.tail) % s.tail
-		for i := range n {
-			if _, err := s.w.Write(s.ring[(start+i)%s.tail]); err != nil {
+		// Until the ring is full next is 0, its oldest line.
+		for i := range s.ring {
+			if _, err := s.w.Write(s.ring[(s.next+i)%len(s.ring)]); err != nil {
 				return err
 			}
 		}

@@ -69,6 +69,8 @@ func TestRead(t *testing.T) {
 		{"tail counts lines across files", Options{Tail: 4}, "three\nfour\nfive\nsix\n"},
 		{"tail larger than the log is all of it", Options{Tail: 100}, "one\ntwo\nthree\nfour\nfive\nsix\n"},
 		{"tail 0 is nothing", Options{Tail: 0}, ""},
+		{"a tail of two billion lines is all of it, without two billion slots", Options{Tail: 2_000_000_000}, "one\ntwo\nthree\nfour\nfive\nsix\n"},
+		{"tail 1 is the last line", Options{Tail: 1}, "six\n"},
 		{"since skips older lines", Options{Tail: -1, Since: ts(3)}, "three\nfour\nfive\nsix\n"},
 		{"a joined line is as old as its first part", Options{Tail: -1, Since: ts(5)}, "five\nsix\n"},
 		{"timestamps prefix each line with the runtime's", Options{Tail: 2, Timestamps: true},
