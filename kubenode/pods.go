@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -393,6 +394,27 @@ var kubeletConditions = []corev1.PodConditionType{
 	corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady,
 }
 
+// ReasonReadinessGatesNotReady is the Ready condition's reason while a
+// readiness gate's condition is missing or not True (the kubelet's).
+const ReasonReadinessGatesNotReady = "ReadinessGatesNotReady"
+
+// gatesUnready is the kubelet's message for the readiness gates whose
+// conditions (set in the API by their controllers) are not True; "" when
+// every gate is.
+func gatesUnready(gates []corev1.PodReadinessGate, conds []corev1.PodCondition) string {
+	var msgs []string
+	for _, g := range gates {
+		i := slices.IndexFunc(conds, func(c corev1.PodCondition) bool { return c.Type == g.ConditionType })
+		switch {
+		case i < 0:
+			msgs = append(msgs, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", string(g.ConditionType)))
+		case conds[i].Status != corev1.ConditionTrue:
+			msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", string(g.ConditionType), conds[i].Status))
+		}
+	}
+	return strings.Join(msgs, ", ")
+}
+
 func terminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
 
 // running reports whether any container of st still runs.
@@ -477,6 +499,11 @@ func (s *PodSource) merge(api *corev1.Pod, cur *corev1.PodStatus) *corev1.PodSta
 				conds = append(conds, c) // PodScheduled before the scheduler's is seen (static pods)
 			}
 			continue
+		}
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			if msg := gatesUnready(api.Spec.ReadinessGates, old.Conditions); msg != "" {
+				c.Status, c.Reason, c.Message = corev1.ConditionFalse, ReasonReadinessGatesNotReady, msg
+			}
 		}
 		c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
 		for _, o := range old.Conditions {

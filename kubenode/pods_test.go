@@ -316,3 +316,46 @@ func TestMirrorPodsFollowTheStaticPods(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A readiness gate holds Ready False, with the kubelet's reason and
+// message, until its controller sets its condition True in the API; the
+// containers' readiness (ContainersReady) is reported as it is.
+func TestMergeHoldsReadyForTheReadinessGates(t *testing.T) {
+	s := NewPodSource(PodsConfig{})
+	api := apiPod("p", "u")
+	api.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/lb"}, {ConditionType: "example.com/dns"}}
+	api.Status.Phase = corev1.PodRunning
+	cur := &corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue}, {Type: corev1.ContainersReady, Status: corev1.ConditionTrue}}}
+	cond := func(st *corev1.PodStatus, ty corev1.PodConditionType) corev1.PodCondition {
+		for _, c := range st.Conditions {
+			if c.Type == ty {
+				return c
+			}
+		}
+		return corev1.PodCondition{}
+	}
+	st := s.merge(api, cur)
+	r := cond(st, corev1.PodReady)
+	want := `corresponding condition of pod readiness gate "example.com/lb" does not exist., corresponding condition of pod readiness gate "example.com/dns" does not exist.`
+	if r.Status != corev1.ConditionFalse || r.Reason != ReasonReadinessGatesNotReady || r.Message != want {
+		t.Errorf("Ready with no gate condition: %+v", r)
+	}
+	if c := cond(st, corev1.ContainersReady); c.Status != corev1.ConditionTrue {
+		t.Errorf("ContainersReady %+v, want True", c)
+	}
+	api.Status.Conditions = append(api.Status.Conditions,
+		corev1.PodCondition{Type: "example.com/lb", Status: corev1.ConditionTrue},
+		corev1.PodCondition{Type: "example.com/dns", Status: corev1.ConditionFalse})
+	st = s.merge(api, cur)
+	if r := cond(st, corev1.PodReady); r.Status != corev1.ConditionFalse || r.Message != `the status of pod readiness gate "example.com/dns" is not "True", but False` {
+		t.Errorf("Ready with one gate False: %+v", r)
+	}
+	if c := cond(st, "example.com/dns"); c.Status != corev1.ConditionFalse {
+		t.Errorf("the gate's own condition was not kept: %+v", st.Conditions)
+	}
+	api.Status.Conditions[len(api.Status.Conditions)-1].Status = corev1.ConditionTrue
+	if r := cond(s.merge(api, cur), corev1.PodReady); r.Status != corev1.ConditionTrue {
+		t.Errorf("Ready with every gate True: %+v", r)
+	}
+}

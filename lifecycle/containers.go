@@ -362,9 +362,12 @@ func (m *Manager) startContainer(ctx context.Context, st *podState, c *corev1.Co
 	if err != nil {
 		return &imageError{container: c.Name, reason: ReasonCreateContainerError, err: err}
 	}
+	// The kubelet's events of a container start, in its words.
+	m.event(st.pod, c.Name, corev1.EventTypeNormal, ReasonCreated, "Created container: "+c.Name)
 	if err := m.cfg.Runtime.StartContainer(cctx, id); err != nil {
 		return &imageError{container: c.Name, reason: ReasonRunContainerError, err: err}
 	}
+	m.event(st.pod, c.Name, corev1.EventTypeNormal, ReasonStarted, "Started container "+c.Name)
 	m.log.Info("container started", "pod", key(st.pod), "container", c.Name, "attempt", attempt, "oom_score_adj", adj)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		// Outside cctx: the hook has its own bound (hooks.go).

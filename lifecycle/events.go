@@ -27,6 +27,8 @@ const PodEventKind = "pod"
 // The kubelet's event reasons used here (pkg/kubelet/events).
 const (
 	ReasonKilling = "Killing"
+	ReasonCreated = "Created"
+	ReasonStarted = "Started"
 )
 
 // PodEvent is one event about a pod or one of its containers, with the
@@ -108,8 +110,11 @@ func (m *Manager) EventsDropped() uint64 {
 // recorder and the pod's events are not spamming it.
 func (m *Manager) event(pod *corev1.Pod, container, typ, reason, msg string) {
 	log := m.log.Info
-	if typ == corev1.EventTypeWarning {
+	switch {
+	case typ == corev1.EventTypeWarning:
 		log = m.log.Warn
+	case reason == ReasonCreated || reason == ReasonStarted:
+		log = m.log.Debug // "container started" says it already
 	}
 	log("pod event", "pod", key(pod), "container", container, "type", typ, "reason", reason, "message", msg)
 	if m.cfg.Events == nil {
@@ -122,6 +127,11 @@ func (m *Manager) event(pod *corev1.Pod, container, typ, reason, msg string) {
 	e := PodEvent{Type: typ, Reason: reason, Message: msg, Namespace: pod.Namespace, Pod: pod.Name, UID: pod.UID}
 	if container != "" {
 		e.FieldPath = "spec.containers{" + container + "}"
+		for _, ic := range pod.Spec.InitContainers {
+			if ic.Name == container {
+				e.FieldPath = "spec.initContainers{" + container + "}"
+			}
+		}
 	}
 	m.cfg.Events.Append(now, PodEventKind, e)
 }

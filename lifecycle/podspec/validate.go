@@ -62,6 +62,10 @@ type Options struct {
 	// built in nor configured is a cluster's, and the spec.priority its
 	// API server's admission set is taken.
 	ClusterPriorityClasses bool
+	// ReadinessGates (node mode): spec.readinessGates are accepted; the
+	// conditions they name are set in the API by their controllers, and
+	// the pod is Ready in the API only once they are True (kubenode).
+	ReadinessGates bool
 }
 
 // DNS limits from Linux libc resolution (pkg/apis/core/validation).
@@ -130,6 +134,9 @@ func Validate(pod *corev1.Pod, opts Options) (warnings []string, errs field.Erro
 	for _, e := range unsupported {
 		if opts.ServiceAccountTokens && strings.HasSuffix(e.Field, ".serviceAccountToken") && strings.Contains(e.Field, ".projected.sources[") {
 			continue // issued through the control plane
+		}
+		if opts.ReadinessGates && e.Field == "spec.readinessGates" {
+			continue // their conditions come through the control plane
 		}
 		errs = append(errs, e)
 	}

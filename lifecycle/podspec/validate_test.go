@@ -364,3 +364,25 @@ func setNonZero(v reflect.Value) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Readiness gates need a control plane to set their conditions: refused
+// standalone with the reason, accepted in node mode.
+func TestReadinessGatesNeedNodeMode(t *testing.T) {
+	pods, err := Parse(strings.NewReader(`apiVersion: v1
+kind: Pod
+metadata: {name: gated}
+spec:
+  readinessGates: [{conditionType: example.com/lb}]
+  containers: [{name: c, image: busybox:1.35}]
+`), "gated.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs := Validate(pods[0], Options{})
+	if len(errs) != 1 || errs[0].Field != "spec.readinessGates" || !strings.Contains(errs[0].Error(), "control plane") {
+		t.Errorf("standalone: %v, want spec.readinessGates refused naming the control plane", errs)
+	}
+	if _, errs := Validate(pods[0], Options{ReadinessGates: true}); len(errs) != 0 {
+		t.Errorf("node mode: %v, want none", errs)
+	}
+}
