@@ -5,9 +5,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,41 +44,13 @@ func (w logWriter) Write(p []byte) (int, error) {
 // MemoryPressure and its taint, the replacement once it clears), and once
 // stopped the node goes NotReady.
 func TestNodeModeJoinsARealControlPlane(t *testing.T) {
-	cgtest.RequirePrivileged(t)
-	bin := os.Getenv("NODEGUARD_CP_BIN")
-	if bin == "" {
-		t.Fatal("NODEGUARD_CP_BIN is not set: the directory scripts/controlplane.sh prints (make test-cluster sets it)")
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	cp, err := cluster.Start(ctx, cluster.Options{Bin: bin, Dir: filepath.Join(dir, "cp"), Progress: logWriter{t},
-		NodeMonitorGracePeriod: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, kubectl, jsonpath := startLaneCluster(t, ctx, dir, cluster.Options{NodeMonitorGracePeriod: 20 * time.Second})
 	defer cp.Stop()
-	kubectl := func(args ...string) string {
-		t.Helper()
-		out, err := cp.Kubectl(ctx, args...)
-		if err != nil {
-			t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	jsonpath := func(args ...string) (string, error) {
-		out, err := cp.Kubectl(ctx, args...)
-		return strings.TrimSpace(string(out)), err
-	}
 	const node = "ng-node"
-	cert, key, err := cp.IssueClientCert(node, "system:node:"+node, "system:nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc := filepath.Join(dir, node+".kubeconfig")
-	if err := cluster.WriteKubeconfig(kc, cp.Server, cp.CACert, cluster.KubeconfigAuth{CertFile: cert, KeyFile: key}); err != nil {
-		t.Fatal(err)
-	}
+	kc, cert, key := nodeCredentials(t, cp, dir, node)
 	// Node allocatable cut to 512 MiB through systemReserved, as in
 	// TestRunEvictsAHogBeforeTheKernelOOMKiller, so that a runaway pod
 	// meets allocatableMemory.available<100Mi long before the machine
@@ -89,6 +63,14 @@ func TestNodeModeJoinsARealControlPlane(t *testing.T) {
 	if reserved <= 0 {
 		t.Fatal("the machine has less than 512 MiB")
 	}
+	// The node's HTTPS endpoint on loopback, on a port of its own, with a
+	// serving certificate of the cluster's CA (the API server verifies
+	// it) and the cluster's CA for its callers' client certificates.
+	port := freeTCPPort(t)
+	servingCert, servingKey, err := cp.IssueServingCert(node+"-serving", node, []net.IP{net.IPv4(127, 0, 0, 1)}, node)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`nodeLabels: {pool: dense}
 systemReserved: {memory: "%d"}
@@ -96,7 +78,12 @@ eviction:
   evictionHard: {memory.available: 100Mi}
   evictionPressureTransitionPeriod: 10s
 volumes: {hostPathAllow: [%q]}
-`, reserved, dir)), 0o600); err != nil {
+address: 127.0.0.1
+port: %d
+tlsCertFile: %q
+tlsPrivateKeyFile: %q
+authentication: {x509: {clientCAFile: %q}}
+`, reserved, dir, port, servingCert, servingKey, cp.CACert)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -123,7 +110,7 @@ spec:
 
 	buildBinary(t) // not part of the registration time
 	started := time.Now()
-	d := startDaemon(t, dir, cfg, nil, "--kubeconfig", kc, "--node-name", node, "--register-with-taints", "dedicated=guarded:NoSchedule",
+	d := startDaemon(t, dir, cfg, nil, "--kubeconfig", kc, "--node-name", node, "--node-ip", "127.0.0.1", "--register-with-taints", "dedicated=guarded:NoSchedule",
 		"--pod-manifest-path", manifests)
 	waitJSONPath(t, ctx, 90*time.Second, "node "+node+" Ready", "True", jsonpath, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 	t.Logf("node registered and Ready %.1f s after nodeguard started", time.Since(started).Seconds())
@@ -133,7 +120,7 @@ spec:
 		`{.metadata.labels.kubernetes\.io/hostname}`:               node,
 		`{.spec.taints[0].key}`:                                    "dedicated",
 		`{.status.conditions[?(@.type=="MemoryPressure")].reason}`: "KubeletHasSufficientMemory",
-		`{.status.daemonEndpoints.kubeletEndpoint.Port}`:           "10250",
+		`{.status.daemonEndpoints.kubeletEndpoint.Port}`:           strconv.Itoa(port),
 		`{.status.nodeInfo.containerRuntimeVersion}`:               "containerd://",
 		`{.status.allocatable.pods}`:                               "",
 	} {
@@ -200,6 +187,11 @@ spec:
 	if got := kubectl("get", "deployment", "web", "-o", "jsonpath={.status.readyReplicas}"); got != "3" {
 		t.Errorf("deployment readyReplicas %q", got)
 	}
+
+	// kubectl logs, exec and port-forward, through the API server to the
+	// node's endpoint; who else may call it.
+	nodeEndpointChecks(t, ctx, cp, kubectl, dir, node, port, cert, key)
+	readinessGateCheck(t, ctx, kubectl, jsonpath, dir, node)
 
 	// Start latency: a 50-replica Deployment, each pod from its creation
 	// (the watch's ADDED) to Running, as a client of the API sees both.
@@ -444,6 +436,52 @@ spec:
 	if err := cp.Died(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startLaneCluster starts the cached control plane (NODEGUARD_CP_BIN) for
+// a cluster-lane test, with opts' other fields, under dir/cp; the caller
+// stops it. kubectl fails the test on an error; jsonpath returns it.
+func startLaneCluster(t *testing.T, ctx context.Context, dir string, opts cluster.Options) (*cluster.ControlPlane, func(...string) string, func(...string) (string, error)) {
+	t.Helper()
+	cgtest.RequirePrivileged(t)
+	opts.Bin = os.Getenv("NODEGUARD_CP_BIN")
+	if opts.Bin == "" {
+		t.Fatal("NODEGUARD_CP_BIN is not set: the directory scripts/controlplane.sh prints (make test-cluster sets it)")
+	}
+	opts.Dir, opts.Progress = filepath.Join(dir, "cp"), logWriter{t}
+	cp, err := cluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := cp.Kubectl(ctx, args...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	jsonpath := func(args ...string) (string, error) {
+		out, err := cp.Kubectl(ctx, args...)
+		return strings.TrimSpace(string(out)), err
+	}
+	return cp, kubectl, jsonpath
+}
+
+// nodeCredentials issues node's client certificate (system:node:<node>
+// in system:nodes, what the Node authorizer knows) and writes its
+// kubeconfig in dir.
+func nodeCredentials(t *testing.T, cp *cluster.ControlPlane, dir, node string) (kubeconfig, cert, key string) {
+	t.Helper()
+	cert, key, err := cp.IssueClientCert(node, "system:node:"+node, "system:nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig = filepath.Join(dir, node+".kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig, cp.Server, cp.CACert, cluster.KubeconfigAuth{CertFile: cert, KeyFile: key}); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, cert, key
 }
 
 // startLatency applies a Deployment of n busybox replicas and logs, per

@@ -84,6 +84,25 @@ type runConfig struct {
 	// RegisterWithTaints are the taints the Node is registered with (the
 	// kubelet's key).
 	RegisterWithTaints []corev1.Taint `json:"registerWithTaints"`
+	// Address and Port are where the node's HTTPS endpoint listens in node
+	// mode (the kubelet's keys), the API server's way to logs, exec,
+	// attach and port-forward. Address empty: every address (the
+	// kubelet's 0.0.0.0, IPv6 too); Port 0: 10250, advertised in the
+	// Node's daemonEndpoints.
+	Address string `json:"address"`
+	Port    int32  `json:"port"`
+	// TLSCertFile and TLSPrivateKeyFile are the endpoint's serving
+	// certificate (the kubelet's keys). Empty: a self-signed one made in
+	// <rootDir>/pki, which an API server that verifies kubelets'
+	// certificates (--kubelet-certificate-authority) refuses.
+	TLSCertFile       string `json:"tlsCertFile"`
+	TLSPrivateKeyFile string `json:"tlsPrivateKeyFile"`
+	// Authentication of the endpoint's callers, the kubelet's
+	// authentication.x509.clientCAFile: client certificates of these CAs
+	// (the API server's --kubelet-client-certificate); each user is then
+	// authorized by the API server (SubjectAccessReview of nodes/proxy).
+	// No CA: every request is refused.
+	Authentication nodeAuthentication `json:"authentication"`
 	// SystemReserved and KubeReserved (e.g. {memory: 512Mi, cpu: 500m})
 	// are taken off the node's capacity; the rest, node allocatable, is
 	// enforced on kubepods as the kubelet's enforceNodeAllocatable=pods.
@@ -137,6 +156,15 @@ type runConfig struct {
 // counted, never silent (nodeguard_bpf_ring_lost_total); decisions come
 // from snapshots and tripwires, so a ring that overflows costs attribution
 // and wake-ups, not evictions.
+// nodeAuthentication is the kubelet's authentication key, its x509 part.
+type nodeAuthentication struct {
+	X509 nodeX509 `json:"x509"`
+}
+
+type nodeX509 struct {
+	ClientCAFile string `json:"clientCAFile"`
+}
+
 type kernelConfig struct {
 	// BPF off senses from PSI and cgroup statistics only.
 	BPF bool `json:"bpf"`

@@ -26,6 +26,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/kubenode"
 	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
@@ -56,7 +57,35 @@ func (c runConfig) validateNode() error {
 			return fmt.Errorf("nodeLabels: %w", err)
 		}
 	}
+	if c.Address != "" {
+		if ip := net.ParseIP(c.Address); ip == nil {
+			return fmt.Errorf("address: %q is not an IP address", c.Address)
+		}
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("port: %d: want 1-65535 (0: %d)", c.Port, kubenode.DefaultPort)
+	}
+	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
+		return errors.New("tlsCertFile and tlsPrivateKeyFile: give both or neither")
+	}
+	for key, p := range map[string]string{"tlsCertFile": c.TLSCertFile, "tlsPrivateKeyFile": c.TLSPrivateKeyFile,
+		"authentication.x509.clientCAFile": c.Authentication.X509.ClientCAFile} {
+		if p != "" && !filepath.IsAbs(p) {
+			return fmt.Errorf("%s: %q: want an absolute path", key, p)
+		}
+	}
 	return nil
+}
+
+// nodeEndpointAddresses are the IPs the node's HTTPS endpoint listens on:
+// address when set, else every address (the kubelet's 0.0.0.0, IPv6 too):
+// the API server may dial the node by any of its addresses
+// (--kubelet-preferred-address-types), its Hostname first by default.
+func nodeEndpointAddresses(cfg runConfig) []string {
+	if cfg.Address != "" {
+		return []string{cfg.Address}
+	}
+	return []string{""}
 }
 
 // parseNodeIPs reads nodeIP: one address, or an IPv4 and an IPv6 one
@@ -178,7 +207,10 @@ type nodeMode struct {
 	conditions func() map[oom.Condition]bool
 	// heartbeat is when the pod lifecycle last made a pass.
 	heartbeat func() time.Time
-	log       *slog.Logger
+	// endpoint serves the node's HTTPS endpoint (the local API's server,
+	// whose kubelet routes it has); nil: none.
+	endpoint *api.Server
+	log      *slog.Logger
 }
 
 // plegThreshold: a pod lifecycle that made no pass for this long makes
@@ -198,7 +230,7 @@ func startNodeMode(g *group.Group, cs kubernetes.Interface, nm nodeMode) (*kuben
 	info := nm.runtime.Runtime()
 	agent, err := kubenode.New(kubenode.Config{
 		Client: cs, Name: nm.node.Name, Labels: nm.cfg.NodeLabels, Taints: nm.cfg.RegisterWithTaints,
-		Addresses: addrs, Capacity: nm.capacity, Allocatable: nm.allocatable,
+		Addresses: addrs, Capacity: nm.capacity, Allocatable: nm.allocatable, Port: nm.cfg.Port,
 		Info: nodeSystemInfo(info.Name, info.Version, unix.ByteSliceToString(uts.Release[:])),
 		Log:  nm.log.With("component", "node"),
 		Health: func(ctx context.Context) kubenode.Health {
@@ -221,6 +253,19 @@ func startNodeMode(g *group.Group, cs kubernetes.Interface, nm nodeMode) (*kuben
 	})
 	if err != nil {
 		return nil, err
+	}
+	if nm.endpoint != nil {
+		ns, err := kubenode.NewServer(kubenode.ServerConfig{
+			Client: cs, NodeName: nm.node.Name, Addresses: nodeEndpointAddresses(nm.cfg), CertIPs: nm.node.HostIPs, Port: nm.cfg.Port,
+			CertFile: nm.cfg.TLSCertFile, KeyFile: nm.cfg.TLSPrivateKeyFile, CertDir: filepath.Join(nm.cfg.RootDir, "pki"),
+			ClientCAFile: nm.cfg.Authentication.X509.ClientCAFile,
+			Handler:      nm.endpoint.KubeletHandler(), OnStop: nm.endpoint.CloseSessions,
+			Log: nm.log.With("component", "node-endpoint"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		g.Go("node endpoint", ns.Serve)
 	}
 	g.Go("node status", func(ctx context.Context) error {
 		if err := agent.Register(ctx); err != nil {

@@ -381,9 +381,10 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if objects != nil {
 		volObjects = objects
 	}
-	// k8s.io/mount-utils (the format and mount of local volumes) logs
-	// through klog: into the daemon's log with the rest.
-	klog.SetSlogLogger(log.With("component", "mount-utils"))
+	// The Kubernetes libraries log through klog (k8s.io/mount-utils: the
+	// format and mount of local volumes; client-go; apimachinery's
+	// streaming proxy): into the daemon's log with the rest.
+	klog.SetSlogLogger(log.With("component", "k8s"))
 	vols, err := mounts.New(mounts.Config{
 		RootDir: cfg.RootDir, HostPathAllow: cfg.Volumes.HostPathAllow, SourceDir: cfg.Volumes.SourceDir,
 		NodeMemory: int64(mi.MemTotal), Logger: log, Objects: volObjects,
@@ -455,7 +456,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor,
 			SupplementalGroupsPolicy: features.GetSupplementalGroupsPolicy(),
 			ImageVolumes:             imageVolumes.Mount, ImageVolumeSubPath: imageVolumes.SubPath, Runtime: imageVolumes.Runtime,
-			ServiceAccountTokens: kubeCS != nil, ClusterPriorityClasses: kubeCS != nil},
+			ServiceAccountTokens: kubeCS != nil, ClusterPriorityClasses: kubeCS != nil, ReadinessGates: kubeCS != nil},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
 		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
 	})
@@ -590,10 +591,11 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		log.Info("eviction manager running", "thresholds", len(policy.Thresholds), "psi_rules", len(policy.PSIRules), "dry_run", cfg.Eviction.DryRun)
 	}
 
+	srv := api.NewServer(mgr.APIService(events), log, api.Options{})
 	if kubeCS != nil {
 		nodeCap, nodeAlloc := nodeRes()
 		nm := nodeMode{cfg: cfg, node: node, capacity: nodeCap, allocatable: nodeAlloc, runtime: client,
-			heartbeat: mgr.Heartbeat, log: log}
+			heartbeat: mgr.Heartbeat, endpoint: srv, log: log}
 		if em := evictMgr.Load(); em != nil {
 			nm.conditions = em.Policy().Conditions
 		}
@@ -614,7 +616,6 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err := os.MkdirAll(filepath.Dir(cfg.APISocket), 0o755); err != nil {
 		return fmt.Errorf("api socket dir: %w", err)
 	}
-	srv := api.NewServer(mgr.APIService(events), log, api.Options{})
 	// Listening, the socket takes connections into its backlog: READY=1
 	// may follow before Serve, and a client that connects at once is
 	// answered.

@@ -191,6 +191,9 @@ func start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 		"--service-account-signing-key-file", saKey, "--service-cluster-ip-range", "10.96.0.0/24",
 		"--endpoint-reconciler-type", "none", "--kubelet-certificate-authority", cp.CACert,
 		"--kubelet-client-certificate", kubeletClient, "--kubelet-client-key", kubeletClientKey,
+		// A node is reached at its InternalIP only (127.0.0.1 in the
+		// tests), never at a hostname that may resolve off the machine.
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--allow-privileged=true"); err != nil {
 		return nil, err
 	}
@@ -303,6 +306,13 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) ([]byte, er
 	return out.Bytes(), nil
 }
 
+// KubectlCommand is kubectl with the admin kubeconfig, for a caller that
+// drives its streams (logs -f, exec -it, port-forward); the caller starts
+// it and ends it by its pid.
+func (cp *ControlPlane) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, filepath.Join(cp.opts.Bin, "kubectl"), append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)
+}
+
 // Pids are the processes the control plane runs, by component.
 func (cp *ControlPlane) Pids() map[string]int {
 	m := make(map[string]int, len(cp.procs))
@@ -379,6 +389,13 @@ func (cp *ControlPlane) makeCA() error {
 // as <Dir>/pki/<name>.crt and .key, and returns their paths.
 func (cp *ControlPlane) IssueClientCert(name, user string, groups ...string) (cert, key string, err error) {
 	return cp.issue(filepath.Join(cp.opts.Dir, "pki"), name, pkix.Name{CommonName: user, Organization: groups}, x509.ExtKeyUsageClientAuth, nil, nil)
+}
+
+// IssueServingCert issues a serving certificate of the cluster's CA for
+// the given IPs and DNS names: a node endpoint's, which the API server
+// verifies (--kubelet-certificate-authority).
+func (cp *ControlPlane) IssueServingCert(name, commonName string, ips []net.IP, dns ...string) (cert, key string, err error) {
+	return cp.issue(filepath.Join(cp.opts.Dir, "pki"), name, pkix.Name{CommonName: commonName}, x509.ExtKeyUsageServerAuth, dns, ips)
 }
 
 func (cp *ControlPlane) issue(dir, name string, subject pkix.Name, usage x509.ExtKeyUsage, dns []string, ips []net.IP) (string, string, error) {
