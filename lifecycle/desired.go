@@ -257,6 +257,7 @@ func (st *podState) view() *corev1.Pod {
 // whose pod is not desired is removed.
 func (m *Manager) SourcesReady() {
 	m.sourcesReady.Store(true)
+	m.orphanScan.Store(true)
 	m.poke()
 }
 

@@ -188,6 +188,11 @@ type Manager struct {
 	// relisted: the containers' states at the last relist (Run's
 	// goroutine only).
 	relisted map[string]relistEntry
+	// orphanScan asks the next Run pass to list the sandboxes for orphans
+	// (orphans.go); orphanPasses counts the passes since the last listing
+	// (Run's goroutine only).
+	orphanScan   atomic.Bool
+	orphanPasses int
 	// ephemeral: each pod's ephemeral storage at the last Storage sample.
 	ephemeral atomic.Pointer[map[types.UID]storageUse]
 	// qosErr: the last error setting the QoS cgroups, logged once (Run's

@@ -11,6 +11,15 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
+// orphanScanPasses: the sandboxes are listed for orphans at least every
+// this many Run passes (10 s at the default Resync), as the kubelet's
+// housekeeping, besides when something says there may be one: the
+// sources' first load, a relisted container whose pod is not desired
+// (relist). Only a sandbox with no container at all (one made while its
+// pod was deleted, by hand) waits for the periodic listing. Listing 250
+// sandboxes every pass was a tenth of the run loop's CPU.
+const orphanScanPasses = 10
+
 // removeOrphans finds nodeguard's sandboxes whose pod is not desired (only
 // once every source was loaded: a restarted nodeguard adopts) and hands
 // each such pod's to a worker, on wg: their containers' grace period must
@@ -21,11 +30,17 @@ func (m *Manager) removeOrphans(ctx context.Context, wg *sync.WaitGroup) {
 	if !m.sourcesReady.Load() {
 		return
 	}
+	m.orphanPasses++
+	if !m.orphanScan.Swap(false) && m.orphanPasses < orphanScanPasses {
+		return
+	}
+	m.orphanPasses = 0
 	cctx, cancel := call(ctx)
 	sandboxes, err := m.cfg.Runtime.ListPodSandbox(cctx, map[string]string{cri.ManagedLabel: "true"})
 	cancel()
 	if err != nil {
 		m.log.Warn("list sandboxes", "err", err)
+		m.orphanScan.Store(true) // again at the next pass
 		return
 	}
 	byPod := map[types.UID][]*runtimeapi.PodSandbox{}

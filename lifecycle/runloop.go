@@ -99,16 +99,25 @@ func (m *Manager) relist(ctx context.Context) {
 	}
 	first := m.relisted == nil
 	m.relisted = now
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// A container of a pod nobody wants: its sandbox is an orphan for the
+	// next pass to list (orphans.go), on the first relist too (a restarted
+	// nodeguard's leftovers).
+	for _, e := range now {
+		if _, desired := m.pods[e.uid]; !desired && !m.orphans[e.uid] {
+			m.orphanScan.Store(true)
+			break
+		}
+	}
 	if first {
 		return
 	}
-	m.mu.Lock()
 	for uid := range changed {
 		if st, ok := m.pods[uid]; ok {
 			st.poke()
 		}
 	}
-	m.mu.Unlock()
 }
 
 type relistEntry struct {

@@ -163,7 +163,8 @@ func TestTheRunLoopKeepsPassingWhileAnOrphanIsTornDown(t *testing.T) {
 	}
 
 	// Three passes of the loop while the orphan's stop is held: each
-	// lists the sandboxes and sees the orphan again.
+	// relists and sees the orphan's container again, and none starts a
+	// second teardown of it.
 	beats := map[time.Time]bool{m2.Heartbeat(): true}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(beats) < 4 && time.Now().Before(deadline) {
