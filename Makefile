@@ -101,6 +101,10 @@ NODE_CONTAINERD ?=
 # The containerd 2.x of make test's second node-lane run.
 NODE_CONTAINERD_2 ?= v2.4.2
 NODE_OUT        ?= out/node
+# NODE_CLUSTER: the control plane binaries' directory; set (make
+# test-cluster does), each guest gets a control plane of its own on the
+# host's loopback and the node-mode check joins it.
+NODE_CLUSTER    ?=
 
 test-node:
 	$(GO) build -o $(NODEVM) ./internal/nodevm/cmd/nodevm
@@ -108,6 +112,7 @@ test-node:
 		$(MAKE) --no-print-directory install DESTDIR="$$stage" && \
 		NODEGUARD_NODE_STAGE="$$stage" NODEGUARD_NODE_OUT='$(abspath $(NODE_OUT))' $(if $(NODE_RACE),NODEGUARD_NODE_RACE='$(NODE_RACE)') \
 		$(if $(NODE_CONTAINERD),NODEGUARD_NODE_CONTAINERD='$(NODE_CONTAINERD)') \
+		$(if $(NODE_CLUSTER),NODEGUARD_NODE_CLUSTER='$(NODE_CLUSTER)') \
 		$(abspath $(NODEVM)) -lane -go '$(GO)' $(NODE_FLAGS)
 
 # Fuzzing: each Go fuzz target below for FUZZTIME (go test -fuzz takes one
@@ -147,12 +152,20 @@ FUZZ_TARGETS ?= \
 # with Node,RBAC and NodeRestriction and checked (internal/cluster), then
 # nodeguard in node mode against it (cmd/nodeguard, TestNodeMode*: the
 # Node Ready with its capacity and Lease, a Deployment's pods Running, a
-# graceful delete, a rejection with its Event, NotReady once stopped).
-# make test runs it at the end of the second lanes chain.
+# graceful delete, a rejection with its Event, NotReady once stopped),
+# and last the node lane's node-mode check: nodeguard as make install
+# ships it, under systemd on the lane's pure-v2 node with containerd as
+# its own service, joins a control plane on the host's loopback, reached
+# only through qemu's user network with restrict=on (CLUSTER_NODE_FLAGS
+# picks the checks it needs). make test runs it at the end of the second
+# lanes chain.
+CLUSTER_NODE_FLAGS ?= -run 'TestNode/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|node_mode)'
 test-cluster: deps
 	@bin=$$(scripts/controlplane.sh) && \
 		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestControlPlane$$' ./internal/cluster/ && \
-		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./cmd/nodeguard/
+		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./cmd/nodeguard/ && \
+		$(MAKE) --no-print-directory test-node NODE_CLUSTER=$$bin NODE_RACE=off NODE_FLAGS="$(CLUSTER_NODE_FLAGS)" \
+			BIN=bin/nodeguard-lane-cluster NODEVM=bin/nodevm-lane-cluster NODE_OUT=out/node-cluster
 
 fuzz:
 	@missing=$$(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -Eo '^func Fuzz[A-Za-z0-9_]+' | \

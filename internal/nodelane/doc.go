@@ -208,6 +208,27 @@
 //     no mount beneath <rootDir>/pods, no veth, no IP lease under
 //     nodeguard's IPAM directory (<rootDir>/cni/networks), and nothing in
 //     containerd, each a subtest;
+//   - node mode (cluster_test.go), only in make test-cluster's run of the
+//     lane (NODEGUARD_NODE_CLUSTER; elsewhere it skips saying so): the
+//     runner starts a control plane on the host's loopback for the guest
+//     and gives the guest qemu's user network with restrict=on, through
+//     which the guest reaches only the API server (10.0.2.100:443,
+//     relayed to the host's loopback) and the API server reaches only
+//     the node endpoint (the host's 127.0.0.1:<port> forwarded to the
+//     guest's); the payload's cluster/ has the node's and an admin's
+//     kubeconfig, the CA, the endpoint's serving certificate and kubectl.
+//     nodeguard is restarted with kubeconfig, nodeName nodelane, nodeIP
+//     127.0.0.1 and the endpoint's keys; its Node goes Ready with
+//     containerd's version and the endpoint's port; a Deployment of two
+//     Burstable replicas is bound to it by the scheduler and Running, each
+//     pod in its slice beneath kubepods.slice with cri-containerd scopes;
+//     kubectl logs and exec reach them through the API server; the hog,
+//     applied through the API, ends Failed/Evicted with the kubelet's
+//     message, DisruptionTarget TerminationByKubelet and an Evicted event,
+//     with no OOM kill in kubepods.slice or the kernel log; every pod
+//     goes; nodeguard stopped, the Node goes NotReady
+//     (node-monitor-grace-period 40 s). nodeguard is restarted standalone
+//     after;
 //   - nfs volumes (nfs_test.go): the check loads nfsd and nfs, makes a
 //     network namespace (ngnfs) linked to the guest's own by a veth pair
 //     (10.251.0.1/29 on the node, .2 in the namespace: the guest has no

@@ -33,7 +33,15 @@
 //     under an flock and published by rename, so a concurrent run never
 //     sees half of one; a build killed midway leaves a directory the next
 //     build sweeps (by pid).
-//   - The guest has no network device; every qemu runs under timeout(1)
+//   - The guest has no network device, except in a cluster run
+//     (NODEGUARD_NODE_CLUSTER: cluster.go), where qemu's user-mode network
+//     with restrict=on forwards exactly two things: the guest's
+//     connections to 10.0.2.100:443 to the control plane the runner
+//     started on the host's loopback (through `nodevm -relay`, which
+//     dials loopback only), and the host's 127.0.0.1:<port> to the node
+//     endpoint's port in the guest. Nothing else leaves the guest, and
+//     nothing but loopback is dialled on the host.
+//   - Every qemu runs under timeout(1)
 //     and is stopped by its pid (SIGTERM through timeout) when the runner
 //     is interrupted or dies.
 //   - The test channel (ttyS1) carries only what the test binary wrote,

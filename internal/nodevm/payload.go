@@ -78,6 +78,9 @@ type Payload struct {
 	// Containerd, when set, replaces the root filesystem's containerd
 	// in the guest (see ContainerdInstallScript).
 	Containerd *PayloadContainerd
+	// Extra are further entries (a cluster run's cluster/), after the
+	// rest.
+	Extra []Entry
 }
 
 // PayloadContainerd is a containerd for the payload's containerd/: the
@@ -216,7 +219,13 @@ func (p *Payload) Entries() ([]Entry, error) {
 	// The stage's own directory becomes "/" in the guest (cp -a
 	// stage/. /): always 0755, whatever mktemp made it.
 	stage[0].Mode = fs.ModeDir | 0o755
-	return append(es, stage...), nil
+	es = append(es, stage...)
+	for _, e := range p.Extra {
+		if e.Path == "" || strings.HasPrefix(e.Path, "/") || strings.Contains(e.Path, "..") {
+			return nil, fmt.Errorf("payload: bad extra entry %q", e.Path)
+		}
+	}
+	return append(es, p.Extra...), nil
 }
 
 // treeEntries lists the host directory root as guest (relative) path

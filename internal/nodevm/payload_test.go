@@ -192,7 +192,7 @@ func TestPayloadImageSize(t *testing.T) {
 
 func TestQemuArgs(t *testing.T) {
 	c := Config{Memory: "2G", CPUs: 2, TCG: "multi"}
-	args := QemuArgs(c, "/k/vmlinux", "/c/initrd.cpio", "/c/rootfs.img", Disks{Payload: "/t/payload.img", Out: "/t/out.img"}, "/t/console.log", 2596134)
+	args := QemuArgs(c, "/k/vmlinux", "/c/initrd.cpio", "/c/rootfs.img", Disks{Payload: "/t/payload.img", Out: "/t/out.img"}, nil, "/t/console.log", 2596134)
 	line := strings.Join(args, " ")
 	for _, want := range []string{
 		"-M " + vmtest.MicrovmMachine, "-accel tcg,thread=multi", "-m 2G", "-smp 2", "-nic none", "-no-reboot", "-nodefaults",

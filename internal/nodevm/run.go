@@ -107,8 +107,11 @@ type Config struct {
 	// parsed: ContainerdDebian or ContainerdV2.
 	Containerd string
 	// Go is the go command that builds crictl and containerd 2.x.
-	Go  string
-	Log *slog.Logger
+	Go string
+	// Cluster is the control plane binaries' directory (EnvCluster);
+	// empty: no control plane and no network device.
+	Cluster string
+	Log     *slog.Logger
 }
 
 // ConfigFromEnv reads Config from the environment through getenv.
@@ -123,6 +126,7 @@ func ConfigFromEnv(getenv func(string) string, log *slog.Logger) (Config, error)
 		TCG:      getenv(EnvTCG),
 		Console:  getenv(EnvConsole) == "1",
 		Out:      getenv(EnvOut),
+		Cluster:  getenv(EnvCluster),
 		Go:       "go",
 		Log:      log,
 	}
@@ -142,6 +146,9 @@ func ConfigFromEnv(getenv func(string) string, log *slog.Logger) (Config, error)
 	c.Timeout += RaceAllowance(race)
 	if c.Out != "" && !filepath.IsAbs(c.Out) {
 		return c, fmt.Errorf("%s=%q: want an absolute path (go test starts the runner in the package directory)", EnvOut, c.Out)
+	}
+	if c.Cluster != "" && !filepath.IsAbs(c.Cluster) {
+		return c, fmt.Errorf("%s=%q: want an absolute path", EnvCluster, c.Cluster)
 	}
 	if c.CacheDir == "" {
 		c.CacheDir = vmtest.DefaultCacheDir
@@ -351,6 +358,29 @@ func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.W
 		}
 		pl.Containerd = &PayloadContainerd{Version: p.Containerd.Version, Dir: p.Containerd.Dir, Binaries: p.Containerd.Binaries, Config: conf}
 	}
+	var netArgs []string
+	if c.Cluster != "" {
+		relay, err := os.Executable()
+		if err != nil {
+			return Result{}, fmt.Errorf("run %s: the relay: %w", t.Binary, err)
+		}
+		c.Log.Info("starting the guest's control plane on the host's loopback", "bin", c.Cluster)
+		gc, err := startCluster(ctx, c.Cluster, filepath.Join(tmp, "cluster"), relay, progressWriter{c.Log})
+		if err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", t.Binary, err)
+		}
+		defer func() {
+			if err := gc.cp.Stop(); err != nil {
+				c.Log.Warn("stop the guest's control plane", "err", err)
+			}
+		}()
+		if netArgs, err = gc.net.netArgs(); err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", t.Binary, err)
+		}
+		pl.Extra = gc.entries
+		c.Log.Info("the guest's control plane is up", "server", gc.cp.Server, "node", ClusterNodeName,
+			"guest_api", ClusterAPIAddress, "node_port", gc.net.NodePort)
+	}
 	t0 := time.Now()
 	disk, err := makePayload(ctx, c.Log, tmp, pl)
 	if err != nil {
@@ -364,7 +394,7 @@ func Run(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr io.W
 
 	for i := 1; ; i++ {
 		cw := &countingWriter{w: stdout}
-		res, bootPanic, err := boot(ctx, c, p, pl.Marker, Disks{Payload: disk, Out: out}, filepath.Join(tmp, fmt.Sprintf("console-%d.log", i)), cw, stderr)
+		res, bootPanic, err := boot(ctx, c, p, pl.Marker, Disks{Payload: disk, Out: out}, netArgs, filepath.Join(tmp, fmt.Sprintf("console-%d.log", i)), cw, stderr)
 		res.Payload = payloadTook
 		if err == nil || !bootPanic || cw.n > 0 || i == bootAttempts || ctx.Err() != nil {
 			// Whatever the checks wrote, even when they failed or the
@@ -382,7 +412,7 @@ func guestEnv(host []string, release string) []string {
 	env := vmtest.GuestEnv(host, KernelSeries, release)
 	return slices.DeleteFunc(env, func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
-		return name == EnvOut || name == EnvOutDir
+		return name == EnvOut || name == EnvOutDir || name == EnvCluster
 	})
 }
 
@@ -447,9 +477,13 @@ type Disks struct {
 // temporary file, the cached image stays clean), the payload disk
 // (read-only) and the output disk (read-write) as virtio-mmio block
 // devices (vda, vdb, vdc in this order), no network device at all (pods'
-// networking stays inside the guest), the console (ttyS0) in a file and
-// the test channel (ttyS1) on stdout.
-func QemuArgs(c Config, vmlinux, initrd, rootfs string, disks Disks, console string, tscKHz int) []string {
+// networking stays inside the guest) unless netArgs (a cluster run's
+// GuestNet), the console (ttyS0) in a file and the test channel (ttyS1)
+// on stdout.
+func QemuArgs(c Config, vmlinux, initrd, rootfs string, disks Disks, netArgs []string, console string, tscKHz int) []string {
+	if netArgs == nil {
+		netArgs = []string{"-nic", "none"}
+	}
 	params := append(vmtest.KernelParams(tscKHz),
 		"root=/dev/vda",
 		"systemd.unified_cgroup_hierarchy=1",
@@ -459,35 +493,36 @@ func QemuArgs(c Config, vmlinux, initrd, rootfs string, disks Disks, console str
 		"systemd.show_status=1",
 		"rdinit=/init",
 	)
-	return []string{
+	args := []string{
 		"-M", vmtest.MicrovmMachine,
 		"-accel", "tcg,thread=" + c.TCG + ",tb-size=512",
 		"-cpu", "max",
 		"-m", c.Memory,
 		"-smp", strconv.Itoa(c.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-nic", "none",
-		"-chardev", "file,id=console,path=" + console,
+	}
+	return append(append(args, netArgs...),
+		"-chardev", "file,id=console,path="+console,
 		"-serial", "chardev:console",
 		"-chardev", "stdio,id=test,signal=off",
 		"-device", "isa-serial,chardev=test,index=1",
 		"-kernel", vmlinux,
 		"-initrd", initrd,
 		"-append", strings.Join(params, " "),
-		"-drive", "id=root,file=" + rootfs + ",format=raw,if=none,snapshot=on",
+		"-drive", "id=root,file="+rootfs+",format=raw,if=none,snapshot=on",
 		"-device", "virtio-blk-device,drive=root",
-		"-drive", "id=payload,file=" + disks.Payload + ",format=raw,if=none,readonly=on",
+		"-drive", "id=payload,file="+disks.Payload+",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=payload",
-		"-drive", "id=out,file=" + disks.Out + ",format=raw,if=none",
+		"-drive", "id=out,file="+disks.Out+",format=raw,if=none",
 		"-device", "virtio-blk-device,drive=out",
-	}
+	)
 }
 
 // boot runs one guest.
-func boot(ctx context.Context, c Config, p *Prepared, marker string, disks Disks, console string, stdout, stderr io.Writer) (res Result, bootPanic bool, _ error) {
+func boot(ctx context.Context, c Config, p *Prepared, marker string, disks Disks, netArgs []string, console string, stdout, stderr io.Writer) (res Result, bootPanic bool, _ error) {
 	secs := int((c.Timeout + time.Second - 1) / time.Second)
 	args := append([]string{"-k", strconv.Itoa(int(vmtest.KillGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"},
-		QemuArgs(c, p.Kernel.Vmlinux, p.Image.Initrd, p.Image.Rootfs, disks, console, vmtest.HostTSCkHz())...)
+		QemuArgs(c, p.Kernel.Vmlinux, p.Image.Initrd, p.Image.Rootfs, disks, netArgs, console, vmtest.HostTSCkHz())...)
 	cmd := exec.Command("timeout", args...)
 	cmd.Stdin = nil // /dev/null: the test channel carries output only
 	var qemuErr bytes.Buffer

@@ -10,6 +10,11 @@
 // go test starts `nodevm <test binary> <test flags...>` in the package
 // directory; nodevm exits with the test binary's exit status.
 //
+// As qemu's relay of a guest's connection to its control plane (a
+// NODEGUARD_NODE_CLUSTER run; qemu spawns it for each connection):
+//
+//	nodevm -relay 127.0.0.1:PORT
+//
 // As the node lane of make test-node:
 //
 //	nodevm -lane [-run REGEXP] [-v] [PACKAGE]
@@ -57,6 +62,15 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, log *slog.Logger) int {
+	if len(args) == 2 && args[0] == "-relay" {
+		// qemu's guestfwd spawns this for each connection the guest
+		// makes to the control plane (nodevm.GuestNet).
+		if err := nodevm.Relay(args[1], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "nodevm: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return lane(ctx, args, log)
 	}
