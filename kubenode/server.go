@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/nodeguard/nodeguard/lifecycle/api"
@@ -53,6 +54,11 @@ type ServerConfig struct {
 	// certificates, --kubelet-certificate-authority, does not take it).
 	CertFile, KeyFile string
 	CertDir           string
+	// Bootstrap (the kubelet's serverTLSBootstrap) asks the API server
+	// for the serving certificate instead (servingcert.go), kept in
+	// CertDir; until one is approved and issued, handshakes fail saying
+	// so. It excludes CertFile.
+	Bootstrap bool
 	// CertIPs are named in the self-signed certificate besides the
 	// Addresses (the node's IPs when it listens on 0.0.0.0).
 	CertIPs []string
@@ -70,8 +76,10 @@ type ServerConfig struct {
 
 // Server is the node's HTTPS endpoint.
 type Server struct {
-	cfg   ServerConfig
-	tls   *tls.Config
+	cfg ServerConfig
+	tls *tls.Config
+	// certs is the bootstrapped serving certificate's manager, or nil.
+	certs certificate.Manager
 	ca    *caFile
 	authz *reviewCache
 	log   *slog.Logger
@@ -103,11 +111,30 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if len(cfg.Addresses) == 0 {
 		return nil, errors.New("node endpoint: no address to listen on")
 	}
-	cert, err := servingCert(cfg)
-	if err != nil {
-		return nil, err
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	var certs certificate.Manager
+	if cfg.Bootstrap {
+		if cfg.CertFile != "" || cfg.KeyFile != "" {
+			return nil, errors.New("node endpoint: serverTLSBootstrap and tlsCertFile/tlsPrivateKeyFile: one or the other")
+		}
+		m, err := newServingCertManager(cfg)
+		if err != nil {
+			return nil, err
+		}
+		certs = m
+		tc.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c := m.Current(); c != nil {
+				return c, nil
+			}
+			return nil, errNoServingCert
+		}
+	} else {
+		cert, err := servingCert(cfg)
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{cert}
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
 	if cfg.ClientCAFile != "" {
 		pool, err := certutil.NewPool(cfg.ClientCAFile)
 		if err != nil {
@@ -119,7 +146,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	} else {
 		cfg.Log.Warn("node endpoint: no authentication.x509.clientCAFile; every request to it is refused (the API server's kubectl logs, exec and port-forward fail)")
 	}
-	s := &Server{cfg: cfg, tls: tc, log: cfg.Log, authz: &reviewCache{entries: map[reviewKey]reviewEntry{}}}
+	s := &Server{cfg: cfg, tls: tc, certs: certs, log: cfg.Log, authz: &reviewCache{entries: map[reviewKey]reviewEntry{}}}
 	if cfg.ClientCAFile != "" {
 		s.ca = &caFile{path: cfg.ClientCAFile, pool: tc.ClientCAs, log: cfg.Log}
 		s.ca.stamp, _ = fileStamp(cfg.ClientCAFile)
@@ -278,6 +305,14 @@ func (s *Server) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 
+	if s.certs != nil {
+		s.certs.Start()
+		defer s.certs.Stop()
+		if s.certs.Current() == nil {
+			s.log.Info("node endpoint: asking the API server for a serving certificate (serverTLSBootstrap); until its CertificateSigningRequest is approved, kubectl logs, exec and port-forward fail",
+				"signer", "kubernetes.io/kubelet-serving", "dir", s.cfg.CertDir)
+		}
+	}
 	done := make(chan error, len(s.lns))
 	for _, ln := range s.lns {
 		go func() { done <- srv.Serve(tls.NewListener(ln, s.tls)) }()

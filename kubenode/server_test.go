@@ -22,6 +22,8 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -228,6 +230,9 @@ func TestServerRefusesBadConfig(t *testing.T) {
 		"a cert without its key": {Client: cs, NodeName: "n", Addresses: []string{"127.0.0.1"}, Handler: h, CertFile: "/x.crt"},
 		"a missing client CA":    {Client: cs, NodeName: "n", Addresses: []string{"127.0.0.1"}, Handler: h, CertDir: dir, ClientCAFile: filepath.Join(dir, "none.crt")},
 		"no address":             {Client: cs, NodeName: "n", Handler: h, CertDir: dir},
+		"bootstrap and a cert file": {Client: cs, NodeName: "n", Addresses: []string{"127.0.0.1"}, Handler: h, CertDir: dir,
+			Bootstrap: true, CertFile: "/x.crt", KeyFile: "/x.key"},
+		"bootstrap without an IP": {Client: cs, NodeName: "n", Addresses: []string{""}, Handler: h, CertDir: dir, Bootstrap: true},
 	} {
 		if _, err := NewServer(cfg); err == nil {
 			t.Errorf("%s: no error", name)
@@ -310,5 +315,71 @@ func TestServerReloadsTheClientCA(t *testing.T) {
 	os.Chtimes(caFile, later, later)
 	if got := status(newUser); got != 200 {
 		t.Errorf("after the CA file broke: %d, want 200 (the CAs read before kept)", got)
+	}
+}
+
+// serverTLSBootstrap: the endpoint asks for its serving certificate with a
+// kubernetes.io/kubelet-serving CSR for system:node:<name> in system:nodes,
+// naming the node's IPs and name, with the serving usages; until it is
+// issued, handshakes fail.
+func TestServerBootstrapsItsServingCertificate(t *testing.T) {
+	cs := fake.NewClientset()
+	port := freeLoopbackPort(t)
+	s, err := NewServer(ServerConfig{Client: cs, NodeName: "node-a", Addresses: []string{"127.0.0.1"}, CertIPs: []string{"10.0.0.7"},
+		Port: port, CertDir: t.TempDir(), Bootstrap: true, Handler: http.NotFoundHandler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	var csr *certificatesv1.CertificateSigningRequest
+	deadline := time.Now().Add(20 * time.Second)
+	for csr == nil {
+		l, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) > 0 {
+			csr = &l.Items[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no CertificateSigningRequest in 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
+		t.Errorf("signer %q, want %q", csr.Spec.SignerName, certificatesv1.KubeletServingSignerName)
+	}
+	for _, u := range []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth} {
+		if !slices.Contains(csr.Spec.Usages, u) {
+			t.Errorf("usages %v lack %s", csr.Spec.Usages, u)
+		}
+	}
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		t.Fatalf("the request is not PEM: %q", csr.Spec.Request)
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Subject.CommonName != "system:node:node-a" || !slices.Equal(req.Subject.Organization, []string{"system:nodes"}) {
+		t.Errorf("subject %v", req.Subject)
+	}
+	var ips []string
+	for _, ip := range req.IPAddresses {
+		ips = append(ips, ip.String())
+	}
+	if !slices.Equal(ips, []string{"127.0.0.1", "10.0.0.7"}) || !slices.Equal(req.DNSNames, []string{"node-a"}) {
+		t.Errorf("SANs: IPs %v DNS %v", ips, req.DNSNames)
+	}
+	// Not issued: the handshake fails, naming why.
+	_, err = tls.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test's own
+	if err == nil {
+		t.Error("a handshake succeeded before the certificate was issued")
 	}
 }

@@ -37,7 +37,11 @@ func TestNodeModeReadoptsPodsAfterSIGKILL(t *testing.T) {
 
 	env := crienv.New(t)
 	a := newAgent(t, env, "")
-	a.appendConfig(fmt.Sprintf("kubeconfig: %q\nnodeName: %s\nnodeIP: 127.0.0.1\naddress: 127.0.0.1\nport: %d\n", kc, node, freeTCPPort(t)))
+	// The endpoint's serving certificate through a CSR (serverTLSBootstrap),
+	// approved here as a cluster admin would: the API server verifies it
+	// (--kubelet-certificate-authority) before kubectl exec gets through.
+	a.appendConfig(fmt.Sprintf("kubeconfig: %q\nnodeName: %s\nnodeIP: 127.0.0.1\naddress: 127.0.0.1\nport: %d\nserverTLSBootstrap: true\nauthentication: {x509: {clientCAFile: %q}}\n",
+		kc, node, freeTCPPort(t), cp.CACert))
 	a.start()
 	waitUntil(t, ctx, 90*time.Second, "node "+node+" Ready", func() error {
 		out, err := cp.Kubectl(ctx, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
@@ -94,6 +98,20 @@ spec:
 		}
 		return nil
 	})
+
+	csr := approveServingCSR(t, ctx, cp, node)
+	pod := ""
+	for name := range ids {
+		pod = name
+	}
+	waitUntil(t, ctx, 60*time.Second, "kubectl exec through the bootstrapped serving certificate", func() error {
+		out, err := cp.Kubectl(ctx, "exec", pod, "--", "echo", "served")
+		if err != nil || !strings.Contains(string(out), "served") {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	t.Logf("serving certificate issued through CSR %s; kubectl exec works", csr)
 
 	// From here every change the API sees is checked.
 	l, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=steady"})
@@ -164,6 +182,14 @@ spec:
 		return nil
 	})
 	t.Logf("re-adopted %.1f s after the kill", time.Since(killed).Seconds())
+	// The issued certificate was kept: the restarted endpoint serves with
+	// it at once, with no new CSR.
+	if out, err := cp.Kubectl(ctx, "exec", pod, "--", "echo", "served"); err != nil || !strings.Contains(string(out), "served") {
+		t.Errorf("kubectl exec after the restart: %v: %s", err, out)
+	}
+	if out, _ := cp.Kubectl(ctx, "get", "csr", "-o", "name"); strings.Count(string(out), "certificatesigningrequest") != 1 {
+		t.Errorf("CSRs after the restart, want the one approved: %s", out)
+	}
 	// Long enough for the probes, the status writer and a relist or two.
 	time.Sleep(15 * time.Second)
 	if s := kubectl("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); s != "True" {
@@ -207,6 +233,39 @@ spec:
 		}
 		return nil
 	})
+}
+
+// approveServingCSR waits for node's kubernetes.io/kubelet-serving CSR,
+// checks what it asks for, approves it and waits until the signer issued
+// it; it returns its name.
+func approveServingCSR(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, node string) string {
+	t.Helper()
+	var name string
+	waitUntil(t, ctx, 60*time.Second, "the node's serving CSR", func() error {
+		out, err := cp.Kubectl(ctx, "get", "csr", "-o",
+			`jsonpath={range .items[?(@.spec.signerName=="kubernetes.io/kubelet-serving")]}{.metadata.name} {.spec.username}{"\n"}{end}`)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[1] == "system:node:"+node {
+				name = f[0]
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet: %q", out)
+	})
+	if out, err := cp.Kubectl(ctx, "certificate", "approve", name); err != nil {
+		t.Fatalf("kubectl certificate approve %s: %v %s", name, err, out)
+	}
+	waitUntil(t, ctx, 60*time.Second, "CSR "+name+" issued", func() error {
+		out, err := cp.Kubectl(ctx, "get", "csr", name, "-o", "jsonpath={.status.certificate}")
+		if err != nil || len(out) == 0 {
+			return fmt.Errorf("not yet: %v", err)
+		}
+		return nil
+	})
+	return name
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -97,6 +97,12 @@ type runConfig struct {
 	// certificates (--kubelet-certificate-authority) refuses.
 	TLSCertFile       string `json:"tlsCertFile"`
 	TLSPrivateKeyFile string `json:"tlsPrivateKeyFile"`
+	// ServerTLSBootstrap (the kubelet's key) asks the API server for the
+	// endpoint's serving certificate instead: a CertificateSigningRequest
+	// of the kubernetes.io/kubelet-serving signer, which someone must
+	// approve (kubectl certificate approve); the issued pair is kept in
+	// <rootDir>/pki and renewed before it expires. Excludes tlsCertFile.
+	ServerTLSBootstrap bool `json:"serverTLSBootstrap"`
 	// Authentication of the endpoint's callers, the kubelet's
 	// authentication.x509.clientCAFile: client certificates of these CAs
 	// (the API server's --kubelet-client-certificate); each user is then

@@ -68,6 +68,9 @@ func (c runConfig) validateNode() error {
 	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
 		return errors.New("tlsCertFile and tlsPrivateKeyFile: give both or neither")
 	}
+	if c.ServerTLSBootstrap && c.TLSCertFile != "" {
+		return errors.New("serverTLSBootstrap and tlsCertFile: one or the other (the bootstrapped certificate replaces the file)")
+	}
 	for key, p := range map[string]string{"tlsCertFile": c.TLSCertFile, "tlsPrivateKeyFile": c.TLSPrivateKeyFile,
 		"authentication.x509.clientCAFile": c.Authentication.X509.ClientCAFile} {
 		if p != "" && !filepath.IsAbs(p) {
@@ -258,6 +261,7 @@ func startNodeMode(g *group.Group, cs kubernetes.Interface, nm nodeMode) (*kuben
 		ns, err := kubenode.NewServer(kubenode.ServerConfig{
 			Client: cs, NodeName: nm.node.Name, Addresses: nodeEndpointAddresses(nm.cfg), CertIPs: nm.node.HostIPs, Port: nm.cfg.Port,
 			CertFile: nm.cfg.TLSCertFile, KeyFile: nm.cfg.TLSPrivateKeyFile, CertDir: filepath.Join(nm.cfg.RootDir, "pki"),
+			Bootstrap:    nm.cfg.ServerTLSBootstrap,
 			ClientCAFile: nm.cfg.Authentication.X509.ClientCAFile,
 			Handler:      nm.endpoint.KubeletHandler(), OnStop: nm.endpoint.CloseSessions,
 			Log: nm.log.With("component", "node-endpoint"),
