@@ -159,7 +159,7 @@ FUZZ_TARGETS ?= \
 # only through qemu's user network with restrict=on (CLUSTER_NODE_FLAGS
 # picks the checks it needs). make test runs it at the end of the second
 # lanes chain.
-CLUSTER_NODE_FLAGS ?= -run 'TestNode/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|node_mode)'
+CLUSTER_NODE_FLAGS ?= -run '^TestNode$$/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|node_mode)'
 test-cluster: deps
 	@bin=$$(scripts/controlplane.sh) && \
 		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestControlPlane$$' ./internal/cluster/ && \

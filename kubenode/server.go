@@ -56,8 +56,8 @@ type ServerConfig struct {
 	CertDir           string
 	// Bootstrap (the kubelet's serverTLSBootstrap) asks the API server
 	// for the serving certificate instead (servingcert.go), kept in
-	// CertDir; until one is approved and issued, handshakes fail saying
-	// so. It excludes CertFile.
+	// CertDir; until one is approved and issued, handshakes fail (logged
+	// once at start). It excludes CertFile.
 	Bootstrap bool
 	// CertIPs are named in the self-signed certificate besides the
 	// Addresses (the node's IPs when it listens on 0.0.0.0).

@@ -184,9 +184,13 @@ spec:
 	t.Logf("re-adopted %.1f s after the kill", time.Since(killed).Seconds())
 	// The issued certificate was kept: the restarted endpoint serves with
 	// it at once, with no new CSR.
-	if out, err := cp.Kubectl(ctx, "exec", pod, "--", "echo", "served"); err != nil || !strings.Contains(string(out), "served") {
-		t.Errorf("kubectl exec after the restart: %v: %s", err, out)
-	}
+	waitUntil(t, ctx, 30*time.Second, "kubectl exec after the restart", func() error {
+		out, err := cp.Kubectl(ctx, "exec", pod, "--", "echo", "served")
+		if err != nil || !strings.Contains(string(out), "served") {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
 	if out, _ := cp.Kubectl(ctx, "get", "csr", "-o", "name"); strings.Count(string(out), "certificatesigningrequest") != 1 {
 		t.Errorf("CSRs after the restart, want the one approved: %s", out)
 	}
@@ -235,9 +239,11 @@ spec:
 	})
 }
 
-// approveServingCSR waits for node's kubernetes.io/kubelet-serving CSR,
-// checks what it asks for, approves it and waits until the signer issued
-// it; it returns its name.
+// approveServingCSR waits for node's kubernetes.io/kubelet-serving CSR
+// (the node's own, by its username), approves it as a cluster admin would
+// and waits until the signer issued it; it returns its name. What the
+// request asks for (subject, SANs, usages) is kubenode's
+// TestServerBootstrapsItsServingCertificate's.
 func approveServingCSR(t *testing.T, ctx context.Context, cp *cluster.ControlPlane, node string) string {
 	t.Helper()
 	var name string

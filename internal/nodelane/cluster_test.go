@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -116,7 +115,9 @@ func (n *node) nodeMode(t *testing.T) {
 	t.Cleanup(func() { n.restartAgent(t, standalone) })
 
 	// The guest's address in qemu's user network; the forward to the API
-	// server is the only place it reaches.
+	// server is the only place it reaches. udev loads virtio_net for the
+	// device; the modprobe makes sure.
+	_, _ = run(10*time.Second, "modprobe", "virtio_net")
 	nic, err := guestNIC()
 	if err != nil {
 		t.Fatal(err)
@@ -126,13 +127,15 @@ func (n *node) nodeMode(t *testing.T) {
 			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
 		}
 	}
-	if _, err := waitFor("the API server through qemu's forward", apiReachBound, func() (bool, string, error) {
-		c, err := net.DialTimeout("tcp", nodevm.ClusterAPIAddress, 5*time.Second)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		c.Close()
-		return true, "", nil
+	t.Cleanup(func() {
+		_, _ = run(10*time.Second, "ip", "addr", "flush", "dev", nic)
+		_, _ = run(10*time.Second, "ip", "link", "set", nic, "down")
+	})
+	// qemu answers the TCP handshake itself: only an answer from the API
+	// server says the relay reached it.
+	if _, err := waitFor("the API server's /readyz through qemu's forward", apiReachBound, func() (bool, string, error) {
+		out, err := kube("get", "--raw", "/readyz")
+		return err == nil && strings.TrimSpace(out) == "ok", out, nil
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,9 @@ func main() {
 		}
 	}
 	os.Setenv("PATH", strings.Join(path, string(filepath.ListSeparator)))
+	if args := os.Args[1:]; len(args) == 2 && args[0] == "-relay" {
+		os.Exit(relay(args[1]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], log)
 	stop()
@@ -62,19 +65,27 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, log *slog.Logger) int {
-	if len(args) == 2 && args[0] == "-relay" {
-		// qemu's guestfwd spawns this for each connection the guest
-		// makes to the control plane (nodevm.GuestNet).
-		if err := nodevm.Relay(args[1], os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintf(os.Stderr, "nodevm: %v\n", err)
-			return 1
-		}
-		return 0
-	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return lane(ctx, args, log)
 	}
 	return execTest(ctx, args[0], args[1:], log)
+}
+
+// relay is what qemu's guestfwd spawns for each connection the guest
+// makes to its control plane (nodevm.GuestNet). qemu gives it the
+// connection as its stdin, stdout and stderr alike: nothing may be
+// written to stderr (it would land in the guest's TLS stream), so an
+// error is only the exit status, and stderr goes to /dev/null before
+// anything can write to it (a panic's trace included).
+func relay(addr string) int {
+	if null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
+		_ = syscall.Dup2(int(null.Fd()), 2)
+		os.Stderr = null
+	}
+	if err := nodevm.Relay(addr, os.Stdin, os.Stdout); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // execTest is go test -exec mode.
