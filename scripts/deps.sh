@@ -32,6 +32,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps: installing ${need[*]} through apt"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# One apt-get at a time with the lane runners (internal/vmtest's aptLock),
+# and dpkg's own lock waited for: make test's lanes prepare side by side.
+mkdir -p /run/lock
+exec 9>/run/lock/nodeguard-apt.lock
+flock 9
+apt-get update -qq -o DPkg::Lock::Timeout=600
+apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${need[@]}" >/dev/null
+exec 9>&-
 echo "deps: installed ${need[*]}"

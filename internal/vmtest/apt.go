@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/nodeguard/nodeguard/internal/flock"
 )
 
 // Busybox is where busybox-static installs its binary.
@@ -96,14 +98,66 @@ func (a *apt) update(ctx context.Context) error {
 	}
 	a.updated = true
 	a.log.Info("updating apt package lists")
-	if out, err := run(ctx, "", "apt-get", "update", "-qq"); err != nil {
+	if out, err := run(ctx, "", "apt-get", "update", "-qq", "-o", "DPkg::Lock::Timeout="+dpkgLockTimeout); err != nil {
 		return fmt.Errorf("apt-get update: %w: %s", err, out)
 	}
 	return nil
 }
 
-// ensureTools installs the packages of missing host tools.
+// aptLock serialises the runners' apt-get runs: make test's two lanes
+// chains prepare at the same time, and dpkg takes one frontend at a time
+// (a second apt-get install fails at once on its lock). The wait for
+// dpkg's own lock (dpkgLockTimeout) covers everything else that runs
+// apt-get meanwhile (scripts/deps.sh, an unattended upgrade).
+const aptLock = "/run/lock/nodeguard-apt.lock"
+
+// dpkgLockTimeout is how long apt-get waits for dpkg's lock, in seconds.
+const dpkgLockTimeout = "600"
+
+// ensureTools installs the packages of missing host tools, under aptLock;
+// what another runner installed meanwhile is not installed again.
 func (a *apt) ensureTools(ctx context.Context, tools []HostTool) error {
+	if len(missingPackages(tools)) == 0 {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("install %s: not root: install them with apt-get", strings.Join(missingPackages(tools), " "))
+	}
+	if err := os.MkdirAll(filepath.Dir(aptLock), 0o755); err != nil {
+		return fmt.Errorf("install host tools: %w", err)
+	}
+	unlock, err := flock.Lock(ctx, aptLock)
+	if err != nil {
+		return fmt.Errorf("install host tools: %w", err)
+	}
+	defer unlock()
+	need := missingPackages(tools)
+	if len(need) == 0 {
+		return nil
+	}
+	if !listsPresent() {
+		if err := a.update(ctx); err != nil {
+			return err
+		}
+	}
+	a.log.Info("installing host tools through apt", "packages", strings.Join(need, " "))
+	args := append([]string{"install", "-y", "-qq", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=" + dpkgLockTimeout}, need...)
+	out, err := run(ctx, "", "apt-get", args...)
+	if err != nil && !a.updated {
+		if uerr := a.update(ctx); uerr != nil {
+			return uerr
+		}
+		out, err = run(ctx, "", "apt-get", args...)
+	}
+	if err != nil {
+		return fmt.Errorf("apt-get install %s: %w: %s", strings.Join(need, " "), err, out)
+	}
+	return nil
+}
+
+// missingPackages are the packages of the tools that are missing or
+// unusable.
+func missingPackages(tools []HostTool) []string {
 	var need []string
 	for _, t := range tools {
 		p := t.Path
@@ -119,30 +173,7 @@ func (a *apt) ensureTools(ctx context.Context, tools []HostTool) error {
 			need = appendOnce(need, t.Package)
 		}
 	}
-	if len(need) == 0 {
-		return nil
-	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("install %s: not root: install them with apt-get", strings.Join(need, " "))
-	}
-	if !listsPresent() {
-		if err := a.update(ctx); err != nil {
-			return err
-		}
-	}
-	a.log.Info("installing host tools through apt", "packages", strings.Join(need, " "))
-	args := append([]string{"install", "-y", "-qq", "--no-install-recommends"}, need...)
-	out, err := run(ctx, "", "apt-get", args...)
-	if err != nil && !a.updated {
-		if uerr := a.update(ctx); uerr != nil {
-			return uerr
-		}
-		out, err = run(ctx, "", "apt-get", args...)
-	}
-	if err != nil {
-		return fmt.Errorf("apt-get install %s: %w: %s", strings.Join(need, " "), err, out)
-	}
-	return nil
+	return need
 }
 
 // appendOnce appends s to list unless it is there already.
