@@ -2,16 +2,20 @@
 # lanes.sh MAKE runs make test's VM-backed lanes in two chains side by
 # side, each line prefixed with its chain's name:
 #
-#   node            the node lane on Debian's containerd 1.6.20, with the
-#                   quick OOM race (the longer chain: ~14.5 min warm, the
-#                   race ~5 min of it);
-#   node-2+vm+fuzz+cluster  the node lane on containerd 2.x, then the VM lane
-#                   (both kernels), then every fuzz target for FUZZTIME
-#                   (7 s) with one fuzzing worker (FUZZ_PARALLEL=1), so
-#                   that the first chain's guest keeps its core, then
-#                   the cluster lane (make test-cluster: the control
-#                   plane from its cache, or built into it the first
-#                   time).
+#   node+cluster-node  the node lane on Debian's containerd 1.6.20, with
+#                   the quick OOM race (~14.5 min warm, the race ~5 min
+#                   of it), then the node lane's node-mode run (make
+#                   test-cluster-node: the control plane from its cache,
+#                   or built into it the first time: ~25 min cold, the
+#                   longest build of a cold run, so it starts in the chain
+#                   whose lanes end first);
+#   node-2+vm+fuzz+cluster-host  the node lane on containerd 2.x, then the
+#                   VM lane (both kernels), then every fuzz target for
+#                   FUZZTIME (7 s) with one fuzzing worker
+#                   (FUZZ_PARALLEL=1), so that the first chain's guest
+#                   keeps its core, then the cluster lane's host tests
+#                   (make test-cluster-host; the control plane's build is
+#                   shared through its flock).
 #
 # Every guest runs on one host thread (single-threaded TCG), so on this
 # machine's 2 cores the two chains each have a core to themselves, and
@@ -54,16 +58,17 @@ chain() {
 	pid[$name]=$!
 }
 
-chain node "$make" --no-print-directory test-node NODE_CONTAINERD=debian \
-	BIN=bin/nodeguard-lane-node NODEVM=bin/nodevm-lane-node NODE_OUT=out/node
-chain node-2+vm+fuzz+cluster bash -c '"$1" --no-print-directory test-node NODE_CONTAINERD="$2" \
+chain node+cluster-node bash -c '"$1" --no-print-directory test-node NODE_CONTAINERD=debian \
+		BIN=bin/nodeguard-lane-node NODEVM=bin/nodevm-lane-node NODE_OUT=out/node &&
+	"$1" --no-print-directory test-cluster-node' _ "$make"
+chain node-2+vm+fuzz+cluster-host bash -c '"$1" --no-print-directory test-node NODE_CONTAINERD="$2" \
 		BIN=bin/nodeguard-lane-node-2 NODEVM=bin/nodevm-lane-node-2 NODE_OUT=out/node-2 &&
 	"$1" --no-print-directory test-vm VMRUN=bin/vmrun-lane &&
 	FUZZ_PARALLEL=1 "$1" --no-print-directory fuzz FUZZTIME="$3" &&
-	"$1" --no-print-directory test-cluster' _ "$make" "${NODE_CONTAINERD_2:-v2.4.2}" "${FUZZTIME:-7s}"
+	"$1" --no-print-directory test-cluster-host' _ "$make" "${NODE_CONTAINERD_2:-v2.4.2}" "${FUZZTIME:-7s}"
 
 failed=()
-for name in node node-2+vm+fuzz+cluster; do
+for name in node+cluster-node node-2+vm+fuzz+cluster-host; do
 	wait "${pid[$name]}" || failed+=("$name")
 done
 secs=$(($(date +%s) - start))
