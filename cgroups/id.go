@@ -86,9 +86,35 @@ func walk(dir string, fn func(string) error) error {
 		if !e.Type().IsDir() {
 			continue
 		}
-		if err := walk(filepath.Join(dir, e.Name()), fn); err != nil {
+		child := filepath.Join(dir, e.Name())
+		if leaf, gone := leafDir(child); gone {
+			continue // removed since dir was listed
+		} else if leaf {
+			// No cgroup beneath it: nothing to list. A pod's container
+			// cgroups are most of a node's, and each lists dozens of
+			// files.
+			if err := fn(child); err != nil && !errors.Is(err, fs.SkipDir) {
+				return err
+			}
+			continue
+		}
+		if err := walk(child, fn); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// leafDir reports whether the cgroup directory dir has no subdirectory,
+// from its link count alone (one lstat, where listing it reads every
+// control file's name): kernfs, which both cgroup file systems are, keeps
+// a directory's at 2 + its subdirectories, as ext4 and tmpfs do. A file
+// system that does not (btrfs keeps 1) is listed as before. gone: dir is
+// no longer there.
+func leafDir(dir string) (leaf, gone bool) {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return false, errors.Is(err, unix.ENOENT)
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Nlink == 2, false
 }
