@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -115,10 +116,12 @@ func ParseStatusRSS(b []byte) (rss uint64, ok bool, err error) {
 }
 
 // ReadProcUsage reads the usage of process pid from procDir (/proc). A
-// process that is gone gives an error matching os.ErrNotExist.
+// process that is gone gives an error matching os.ErrNotExist, also when
+// it exits between the open and the read of a file (ESRCH: a shim of a
+// churned pod does, now and then).
 func ReadProcUsage(procDir string, pid int) (ProcUsage, error) {
 	base := filepath.Join(procDir, strconv.Itoa(pid))
-	stat, err := os.ReadFile(filepath.Join(base, "stat"))
+	stat, err := readProcFile(filepath.Join(base, "stat"))
 	if err != nil {
 		return ProcUsage{}, err
 	}
@@ -126,7 +129,7 @@ func ReadProcUsage(procDir string, pid int) (ProcUsage, error) {
 	if err != nil {
 		return ProcUsage{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	status, err := os.ReadFile(filepath.Join(base, "status"))
+	status, err := readProcFile(filepath.Join(base, "status"))
 	if err != nil {
 		return ProcUsage{}, err
 	}
@@ -135,6 +138,16 @@ func ReadProcUsage(procDir string, pid int) (ProcUsage, error) {
 		return ProcUsage{}, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	return ProcUsage{CPU: cpu, RSS: rss, Start: start}, nil
+}
+
+// readProcFile reads a file of a process's /proc directory; the process
+// gone while it is read (ESRCH) is os.ErrNotExist, as gone before.
+func readProcFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil, fmt.Errorf("%w: %w", os.ErrNotExist, err)
+	}
+	return b, err
 }
 
 // FindProcs returns the pids in procDir whose argv (cmdline split on NUL)
