@@ -104,13 +104,7 @@ spec:
 	for name := range ids {
 		pod = name
 	}
-	waitUntil(t, ctx, 60*time.Second, "kubectl exec through the bootstrapped serving certificate", func() error {
-		out, err := cp.Kubectl(ctx, "exec", pod, "--", "echo", "served")
-		if err != nil || !strings.Contains(string(out), "served") {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	})
+	waitUntil(t, ctx, 60*time.Second, "kubectl exec through the bootstrapped serving certificate", func() error { return execServed(ctx, cp, pod) })
 	t.Logf("serving certificate issued through CSR %s; kubectl exec works", csr)
 
 	// From here every change the API sees is checked.
@@ -184,13 +178,7 @@ spec:
 	t.Logf("re-adopted %.1f s after the kill", time.Since(killed).Seconds())
 	// The issued certificate was kept: the restarted endpoint serves with
 	// it at once, with no new CSR.
-	waitUntil(t, ctx, 30*time.Second, "kubectl exec after the restart", func() error {
-		out, err := cp.Kubectl(ctx, "exec", pod, "--", "echo", "served")
-		if err != nil || !strings.Contains(string(out), "served") {
-			return fmt.Errorf("%v: %s", err, out)
-		}
-		return nil
-	})
+	waitUntil(t, ctx, 30*time.Second, "kubectl exec after the restart", func() error { return execServed(ctx, cp, pod) })
 	if out, _ := cp.Kubectl(ctx, "get", "csr", "-o", "name"); strings.Count(string(out), "certificatesigningrequest") != 1 {
 		t.Errorf("CSRs after the restart, want the one approved: %s", out)
 	}
@@ -237,6 +225,16 @@ spec:
 		}
 		return nil
 	})
+}
+
+// execServed runs `kubectl exec pod -- echo served` through the API
+// server and the node's endpoint.
+func execServed(ctx context.Context, cp *cluster.ControlPlane, pod string) error {
+	out, err := cp.Kubectl(ctx, "exec", pod, "--", "echo", "served")
+	if err != nil || !strings.Contains(string(out), "served") {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
 }
 
 // approveServingCSR waits for node's kubernetes.io/kubelet-serving CSR

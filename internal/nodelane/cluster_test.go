@@ -62,18 +62,23 @@ spec:
           limits: {memory: 64Mi}
 `
 
-// kube runs the payload's kubectl as the guest's admin.
-func kube(args ...string) (string, error) {
+// kubectlArgs is the payload's kubectl as the guest's admin, with args.
+func kubectlArgs(args ...string) (string, []string) {
 	dir := nodevm.ClusterDir
-	return run(kubectlBound, filepath.Join(dir, nodevm.ClusterKubectl),
-		append([]string{"--kubeconfig", filepath.Join(dir, nodevm.ClusterAdminKubeconfig), "--cache-dir", "/tmp/kubectl-cache"}, args...)...)
+	return filepath.Join(dir, nodevm.ClusterKubectl),
+		append([]string{"--kubeconfig", filepath.Join(dir, nodevm.ClusterAdminKubeconfig), "--cache-dir", "/tmp/kubectl-cache"}, args...)
+}
+
+// kube runs kubectl with args and returns its combined output.
+func kube(args ...string) (string, error) {
+	name, a := kubectlArgs(args...)
+	return run(kubectlBound, name, a...)
 }
 
 // kubeJSON runs kubectl get ... -o json into v.
 func kubeJSON(v any, args ...string) error {
-	dir := nodevm.ClusterDir
-	out, err := stdout(kubectlBound, filepath.Join(dir, nodevm.ClusterKubectl),
-		append([]string{"--kubeconfig", filepath.Join(dir, nodevm.ClusterAdminKubeconfig), "--cache-dir", "/tmp/kubectl-cache"}, append(args, "-o", "json")...)...)
+	name, a := kubectlArgs(append(args, "-o", "json")...)
+	out, err := stdout(kubectlBound, name, a...)
 	if err != nil {
 		return err
 	}

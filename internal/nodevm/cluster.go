@@ -82,9 +82,6 @@ type GuestNet struct {
 // restrict=on (the guest reaches no address but the forwarded one) and no
 // IPv6, on a virtio-mmio device.
 func (n *GuestNet) netArgs() ([]string, error) {
-	if n == nil {
-		return []string{"-nic", "none"}, nil
-	}
 	host, port, ok := strings.Cut(ClusterAPIAddress, ":")
 	if !ok || n.NodePort <= 0 || n.NodePort > 65535 {
 		return nil, fmt.Errorf("guest network: bad forward %s or node port %d", ClusterAPIAddress, n.NodePort)
