@@ -109,7 +109,7 @@ func newScrapeCollector(e *Exporter) prometheus.Collector { return &scrapeCollec
 func (c *scrapeCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.e.opts.Snapshots.Latest()
+	snap := c.e.opts.Snapshots.Scrape()
 	run := func(name string, fn func() error) {
 		start := time.Now()
 		err := fn()

@@ -10,9 +10,11 @@ import (
 	"github.com/nodeguard/nodeguard/pressure"
 )
 
-// SnapshotSource hands out the newest snapshot (nil before the first).
+// SnapshotSource hands out the snapshot a scrape reports: the newest,
+// with every cgroup's readings recent, read for the scrape if need be
+// (pressure.Sensor.Scrape); nil before the first.
 type SnapshotSource interface {
-	Latest() *pressure.Snapshot
+	Scrape() *pressure.Snapshot
 }
 
 // FullSource hands out full statistics (cpu, io, pids) for a scrape:

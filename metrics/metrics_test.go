@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")
 
 type fixedSnapshots struct{ s *pressure.Snapshot }
 
-func (f fixedSnapshots) Latest() *pressure.Snapshot { return f.s }
+func (f fixedSnapshots) Scrape() *pressure.Snapshot { return f.s }
 
 type fixedFull struct{ f *pressure.FullStats }
 

@@ -25,10 +25,15 @@ type Sensor struct {
 	full    atomic.Pointer[FullStats]
 	// fullMu serialises readings of full statistics (Full); stater and
 	// fullEvery are set once by EnableFull.
-	fullMu    sync.Mutex
+	fullMu sync.Mutex
+	// coldMu lets one scrape at a time take a snapshot for it (Scrape).
+	coldMu    sync.Mutex
 	stater    *cgstat.Stater
 	fullEvery time.Duration
 	wake      chan struct{}
+	// runCtx is Run's context, under which a scrape's snapshot is taken
+	// (Scrape): it ends with the Sensor, not with one scrape.
+	runCtx atomic.Pointer[context.Context]
 	// snapMu serialises snapshots: the tick's and Fresh's share the
 	// Snapshotter's open files.
 	snapMu sync.Mutex
@@ -70,6 +75,7 @@ func (s *Sensor) Remove(rel string) { s.snap.Remove(rel) }
 
 // Run takes snapshots, and hands them to OnSnapshot, until ctx is done.
 func (s *Sensor) Run(ctx context.Context) {
+	s.runCtx.Store(&ctx)
 	done := make(chan struct{})
 	defer func() { <-done }()
 	go func() {
@@ -134,17 +140,48 @@ func (s *Sensor) FreshCalm(ctx context.Context) *Snapshot {
 func (s *Sensor) take(ctx context.Context) *Snapshot { return s.takeCalm(ctx, false) }
 
 func (s *Sensor) takeCalm(ctx context.Context, calm bool) *Snapshot {
+	if calm {
+		return s.takeWith(ctx, s.snap.SnapshotCalm)
+	}
+	return s.takeWith(ctx, s.snap.Snapshot)
+}
+
+func (s *Sensor) takeWith(ctx context.Context, read func(context.Context, time.Time) *Snapshot) *Snapshot {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
-	var snap *Snapshot
-	if calm {
-		snap = s.snap.SnapshotCalm(ctx, s.now())
-	} else {
-		snap = s.snap.Snapshot(ctx, s.now())
-	}
+	snap := read(ctx, s.now())
 	s.latest.Store(snap)
 	s.publish(snap) // under snapMu: published in the order taken
 	return snap
+}
+
+// Scrape is the snapshot a metrics scrape reports: the newest one when
+// the cold cgroups' readings in it (Snapshot.ColdAt) are younger than the
+// full statistics' interval (EnableFull; DefaultFullEvery), or else a new
+// one that reads them (Snapshotter.SnapshotCold), taken under Run's
+// context. The cold cgroups, the containers' beneath the pods, feed only
+// metrics, so they are read when metrics are asked for and not on ticks
+// of their own; scrapes that come together share one reading. Nil before
+// the first snapshot, and the newest as it is before Run starts.
+func (s *Sensor) Scrape() *Snapshot {
+	snap := s.Latest()
+	ctx := s.runCtx.Load()
+	if snap == nil || ctx == nil || (*ctx).Err() != nil {
+		return snap
+	}
+	every := s.fullEvery
+	if every <= 0 {
+		every = DefaultFullEvery
+	}
+	if !snap.ColdAt.IsZero() && s.now().Sub(snap.ColdAt) < every {
+		return snap
+	}
+	s.coldMu.Lock()
+	defer s.coldMu.Unlock()
+	if snap := s.Latest(); !snap.ColdAt.IsZero() && s.now().Sub(snap.ColdAt) < every {
+		return snap // read by the scrape this one waited for
+	}
+	return s.takeWith(*ctx, s.snap.SnapshotCold)
 }
 
 // publish hands snap to Run's observer goroutine, replacing a snapshot it

@@ -2,6 +2,7 @@ package pressure_test
 
 import (
 	"context"
+	"path"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,6 +170,70 @@ func TestFullIsReadWhenAskedAndReusedWithinItsInterval(t *testing.T) {
 	for i, fs := range got {
 		if fs != got[0] {
 			t.Errorf("callers asking together after the interval got readings of their own (%d)", i)
+		}
+	}
+}
+
+// Scrape hands a scrape the newest snapshot while its cold cgroups'
+// readings are younger than the interval, and otherwise takes one that
+// reads them (once for the callers that ask together), which becomes the
+// newest; before Run it takes none.
+func TestScrapeReadsTheColdCgroupsWhenTheyAreOld(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	parent := cgtest.New(t)
+	cold := parent.Child(t, "cold")
+	snapper, err := pressure.New(pressure.Config{Layout: parent.Layout(), Roots: []string{parent.Rel()},
+		Hot: func(fromRoot string) bool { return path.Base(fromRoot) != "cold" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { snapper.Close() })
+	var clock atomic.Int64 // seconds past base
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(clock.Load()) * time.Second) }
+	sensor := pressure.NewSensor(snapper, time.Hour, now)
+	if snap := sensor.Scrape(); snap != nil {
+		t.Fatalf("Scrape before any snapshot = %v, want nil", snap.Time)
+	}
+	sensor.Fresh(t.Context())
+	if snap := sensor.Scrape(); snap != sensor.Latest() || !snap.ColdAt.IsZero() {
+		t.Fatalf("Scrape before Run took a snapshot of its own (ColdAt %v)", snap.ColdAt)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan struct{})
+	before := sensor.Latest()
+	go func() { sensor.Run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }()
+	for deadline := time.Now().Add(10 * time.Second); sensor.Latest() == before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run took no snapshot at its start in 10 s")
+		}
+	}
+
+	clock.Store(1)
+	first := sensor.Scrape()
+	if first == nil || !first.ColdAt.Equal(now()) || sensor.Latest() != first {
+		t.Fatalf("the first Scrape under Run: ColdAt %v, newest %v; want a cold snapshot at %v, made the newest", first.ColdAt, sensor.Latest() == first, now())
+	}
+	c, ok := find(first, memRel(cold))
+	if !ok || !c.MemoryAt.Equal(now()) {
+		t.Fatalf("the cold cgroup in the scrape's snapshot: found %v, read at %v, want %v", ok, c.MemoryAt, now())
+	}
+	clock.Store(5)
+	sensor.Fresh(t.Context()) // a tick's snapshot: the cold reading carried
+	if snap := sensor.Scrape(); snap != sensor.Latest() || !snap.ColdAt.Equal(first.ColdAt) {
+		t.Fatalf("Scrape within the interval took a snapshot (ColdAt %v), want the newest, which carries %v", snap.ColdAt, first.ColdAt)
+	}
+	clock.Store(6)
+	got := make([]*pressure.Snapshot, 8)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i] = sensor.Scrape() })
+	}
+	wg.Wait()
+	for i, snap := range got {
+		if snap != got[0] || !snap.ColdAt.Equal(now()) {
+			t.Fatalf("scrape %d after the interval: ColdAt %v (same as the first caller's: %v), want one new cold snapshot at %v", i, snap.ColdAt, snap == got[0], now())
 		}
 	}
 }

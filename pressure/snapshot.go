@@ -36,16 +36,17 @@ type Cgroup struct {
 	Rel, Dir string
 	Memory   cgstat.Memory
 	// MemoryAt is when Memory was read: the Snapshot's Time for a hot
-	// cgroup (Config.Hot), the last slow tick for a cold one, which is
-	// read only then.
+	// cgroup (Config.Hot), for a cold one the last snapshot that read the
+	// cold cgroups (Snapshotter.SnapshotCold) or admitted it.
 	MemoryAt time.Time
 	// CPU and IO pressure from the cgroup2 directory (HasCPU/HasIO),
 	// read every Config.SlowEvery snapshots at SlowAt. Memory limits and
 	// event counters are refreshed on the same slow ticks; usage,
-	// memory.stat and memory pressure on every tick, or only on the slow
-	// ones for a cgroup that is not Config.Hot. The slow figures feed
-	// metrics, not decisions (OOM kills arrive as kernel events), and
-	// leaving them out halves the cost of a tick.
+	// memory.stat and memory pressure on every tick. A cgroup that is not
+	// Config.Hot is read (all of it) only by the snapshots that ask for
+	// the cold cgroups. The slow figures feed metrics, not decisions (OOM
+	// kills arrive as kernel events), and leaving them out halves the
+	// cost of a tick.
 	CPU, IO       psi.Stats
 	HasCPU, HasIO bool
 	SlowAt        time.Time
@@ -83,6 +84,10 @@ type Snapshot struct {
 	Node    Node
 	Signals []nodestats.Observation
 	Cgroups []Cgroup
+	// ColdAt is when the cold cgroups (Config.Hot) were last read: the
+	// Snapshot's Time when it read them (Snapshotter.SnapshotCold),
+	// earlier when it carries an older reading, zero before the first.
+	ColdAt time.Time
 	// Errors are node-level read failures; per-cgroup errors are in
 	// Cgroup.Err.
 	Errors []error
@@ -134,16 +139,20 @@ type Config struct {
 	// snapshot (default 5) and carried over in between.
 	SlowEvery int
 	// Hot says which cgroups have their usage, memory.stat and memory
-	// pressure read on every snapshot (all when nil). The others are read
-	// whole on slow ticks only and carried over in between, as their cpu
-	// and io pressure are; one removed meanwhile stays in the snapshots
-	// until the kernel's rmdir event (Remove) or the next slow tick.
-	// Hot is given the cgroup's path from its monitored root on, the
-	// root's own name first ("kubepods/burstable/pod<uid>/<ctr>"), never
-	// what lies above the root. nodeguard run makes the pod cgroups and
-	// those above them hot: the eviction policy decides on pods, and their
-	// containers' cgroups (two of every three beneath kubepods) feed only
-	// metrics and the ids of kernel events.
+	// pressure read on every snapshot (all when nil). The others, the
+	// cold ones, are read whole when they are admitted and then only by
+	// the snapshots that ask for them (SnapshotCold: a metrics scrape),
+	// their last reading carried over in between; one removed meanwhile
+	// stays in the snapshots until the kernel's rmdir event (Remove), the
+	// next rescan that misses it, or the next cold snapshot. Hot is given
+	// the cgroup's path from its monitored root on, the root's own name
+	// first ("kubepods/burstable/pod<uid>/<ctr>"), never what lies above
+	// the root. nodeguard run makes the pod cgroups and those above them
+	// hot: the eviction policy decides on pods, and their containers'
+	// cgroups (two of every three beneath kubepods) feed only metrics and
+	// the ids of kernel events; at 250 pods reading them on every 5th tick
+	// cost a third of the agent's snapshots, whether or not anything
+	// scraped the metrics.
 	Hot func(fromRoot string) bool
 	// Calm names, among the hot cgroups, those that a calm snapshot
 	// (SnapshotCalm) reads as cold ones: nodeguard run names the pods'
@@ -173,6 +182,12 @@ type Snapshotter struct {
 	pending []string          // Rels added since the last tick
 	retired []*entry          // removed since the last tick, still open
 	scanned time.Time
+	// sorted is entries in the order of their Rel, the order a Snapshot
+	// lists them in; nil when entries changed since it was made (sorting
+	// ~750 paths every tick cost a tenth of a snapshot at 250 pods).
+	sorted []*entry
+	// coldAt is when the cold cgroups were last read (SnapshotCold).
+	coldAt time.Time
 
 	meminfo *nodestats.MeminfoReader
 	vmstat  *nodestats.VmstatReader
@@ -203,15 +218,18 @@ type entry struct {
 	hasCPU, hasIO bool
 	slowAt        time.Time
 
-	memAt   time.Time
-	hot     bool // read on every tick (Config.Hot)
-	calm    bool // read as a cold one by a calm snapshot (Config.Calm)
-	rel     string
-	key     CgroupKey
-	uid     uint64
-	dir     string
-	reader  *cgstat.Reader
-	cpu, io *psi.File
+	memAt time.Time
+	// admitted is when the entry was opened: a rescan whose walk began
+	// later and did not see its directory retires it.
+	admitted time.Time
+	hot      bool // read on every tick (Config.Hot)
+	calm     bool // read as a cold one by a calm snapshot (Config.Calm)
+	rel      string
+	key      CgroupKey
+	uid      uint64
+	dir      string
+	reader   *cgstat.Reader
+	cpu, io  *psi.File
 }
 
 // New opens the node-wide files and scans the roots once.
@@ -324,9 +342,15 @@ func (s *Snapshotter) Add(rel string) {
 func (s *Snapshotter) Remove(rel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.removeLocked(rel)
+}
+
+// removeLocked retires the entry of rel, under mu.
+func (s *Snapshotter) removeLocked(rel string) {
 	if e, ok := s.entries[rel]; ok {
 		delete(s.entries, rel)
 		s.retired = append(s.retired, e)
+		s.sorted = nil
 	}
 }
 
@@ -360,8 +384,12 @@ func (e *entry) close() {
 }
 
 // rescan walks the roots in the memory hierarchy and adds the cgroups it
-// does not know; those that vanished are dropped when a read says so.
+// does not know, and retires those it knew before the walk began and did
+// not find (a cold cgroup is not read between cold snapshots, so no read
+// would tell that it vanished). Others that vanish are dropped when a
+// read says so.
 func (s *Snapshotter) rescan() error {
+	began := time.Now()
 	var rels []string
 	for _, r := range s.roots {
 		err := cgroups.Walk(r.mem.Path, func(p string) error {
@@ -374,12 +402,19 @@ func (s *Snapshotter) rescan() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	found := make(map[string]bool, len(rels))
 	for _, rel := range rels {
+		found[rel] = true
 		if _, ok := s.entries[rel]; !ok {
 			s.pending = append(s.pending, rel)
 		}
 	}
-	s.scanned = time.Now()
+	for rel, e := range s.entries {
+		if !found[rel] && e.admitted.Before(began) {
+			s.removeLocked(rel)
+		}
+	}
+	s.scanned = began
 	return nil
 }
 
@@ -405,6 +440,7 @@ func (s *Snapshotter) admit() {
 		}
 		s.mu.Lock()
 		s.entries[rel] = e
+		s.sorted = nil
 		s.mu.Unlock()
 	}
 }
@@ -468,7 +504,7 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &entry{rel: rel, dir: src.Memory, key: CgroupKey{ID: id, HierarchyID: s.cfg.Layout.Memory.ID}, reader: cgstat.NewReader(src),
+	e := &entry{rel: rel, dir: src.Memory, key: CgroupKey{ID: id, HierarchyID: s.cfg.Layout.Memory.ID}, reader: cgstat.NewReader(src), admitted: time.Now(),
 		hot: s.cfg.Hot == nil || s.cfg.Hot(s.fromRoot(rel)), calm: s.cfg.Calm != nil && s.cfg.Calm(s.fromRoot(rel))}
 	if src.PSI != "" {
 		if uid, err := cgroups.ID(src.PSI); err == nil {
@@ -486,20 +522,36 @@ func (s *Snapshotter) open(rel string) (*entry, error) {
 	return e, nil
 }
 
-// Snapshot reads everything once. now is the time the Snapshot is taken
-// at (injected: the caller's clock).
+// Snapshot reads the node and the hot cgroups (Config.Hot) once; cold
+// ones carry their last reading. now is the time the Snapshot is taken at
+// (injected: the caller's clock).
 func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
-	return s.snapshot(ctx, now, false)
+	return s.snapshot(ctx, now, readMode{})
 }
 
 // SnapshotCalm is Snapshot with the cgroups Config.Calm names read as cold
 // ones: between slow ticks they carry their last reading (Cgroup.MemoryAt
 // says how old). Slow ticks count calm snapshots as others.
 func (s *Snapshotter) SnapshotCalm(ctx context.Context, now time.Time) *Snapshot {
-	return s.snapshot(ctx, now, true)
+	return s.snapshot(ctx, now, readMode{calm: true})
 }
 
-func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, calm bool) *Snapshot {
+// SnapshotCold is Snapshot that reads the cold cgroups too, all of each
+// (limits, event counters, cpu and io pressure): what a metrics scrape
+// reports. With every cgroup hot (Config.Hot nil) it is Snapshot.
+func (s *Snapshotter) SnapshotCold(ctx context.Context, now time.Time) *Snapshot {
+	return s.snapshot(ctx, now, readMode{cold: true})
+}
+
+// readMode says which cgroups a snapshot reads beyond the hot ones.
+type readMode struct {
+	// calm: the Config.Calm ones are read as cold ones.
+	calm bool
+	// cold: the cold ones are read too.
+	cold bool
+}
+
+func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, mode readMode) *Snapshot {
 	start := time.Now()
 	s.closeRetired()
 	if now.Sub(s.scanned) >= s.cfg.RescanEvery {
@@ -511,31 +563,34 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, calm bool) *S
 	snap := &Snapshot{Time: now}
 	s.readNode(ctx, snap)
 
-	s.mu.Lock()
-	entries := make([]*entry, 0, len(s.entries))
-	for _, e := range s.entries {
-		entries = append(entries, e)
-	}
-	s.mu.Unlock()
-	slices.SortFunc(entries, func(a, b *entry) int { return strings.Compare(a.rel, b.rel) })
-
+	entries := s.inOrder()
 	slow := s.ticks%s.cfg.SlowEvery == 0
 	s.ticks++
 	snap.Cgroups = make([]Cgroup, 0, len(entries))
 	var gone []string
 	for _, e := range entries {
 		c := Cgroup{Key: e.key, UnifiedID: e.uid, Rel: e.rel, Dir: e.dir}
-		// Limits and event counters are read on slow ticks only; usage,
-		// memory.stat and memory pressure on every tick, or for a cold
-		// cgroup (Config.Hot) on slow ticks only.
+		// A hot cgroup: limits and event counters on slow ticks only;
+		// usage, memory.stat and memory pressure on every tick, unless
+		// the snapshot is calm and the cgroup one of Config.Calm's. A
+		// cold cgroup: all of it when admitted and when the snapshot
+		// asks for the cold ones, nothing otherwise.
 		var read func(*cgstat.Memory) error
+		readSlow := slow
 		switch {
-		case slow || !e.full:
+		case !e.full:
+			read, readSlow = e.reader.Read, true
+		case !e.hot:
+			if mode.cold {
+				read = e.reader.Read
+			}
+			readSlow = mode.cold
+		case slow:
 			read = e.reader.Read
-		case e.hot && !(calm && e.calm):
+		case !(mode.calm && e.calm):
 			read = e.reader.ReadHot
 		}
-		// A cold cgroup between slow ticks (read nil) keeps its last reading.
+		// A cgroup not read now keeps its last reading.
 		c.Memory, c.MemoryAt = e.mem, e.memAt
 		if read != nil {
 			err := read(&c.Memory)
@@ -551,7 +606,7 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, calm bool) *S
 				e.mem, e.memAt, e.full = c.Memory, now, true
 			}
 		}
-		if slow || e.slowAt.IsZero() {
+		if readSlow || e.slowAt.IsZero() {
 			e.readSlow(now, &c)
 		}
 		c.CPU, c.HasCPU, c.IO, c.HasIO, c.SlowAt = e.cpuSt, e.hasCPU, e.ioSt, e.hasIO, e.slowAt
@@ -560,9 +615,29 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, calm bool) *S
 	for _, rel := range gone {
 		s.Remove(rel)
 	}
+	if mode.cold || s.cfg.Hot == nil {
+		s.coldAt = now
+	}
+	snap.ColdAt = s.coldAt
 	snap.Signals = s.signals(snap)
 	snap.Took = time.Since(start)
 	return snap
+}
+
+// inOrder is the entries sorted by Rel, sorted again only when they
+// changed.
+func (s *Snapshotter) inOrder() []*entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sorted == nil {
+		s.sorted = make([]*entry, 0, len(s.entries))
+		for _, e := range s.entries {
+			s.sorted = append(s.sorted, e)
+		}
+		slices.SortFunc(s.sorted, func(a, b *entry) int { return strings.Compare(a.rel, b.rel) })
+	}
+	// The caller reads it outside the lock: a change makes a new slice.
+	return s.sorted
 }
 
 // readSlow reads cpu and io pressure; an error other than "unsupported"

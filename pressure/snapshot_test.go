@@ -247,17 +247,19 @@ func memRel(s *cgtest.Sandbox) string {
 	return ""
 }
 
-// TestColdCgroupsAreReadOnSlowTicks: a cgroup that Config.Hot leaves out
-// (a container's, in nodeguard run) has its memory read on slow ticks only
-// and its last reading carried in between; the hot one above it (its
-// pod's) is read on every tick, and sees the memory the container takes
-// at once.
+// TestColdCgroupsAreReadWhenAskedFor: a cgroup that Config.Hot leaves out
+// (a container's, in nodeguard run) is read when it is admitted and then
+// only by a snapshot that asks for the cold cgroups (SnapshotCold, what a
+// metrics scrape takes), its last reading carried in between, slow ticks
+// included; the hot one above it (its pod's) is read on every tick, and
+// sees the memory the container takes at once. Snapshot.ColdAt says when
+// the cold ones were read.
 //
 // The cgroups are named as nodeguard run's (cgroupfs driver) and told
 // apart by its own rule, kubepods.BeneathPod, under a relative root whose
 // parent is itself named as a pod's (an agent run inside a pod): what
 // lies above the root must not make the pods beneath it cold.
-func TestColdCgroupsAreReadOnSlowTicks(t *testing.T) {
+func TestColdCgroupsAreReadWhenAskedFor(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	outer := cgtest.New(t).Child(t, "pod0f1e2d3c-aaaa-bbbb-cccc-000000000001")
 	kube := outer.Child(t, "kubepods")
@@ -272,9 +274,14 @@ func TestColdCgroupsAreReadOnSlowTicks(t *testing.T) {
 	defer snapper.Close()
 
 	base := time.Now()
-	tick := func(i int) (p, c pressure.Cgroup) {
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Second) }
+	tick := func(i int, cold bool) (snap *pressure.Snapshot, p, c pressure.Cgroup) {
 		t.Helper()
-		snap := snapper.Snapshot(context.Background(), base.Add(time.Duration(i)*time.Second))
+		if cold {
+			snap = snapper.SnapshotCold(context.Background(), at(i))
+		} else {
+			snap = snapper.Snapshot(context.Background(), at(i))
+		}
 		var ok bool
 		if p, ok = find(snap, podRel); !ok || p.Err != nil {
 			t.Fatalf("tick %d: pod cgroup %s: found %v, err %v", i, podRel, ok, p.Err)
@@ -282,10 +289,11 @@ func TestColdCgroupsAreReadOnSlowTicks(t *testing.T) {
 		if c, ok = find(snap, ctrRel); !ok || c.Err != nil {
 			t.Fatalf("tick %d: container cgroup %s: found %v, err %v", i, ctrRel, ok, c.Err)
 		}
-		return p, c
+		return snap, p, c
 	}
-	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Second) }
-	tick(0) // slow: both read
+	if snap, _, c := tick(0, false); !c.MemoryAt.Equal(at(0)) || !snap.ColdAt.IsZero() {
+		t.Fatalf("tick 0: the container cgroup admitted and read at %v (want %v), ColdAt %v (want zero: no cold snapshot yet)", c.MemoryAt, at(0), snap.ColdAt)
+	}
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "NODEGUARD_TEST_HOLD_MIB=48")
@@ -299,24 +307,66 @@ func TestColdCgroupsAreReadOnSlowTicks(t *testing.T) {
 	}
 
 	const held = 40 << 20
-	for i := 1; i <= 4; i++ {
-		p, c := tick(i)
+	coldAt := 0 // the admission's reading
+	for i, cold := range []bool{false, false, false, false, true, false, false} {
+		i++
+		snap, p, c := tick(i, cold)
+		if cold {
+			coldAt = i
+			if !snap.ColdAt.Equal(at(i)) {
+				t.Errorf("tick %d: a cold snapshot's ColdAt %v, want its own time %v", i, snap.ColdAt, at(i))
+			}
+		}
 		if !p.MemoryAt.Equal(at(i)) {
 			t.Errorf("tick %d: the hot pod cgroup's memory was read at %v, want this tick's %v", i, p.MemoryAt, at(i))
 		}
 		if ws := p.Memory.WorkingSet(); ws < held {
 			t.Errorf("tick %d: the pod cgroup's working set %d bytes, want the 48 MiB its container holds", i, ws)
 		}
-		slowTick := i / 3 * 3
-		if !c.MemoryAt.Equal(at(slowTick)) {
-			t.Errorf("tick %d: the cold container cgroup's memory was read at %v, want the last slow tick's %v", i, c.MemoryAt, at(slowTick))
+		if !c.MemoryAt.Equal(at(coldAt)) {
+			t.Errorf("tick %d (slow %v, cold %v): the cold container cgroup's memory was read at %v, want %v", i, i%3 == 0, cold, c.MemoryAt.Sub(base), at(coldAt).Sub(base))
 		}
 		switch ws := c.Memory.WorkingSet(); {
-		case slowTick == 0 && ws >= held:
-			t.Errorf("tick %d: the cold container cgroup shows %d bytes before a slow tick read it", i, ws)
-		case slowTick > 0 && ws < held:
-			t.Errorf("tick %d: the cold container cgroup shows %d bytes after the slow tick, want the 48 MiB held", i, ws)
+		case coldAt == 0 && ws >= held:
+			t.Errorf("tick %d: the cold container cgroup shows %d bytes before a cold snapshot read it", i, ws)
+		case coldAt > 0 && ws < held:
+			t.Errorf("tick %d: the cold container cgroup shows %d bytes after the cold snapshot, want the 48 MiB held", i, ws)
 		}
+	}
+}
+
+// TestARescanRetiresACgroupThatVanished: a cold cgroup is not read between
+// cold snapshots, so no read tells that it vanished; with its rmdir event
+// lost (Remove never called), the next rescan that does not find it drops
+// it from the snapshots, and one made again is admitted again.
+func TestARescanRetiresACgroupThatVanished(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	kube := cgtest.New(t).Child(t, "kubepods")
+	pod := kube.Child(t, "pod0f1e2d3c-aaaa-bbbb-cccc-000000000004")
+	ctr := pod.Child(t, "0a1b2c3d4e60")
+	ctrRel := memRel(ctr)
+	snapper, err := pressure.New(pressure.Config{Layout: kube.Layout(), Roots: []string{kube.Rel()}, RescanEvery: time.Minute,
+		Hot: func(fromRoot string) bool { return !kubepods.BeneathPod(kubepods.Cgroupfs, fromRoot) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snapper.Close()
+	base := time.Now()
+	if _, ok := find(snapper.Snapshot(context.Background(), base), ctrRel); !ok {
+		t.Fatalf("the container cgroup %s is not in the first snapshot", ctrRel)
+	}
+	if err := ctr.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := find(snapper.Snapshot(context.Background(), base.Add(time.Second)), ctrRel); !ok {
+		t.Fatalf("the removed cold cgroup left the snapshots before a rescan or a cold snapshot: it was read")
+	}
+	if _, ok := find(snapper.Snapshot(context.Background(), base.Add(2*time.Minute)), ctrRel); ok {
+		t.Fatalf("the removed cold cgroup %s is still in the snapshot after a rescan", ctrRel)
+	}
+	again := pod.Child(t, "0a1b2c3d4e60")
+	if _, ok := find(snapper.Snapshot(context.Background(), base.Add(4*time.Minute)), memRel(again)); !ok {
+		t.Fatalf("the cgroup made again is not admitted by the next rescan")
 	}
 }
 

@@ -157,21 +157,6 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 	if podsRoot == "" && len(f.roots) > 0 {
 		podsRoot = f.roots[0]
 	}
-	imageFS := existing(f.imageFS, "")
-	s.snapper, err = pressure.New(pressure.Config{
-		Layout:      s.layout,
-		Roots:       f.roots,
-		Hot:         f.hot,
-		Calm:        f.calm,
-		PodsRoot:    podsRoot,
-		NodeFSPath:  existing(f.rootDir, "/"),
-		ImageFSPath: imageFS,
-		ImageFS:     f.imageFSStats,
-		Logger:      log,
-	})
-	if err != nil {
-		return nil, err
-	}
 	if !f.noBPF {
 		s.pipeline, err = loader.Open(loader.Options{Logger: log, RingSize: f.ringSize, QueueSize: f.queueSize})
 		if err != nil {
@@ -194,6 +179,30 @@ func startSensing(ctx context.Context, f *senseFlags, log *slog.Logger) (_ *sens
 				}
 			}
 		}
+	}
+	// With the kernel's cgroup_mkdir and cgroup_rmdir events feeding the
+	// snapshotter (handleEvent), its walk of the cgroup trees only catches
+	// what a lost event missed: once a minute, not every 10 s (at 250
+	// pods a walk visits ~750 cgroups).
+	rescanEvery := time.Duration(0) // the snapshotter's default
+	if s.pipeline != nil {
+		rescanEvery = time.Minute
+	}
+	imageFS := existing(f.imageFS, "")
+	s.snapper, err = pressure.New(pressure.Config{
+		Layout:      s.layout,
+		Roots:       f.roots,
+		Hot:         f.hot,
+		Calm:        f.calm,
+		PodsRoot:    podsRoot,
+		NodeFSPath:  existing(f.rootDir, "/"),
+		ImageFSPath: imageFS,
+		ImageFS:     f.imageFSStats,
+		RescanEvery: rescanEvery,
+		Logger:      log,
+	})
+	if err != nil {
+		return nil, err
 	}
 	s.sensor = pressure.NewSensor(s.snapper, f.tick, nil)
 	// Full statistics are read at a scrape, not on a tick of their own.

@@ -15,7 +15,7 @@ import (
 // noSnapshot is a sensor that has not read anything yet.
 type noSnapshot struct{}
 
-func (noSnapshot) Latest() *pressure.Snapshot { return nil }
+func (noSnapshot) Scrape() *pressure.Snapshot { return nil }
 
 // evictionsBySignal reads kubelet_evictions from the exporter's registry.
 func evictionsBySignal(t *testing.T, e *metrics.Exporter) map[string]float64 {

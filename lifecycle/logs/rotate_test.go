@@ -20,20 +20,73 @@ type fakeRuntime struct {
 	path      string
 	reopens   int
 	reopenErr error
+	// id is the running container's ID ("c1" when empty); statuses
+	// counts ContainerStatus calls by ID.
+	id       string
+	statuses map[string]int
+}
+
+func (f *fakeRuntime) running() string {
+	if f.id == "" {
+		return "c1"
+	}
+	return f.id
 }
 
 func (f *fakeRuntime) ListContainers(context.Context, string, map[string]string) ([]*runtimeapi.Container, error) {
 	return []*runtimeapi.Container{
-		{Id: "c1", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		{Id: f.running(), State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		{Id: "exited", State: runtimeapi.ContainerState_CONTAINER_EXITED},
 	}, nil
 }
 
 func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (*runtimeapi.ContainerStatus, error) {
-	if id != "c1" {
-		return nil, fmt.Errorf("ContainerStatus of %s: only c1 is running", id)
+	if f.statuses == nil {
+		f.statuses = map[string]int{}
+	}
+	f.statuses[id]++
+	if id != f.running() {
+		return nil, fmt.Errorf("ContainerStatus of %s: only %s is running", id, f.running())
 	}
 	return &runtimeapi.ContainerStatus{Id: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING, LogPath: f.path}, nil
+}
+
+// TestRotatorAsksEachContainersLogPathOnce: the runtime is asked for a
+// running container's log path at the first pass that sees it, not at
+// every pass; a container that replaced it is asked for in its turn, and
+// the one gone is forgotten.
+func TestRotatorAsksEachContainersLogPathOnce(t *testing.T) {
+	live := filepath.Join(t.TempDir(), "0.log")
+	rt := &fakeRuntime{path: live}
+	r, err := NewRotator(RotatorConfig{Runtime: rt, Policy: Policy{MaxSize: 100, MaxFiles: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, live, rec(0, "stdout", "F", strings.Repeat("x", 200)))
+	for range 3 {
+		if err := r.RotateAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, live, rec(0, "stdout", "F", strings.Repeat("x", 200)))
+	}
+	if rt.statuses["c1"] != 1 || rt.reopens != 3 {
+		t.Fatalf("three passes: ContainerStatus of c1 %d times, %d reopens; want 1 and 3 (a rotation each pass)", rt.statuses["c1"], rt.reopens)
+	}
+	rt.id = "c2"
+	for range 2 {
+		if err := r.RotateAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rt.statuses["c2"] != 1 || rt.statuses["c1"] != 1 {
+		t.Fatalf("after c1 was replaced by c2: ContainerStatus %v, want c1 and c2 once each", rt.statuses)
+	}
+	if _, ok := r.paths["c1"]; ok || len(r.paths) != 1 {
+		t.Fatalf("paths remembered %v, want c2's alone", r.paths)
+	}
+	if rt.statuses["exited"] != 0 {
+		t.Fatalf("an exited container's status was asked %d times", rt.statuses["exited"])
+	}
 }
 
 func (f *fakeRuntime) ReopenContainerLog(_ context.Context, id string) error {
