@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -23,34 +24,50 @@ var ErrDialerClosed = errors.New("probe dialer closed")
 // namespace at path: the node's, where the pod network's bridge routes
 // the pod IPs. A socket keeps the namespace it was made in, so only the
 // socket(2) call needs a thread in path: one goroutine, locked to its
-// thread and moved into path once, makes every socket the dials ask for,
-// and the connect, the wait for it and everything after happen on the
-// caller's goroutine, wherever it runs. (Moving a thread in and out per
-// dial, as ns.Do does, cost two setns calls, four opens and closes of
-// namespace files and a locked goroutine parked across the connect, which
-// was most of a probe's CPU.) Host names are resolved by a resolver whose
-// DNS sockets are made there too. The namespace is entered at once (a
-// wrong path fails here, not at the first probe); close stops the
-// goroutine, whose thread then exits: it never runs anything else.
+// thread and moved into path once, makes every socket, and the connect,
+// the wait for it and everything after happen on the caller's goroutine,
+// wherever it runs. (Moving a thread in and out per dial, as ns.Do does,
+// cost two setns calls, four opens and closes of namespace files and a
+// locked goroutine parked across the connect, which was most of a
+// probe's CPU.) The maker keeps a few unconnected sockets of each kind a
+// dial has asked for ready (socketPool), so that a dial takes one without
+// waking its thread: a hand-off per socket cost as much CPU as the
+// probe's own connect (BenchmarkNetNSProbes), and the probes of a grid
+// instant now cost the maker one wake-up for dozens of sockets. Host
+// names are resolved by a resolver whose DNS sockets are made there too.
+// The namespace is entered at once (a wrong path fails here, not at the
+// first probe); close stops the goroutine, whose thread then exits: it
+// never runs anything else, and closes the sockets still pooled.
 func NetNSDialer(path string) (dial DialFunc, close func() error, err error) {
+	d, err := newNSDialer(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d.dial, d.close, nil
+}
+
+func newNSDialer(path string) (*nsDialer, error) {
 	n, err := ns.GetNS(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open the node's network namespace %s for probes: %w", path, err)
+		return nil, fmt.Errorf("open the node's network namespace %s for probes: %w", path, err)
 	}
-	d := &nsDialer{path: path, reqs: make(chan socketRequest), done: make(chan struct{}), exited: make(chan struct{})}
+	d := &nsDialer{path: path, reqs: make(chan socketRequest), done: make(chan struct{}), exited: make(chan struct{}), refill: make(chan struct{}, 1)}
+	for i := range d.pools {
+		d.pools[i] = make(chan int, socketPool)
+	}
 	ready := make(chan error, 1)
 	go d.makeSockets(n, ready)
 	if err := <-ready; err != nil {
 		n.Close()
-		return nil, nil, fmt.Errorf("enter the node's network namespace %s for probes: %w", path, err)
+		return nil, fmt.Errorf("enter the node's network namespace %s for probes: %w", path, err)
 	}
 	// The thread is in the namespace now and keeps it: the handle can go.
 	if err := n.Close(); err != nil {
 		d.close()
-		return nil, nil, fmt.Errorf("close the node's network namespace %s: %w", path, err)
+		return nil, fmt.Errorf("close the node's network namespace %s: %w", path, err)
 	}
 	d.resolver = &net.Resolver{PreferGo: true, Dial: d.dial}
-	return d.dial, d.close, nil
+	return d, nil
 }
 
 // nsDialer dials from a network namespace through its socket maker.
@@ -61,6 +78,51 @@ type nsDialer struct {
 	// done is closed by close; exited when the maker has returned.
 	done, exited chan struct{}
 	closeOnce    sync.Once
+	// pools hold unconnected sockets made ahead, by kind (poolIndex);
+	// wanted marks the kinds a dial has asked for, which the maker keeps
+	// filled; refill wakes it when a pool runs low.
+	pools  [4]chan int
+	wanted [4]atomic.Bool
+	refill chan struct{}
+}
+
+// socketPool is how many sockets of a kind the maker keeps ready: more
+// than the TCP, HTTP and gRPC probes of 250 pods due at one grid instant
+// (about 40), so that each instant costs at most a wake-up or two. A
+// pool below half is refilled.
+const socketPool = 64
+
+// poolIndex is the pool of a socket kind: IPv4 or IPv6, stream or
+// datagram; -1 for another.
+func poolIndex(family, typ int) int {
+	i := 0
+	switch family {
+	case unix.AF_INET:
+	case unix.AF_INET6:
+		i = 2
+	default:
+		return -1
+	}
+	switch typ {
+	case unix.SOCK_STREAM:
+	case unix.SOCK_DGRAM:
+		i++
+	default:
+		return -1
+	}
+	return i
+}
+
+// poolKind is poolIndex's inverse.
+func poolKind(i int) (family, typ int) {
+	family, typ = unix.AF_INET, unix.SOCK_STREAM
+	if i >= 2 {
+		family = unix.AF_INET6
+	}
+	if i%2 == 1 {
+		typ = unix.SOCK_DGRAM
+	}
+	return family, typ
 }
 
 type socketRequest struct {
@@ -85,16 +147,67 @@ func (d *nsDialer) makeSockets(n ns.NetNS, ready chan<- error) {
 		return
 	}
 	ready <- nil
+	defer d.drainPools()
 	for {
 		select {
 		case <-d.done:
 			return
 		case r := <-d.reqs:
-			fd, err := unix.Socket(r.family, r.typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				err = os.NewSyscallError("socket", err)
-			}
+			fd, err := newSocket(r.family, r.typ)
 			r.reply <- socketReply{fd: fd, err: err} // buffered: never blocks
+			if i := poolIndex(r.family, r.typ); i >= 0 {
+				d.wanted[i].Store(true)
+				d.fillPools()
+			}
+		case <-d.refill:
+			d.fillPools()
+		}
+	}
+}
+
+func newSocket(family, typ int) (int, error) {
+	fd, err := unix.Socket(family, typ|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
+	}
+	return fd, nil
+}
+
+// fillPools tops up the pools of the kinds asked for; on the maker's
+// thread only. A socket that cannot be made now (out of descriptors)
+// leaves the pool short: dials then ask the maker, and get its error.
+func (d *nsDialer) fillPools() {
+	for i := range d.pools {
+		if !d.wanted[i].Load() {
+			continue
+		}
+		family, typ := poolKind(i)
+		for len(d.pools[i]) < cap(d.pools[i]) {
+			fd, err := newSocket(family, typ)
+			if err != nil {
+				break
+			}
+			select {
+			case d.pools[i] <- fd:
+			default: // full: only the maker adds
+				unix.Close(fd)
+			}
+		}
+	}
+}
+
+// drainPools closes the pooled sockets once the maker stops: socket
+// takes none after done is closed.
+func (d *nsDialer) drainPools() {
+	for _, p := range d.pools {
+		for {
+			select {
+			case fd := <-p:
+				unix.Close(fd)
+				continue
+			default:
+			}
+			break
 		}
 	}
 }
@@ -105,8 +218,27 @@ func (d *nsDialer) close() error {
 	return nil
 }
 
-// socket returns a non-blocking socket made in the namespace.
+// socket returns a non-blocking socket made in the namespace: a pooled
+// one when there is one, else one the maker makes now.
 func (d *nsDialer) socket(ctx context.Context, family, typ int) (int, error) {
+	select {
+	case <-d.done:
+		return -1, ErrDialerClosed
+	default:
+	}
+	if i := poolIndex(family, typ); i >= 0 {
+		select {
+		case fd := <-d.pools[i]:
+			if len(d.pools[i]) < cap(d.pools[i])/2 {
+				select {
+				case d.refill <- struct{}{}:
+				default: // a refill is asked for already
+				}
+			}
+			return fd, nil
+		default:
+		}
+	}
 	r := socketRequest{family: family, typ: typ, reply: make(chan socketReply, 1)}
 	select {
 	case d.reqs <- r:

@@ -381,3 +381,66 @@ func cpuTime(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestTheDialerPoolsSocketsOfTheKindsAskedFor: after a first dial of a
+// kind, the maker keeps sockets of that kind ready, and dials take them
+// (they reach the namespace's loopback, so they were made there) without
+// asking the maker, which tops the pool up when it runs below half; no
+// other kind is pooled, and close closes what is left in the pools.
+func TestTheDialerPoolsSocketsOfTheKindsAskedFor(t *testing.T) {
+	_, port, _, file := testNetNS(t)
+	d, err := newNSDialer(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	dial, closeNS := d.dial, d.close
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ctx := context.Background()
+	dialOnce := func() {
+		t.Helper()
+		c, err := dial(ctx, "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	tcp4 := poolIndex(unix.AF_INET, unix.SOCK_STREAM)
+	if n := len(d.pools[tcp4]); n != 0 {
+		t.Fatalf("%d sockets pooled before any dial", n)
+	}
+	dialOnce()
+	waitFor(t, "the pool to fill", func() bool { return len(d.pools[tcp4]) == socketPool })
+	for i := range d.pools {
+		if i != tcp4 && len(d.pools[i]) != 0 {
+			t.Errorf("pool %d (a kind never dialled) holds %d sockets", i, len(d.pools[i]))
+		}
+	}
+	for range socketPool/2 + 1 {
+		dialOnce() // from the pool: each reaches the namespace's loopback
+	}
+	waitFor(t, "the pool to be topped up", func() bool { return len(d.pools[tcp4]) == socketPool })
+	for range 2 * socketPool {
+		dialOnce() // faster than a top-up: some ask the maker
+	}
+	pooled := <-d.pools[tcp4]
+	if err := closeNS(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(d.pools[tcp4]); n != 0 {
+		t.Fatalf("%d sockets left in the pool after close", n)
+	}
+	if _, err := unix.Getsockname(pooled); err != nil {
+		t.Fatalf("a socket taken from the pool before close: %v, want it open (it is the taker's)", err)
+	}
+	unix.Close(pooled)
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+}
