@@ -10,8 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
 // Run reconciles until ctx is done. Every pod has its own worker (as the
@@ -78,7 +76,7 @@ const SteadyResyncFactor = 15
 // (slow) resync.
 func (m *Manager) relist(ctx context.Context) {
 	cctx, cancel := call(ctx)
-	ctrs, err := m.cfg.Runtime.ListContainers(cctx, "", nil)
+	ctrs, err := m.cfg.Runtime.Relist(cctx)
 	cancel()
 	if err != nil {
 		return // the pods' own syncs report runtime trouble
@@ -86,9 +84,9 @@ func (m *Manager) relist(ctx context.Context) {
 	now := make(map[string]relistEntry, len(ctrs))
 	changed := map[types.UID]bool{}
 	for _, c := range ctrs {
-		uid := types.UID(c.GetLabels()[cri.PodUIDLabel])
-		now[c.Id] = relistEntry{uid: uid, state: c.State}
-		if prev, ok := m.relisted[c.Id]; !ok || prev.state != c.State {
+		uid := types.UID(c.PodUID)
+		now[c.ID] = relistEntry{uid: uid, state: c.State}
+		if prev, ok := m.relisted[c.ID]; !ok || prev.state != c.State {
 			changed[uid] = true
 		}
 	}

@@ -24,6 +24,9 @@ type Runtime interface {
 	RemoveContainer(ctx context.Context, id string) error
 	ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error)
 	ListContainers(ctx context.Context, sandboxID string, labels map[string]string) ([]*runtimeapi.Container, error)
+	// Relist is ListContainers of every container decoded for the relist
+	// alone (id, sandbox, state, pod UID).
+	Relist(ctx context.Context) ([]cri.RelistedContainer, error)
 	ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
 	// ResolveImage and PullImage: the pull policy's decision, then the

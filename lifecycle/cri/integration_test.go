@@ -176,6 +176,21 @@ func TestRealRuntime(t *testing.T) {
 		if err != nil || len(ctrs) != 3 {
 			t.Errorf("containers %v (%v), want 3", ctrs, err)
 		}
+		// The relist's reading of the runtime's answer is the whole one's.
+		relisted, err := c.Relist(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]RelistedContainer{}
+		for _, r := range relisted {
+			byID[r.ID] = r
+		}
+		for _, ctr := range ctrs {
+			want := RelistedContainer{ID: ctr.Id, SandboxID: ctr.PodSandboxId, PodUID: ctr.Labels[PodUIDLabel], State: ctr.State}
+			if got := byID[ctr.Id]; got != want || want.PodUID != string(p.pod.UID) {
+				t.Errorf("relisted %+v, want %+v (pod UID %s)", got, want, p.pod.UID)
+			}
+		}
 	})
 	t.Run("the pause process runs under seccomp RuntimeDefault", func(t *testing.T) {
 		resp, err := e.RuntimeClient().PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandboxID, Verbose: true})
