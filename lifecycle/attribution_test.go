@@ -51,7 +51,7 @@ func TestAnOOMKillInAPodCgroupTheSnapshotLacksIsAttributed(t *testing.T) {
 
 	actor := m.EvictionActor(nil)
 	listed := false
-	for _, ref := range actor.Pods() {
+	for _, ref := range actor.Pods(false) {
 		if ref.UID != p.UID {
 			continue
 		}

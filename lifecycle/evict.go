@@ -154,8 +154,9 @@ func (m *Manager) EvictionActor(exempt []string) *EvictionActor {
 var _ oom.Actor = (*EvictionActor)(nil)
 
 // Pods lists the pods that run (have a pod cgroup and are neither being
-// deleted nor evicted), as the eviction policy sees them.
-func (a *EvictionActor) Pods() []oom.PodRef {
+// deleted nor evicted), as the eviction policy sees them; calm leaves
+// their task counts unread.
+func (a *EvictionActor) Pods(calm bool) []oom.PodRef {
 	m := a.m
 	m.mu.Lock()
 	type item struct {
@@ -181,7 +182,7 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 	for _, it := range items {
 		p := it.pod
 		listed[p.UID] = true
-		c, pids, pidsErr, err := a.podCgroup(p.UID, it.parent)
+		c, pids, pidsErr, err := a.podCgroup(p.UID, it.parent, !calm)
 		if err != nil {
 			continue
 		}
@@ -217,12 +218,16 @@ func (a *EvictionActor) Pods() []oom.PodRef {
 	return out
 }
 
-// podCgroup returns the pod's cgroup under parent and its task count now,
-// found anew when it is not known yet, is of another parent, or was
-// removed since. err: its memory directory cannot be resolved (the pod
-// is left out). The caller holds a.cgMu.
-func (a *EvictionActor) podCgroup(uid types.UID, parent string) (c *podCgroup, pids int64, pidsErr, err error) {
+// podCgroup returns the pod's cgroup under parent and, with count, its
+// task count now (else errNotCounted), found anew when it is not known
+// yet, is of another parent, or was removed since (as a count finds).
+// err: its memory directory cannot be resolved (the pod is left out). The
+// caller holds a.cgMu.
+func (a *EvictionActor) podCgroup(uid types.UID, parent string, count bool) (c *podCgroup, pids int64, pidsErr, err error) {
 	if c = a.cgs[uid]; c != nil && c.parent == parent && c.tasks != nil {
+		if !count {
+			return c, 0, errNotCounted, nil
+		}
 		pids, pidsErr = c.tasks.Count()
 		if pidsErr == nil || !errors.Is(pidsErr, fs.ErrNotExist) {
 			return c, pids, pidsErr, nil
@@ -252,6 +257,9 @@ func (a *EvictionActor) podCgroup(uid types.UID, parent string) (c *podCgroup, p
 	}
 	return c, pids, pidsErr, nil
 }
+
+// errNotCounted is a calm listing's task count (EvictionActor.Pods).
+var errNotCounted = errors.New("task count not read: calm")
 
 // Evict ends a pod as the eviction manager decided. Hard (grace 0): every
 // process in the pod's cgroups is SIGKILLed first, so memory is released

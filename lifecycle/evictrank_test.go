@@ -80,7 +80,7 @@ func TestEvictionRanksPIDAndInodePressureByUse(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	refs := m.EvictionActor(nil).Pods()
+	refs := m.EvictionActor(nil).Pods(false)
 	pods := make([]oom.Pod, 0, len(refs))
 	byName := map[string]*oom.Pod{}
 	for _, ref := range refs {

@@ -359,11 +359,11 @@ func (m *Manager) evaluate(ctx context.Context) {
 	// Counted once the evaluation has acted (oom_score_adj, hard
 	// evictions): Evaluations() > n then means "evaluated and done".
 	defer m.evaluations.Add(1)
-	refs := m.cfg.Actor.Pods()
+	refs := m.cfg.Actor.Pods(calm)
 	if calm {
 		// The node's figures are fresh in a calm snapshot: when they are
 		// calm no more, every decision and the next victim are made on a
-		// whole fresh snapshot instead.
+		// whole fresh snapshot instead, and the pods listed whole.
 		if !m.calmNow(nodeObservations(snap)) {
 			m.calmLeft.Add(1)
 			full, err := m.cfg.Snapshot(ctx)
@@ -375,6 +375,7 @@ func (m *Manager) evaluate(ctx context.Context) {
 				return
 			}
 			snap, snapshotted = full, m.now()
+			refs = m.cfg.Actor.Pods(false)
 		}
 	}
 	if m.watchUnseen(snap, refs) {

@@ -30,12 +30,30 @@ type fakeActor struct {
 	adj     []string // "set a 1000", "restore a"
 	evictFn func(ctx context.Context, d Decision) error
 	setErr  func(uid types.UID) error // SetOOMScoreAdj's error, when set
+	// calmLists and wholeLists count Pods(true) and Pods(false); a calm
+	// listing leaves the task counts unread, as the lifecycle's.
+	calmLists, wholeLists int
 }
 
-func (a *fakeActor) Pods() []PodRef {
+func (a *fakeActor) Pods(calm bool) []PodRef {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Clone(a.pods)
+	refs := slices.Clone(a.pods)
+	if calm {
+		a.calmLists++
+		for i := range refs {
+			refs[i].PIDs, refs[i].PIDsUnknown = 0, true
+		}
+	} else {
+		a.wholeLists++
+	}
+	return refs
+}
+
+func (a *fakeActor) lists() (calm, whole int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calmLists, a.wholeLists
 }
 
 func (a *fakeActor) setPods(p ...PodRef) {
@@ -817,9 +835,13 @@ func TestManagerTicksOnCalmSnapshotsAndDecidesOnWholeOnes(t *testing.T) {
 	calm.set(4*Gi, cgroup("/kubepods/pod-a", 11, 10*Mi), cgroup("/kubepods/pod-b", 12, 900*Mi))
 	eventually(t, "ticks on calm snapshots", func() bool { return calm.calls.Load() >= 5 })
 	whole := h.snap.calls.Load()
+	calmLists, wholeLists := h.actor.lists()
 	time.Sleep(100 * time.Millisecond)
 	if n := h.snap.calls.Load() - whole; n != 0 {
 		t.Errorf("%d whole snapshots while calm, want 0", n)
+	}
+	if c, w := h.actor.lists(); c <= calmLists || w != wholeLists {
+		t.Errorf("while calm the pods were listed calm %d and whole %d times, want calm listings only", c-calmLists, w-wholeLists)
 	}
 	if h.m.CalmLeft() != 0 {
 		t.Errorf("CalmLeft %d while calm", h.m.CalmLeft())
@@ -831,6 +853,9 @@ func TestManagerTicksOnCalmSnapshotsAndDecidesOnWholeOnes(t *testing.T) {
 	got := receive(t, h.rec.decisions, "decision")
 	if got.d.Victim.UID != "a" || got.d.Victim.MemoryUsage != 1*Gi {
 		t.Fatalf("decided on %s (%d bytes), want a at 1Gi: from the whole snapshot", got.d.Victim.UID, got.d.Victim.MemoryUsage)
+	}
+	if got.d.Victim.PIDsUnknown {
+		t.Error("decided on a pod of a calm listing (task count unread): want the pods listed whole")
 	}
 	if h.m.CalmLeft() < 1 {
 		t.Error("the calm snapshot that was not calm is not counted")

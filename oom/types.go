@@ -123,7 +123,11 @@ type Actor interface {
 	// pod cgroup (usage is filled from the snapshot by the manager). It
 	// may stop listing a pod once its eviction starts: the manager keeps
 	// a victim in its observations while the victim's cgroup exists.
-	Pods() []PodRef
+	// calm: the manager is far from every threshold and ranks nothing by
+	// pids (Policy.Calm), so the pods' task counts may be left unread
+	// (PIDsUnknown): at 250 pods reading them every second was a tenth
+	// of the manager's calm ticks.
+	Pods(calm bool) []PodRef
 	// Evict ends a pod: hard (grace 0) kills its processes through its
 	// cgroup first (cgroup.kill on v2, SIGKILL over cgroup.procs on v1),
 	// then stops and removes it through the runtime; soft stops it with

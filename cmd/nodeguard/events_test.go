@@ -25,7 +25,7 @@ import (
 // released.
 type oneVictim struct{ ref oom.PodRef }
 
-func (a *oneVictim) Pods() []oom.PodRef                        { return []oom.PodRef{a.ref} }
+func (a *oneVictim) Pods(bool) []oom.PodRef                    { return []oom.PodRef{a.ref} }
 func (a *oneVictim) Evict(context.Context, oom.Decision) error { return nil }
 func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error       { return nil }
 func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error        { return nil }
