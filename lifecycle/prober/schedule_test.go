@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -79,6 +82,10 @@ func TestSchedule(t *testing.T) {
 // server is not nodeguard's process.
 const acceptorEnv = "NODEGUARD_PROBER_ACCEPTOR_NETNS"
 
+// grpcServerEnv makes the test binary BenchmarkGRPCProbeClient's server:
+// a gRPC health server, a process of its own in the namespace it names.
+const grpcServerEnv = "NODEGUARD_PROBER_GRPC_NETNS"
+
 func TestMain(m *testing.M) {
 	if path := os.Getenv(acceptorEnv); path != "" {
 		if err := accept(path); err != nil {
@@ -87,7 +94,35 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if path := os.Getenv(grpcServerEnv); path != "" {
+		if err := serveHealth(path); err != nil {
+			fmt.Fprintln(os.Stderr, "grpc server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
+}
+
+// serveHealth listens on 127.0.0.1 in the namespace at path, prints its
+// port and serves the gRPC health protocol (SERVING) until it is killed.
+func serveHealth(path string) error {
+	runtime.LockOSThread()
+	n, err := ns.GetNS(path)
+	if err != nil {
+		return err
+	}
+	if err := n.Set(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	return srv.Serve(ln)
 }
 
 // accept listens on 127.0.0.1 in the namespace at path, prints its port
@@ -117,9 +152,14 @@ func accept(path string) error {
 
 // startAcceptor starts the listener process in the namespace at file and
 // returns its port; it is killed (by its pid) when b ends.
-func startAcceptor(b *testing.B, file string) int {
+func startAcceptor(b *testing.B, file string) int { return startServer(b, acceptorEnv, file) }
+
+// startServer starts this test binary as the server that env names in
+// the namespace at file and returns the port it prints; it is killed (by
+// its pid) when b ends.
+func startServer(b *testing.B, env, file string) int {
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), acceptorEnv+"="+file)
+	cmd.Env = append(os.Environ(), env+"="+file)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
