@@ -5,6 +5,7 @@ package lifecycle
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -65,7 +66,7 @@ func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState) {
 
 // nextSync is Resync, or sooner when a container's back-off ends first. A
 // pod whose containers all run is checked every SteadyResyncFactor
-// Resyncs: a container that exits meanwhile is caught by the relist
+// Resyncs and up to half as many more (jitter): a container that exits meanwhile is caught by the relist
 // (relist), which pokes its pod within a Resync, as the kubelet's PLEG
 // relists every second while its pod workers resync every minute. On a
 // dense node hundreds of idle pods' status calls would otherwise compete
@@ -81,7 +82,11 @@ func (m *Manager) nextSync(st *podState) time.Duration {
 	}
 	m.mu.Unlock()
 	if steady {
-		d = SteadyResyncFactor * m.cfg.Resync
+		// Jittered, as the kubelet's pod workers' resync: pods whose
+		// syncs waited together (for work slots while a node filled up)
+		// would otherwise stay in step, all 250 of a dense node synced
+		// in the same second, every 15 s.
+		d = SteadyResyncFactor*m.cfg.Resync + rand.N(SteadyResyncFactor*m.cfg.Resync/2)
 	}
 	now := m.now()
 	if left, ok := untilDeadline(st, now); ok && left < d {

@@ -16,6 +16,11 @@
 //     zero: a cgroup that vanished is dropped, one that fails to parse is
 //     kept with its error.
 //   - The set of cgroups follows the monitored subtrees: rescanned every
-//     RescanEvery and updated at once through Add and Remove (fed by the
+//     RescanEvery (a cgroup known before the walk and not found by it is
+//     retired) and updated at once through Add and Remove (fed by the
 //     kernel's cgroup_mkdir/rmdir events).
+//   - Hot cgroups (Config.Hot) are read on every snapshot; cold ones when
+//     admitted and then only by a snapshot that asks for them
+//     (SnapshotCold, Sensor.Scrape): a snapshot carries their last
+//     reading, with its time, and never a zero for an unread one.
 package pressure
