@@ -107,40 +107,42 @@ func TestMain(m *testing.M) {
 // serveHealth listens on 127.0.0.1 in the namespace at path, prints its
 // port and serves the gRPC health protocol (SERVING) until it is killed.
 func serveHealth(path string) error {
-	runtime.LockOSThread()
-	n, err := ns.GetNS(path)
+	ln, err := listenIn(path)
 	if err != nil {
 		return err
 	}
-	if err := n.Set(); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	return srv.Serve(ln)
 }
 
-// accept listens on 127.0.0.1 in the namespace at path, prints its port
-// and accepts and closes connections until it is killed.
-func accept(path string) error {
-	runtime.LockOSThread() // the main goroutine's thread, never unlocked
+// listenIn moves this thread into the namespace at path for good (it is
+// the main goroutine's, never unlocked), listens on 127.0.0.1 there and
+// prints the port for the parent to read.
+func listenIn(path string) (net.Listener, error) {
+	runtime.LockOSThread()
 	n, err := ns.GetNS(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := n.Set(); err != nil {
-		return err
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	return ln, nil
+}
+
+// accept listens on 127.0.0.1 in the namespace at path, prints its port
+// and accepts and closes connections until it is killed.
+func accept(path string) error {
+	ln, err := listenIn(path)
+	if err != nil {
+		return err
+	}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
