@@ -35,8 +35,11 @@ type Sensor struct {
 	// (Scrape): it ends with the Sensor, not with one scrape.
 	runCtx atomic.Pointer[context.Context]
 	// snapMu serialises snapshots: the tick's and Fresh's share the
-	// Snapshotter's open files.
-	snapMu sync.Mutex
+	// Snapshotter's open files. runDone, under it, is set once Run has
+	// returned: a scrape then takes no snapshot (the Snapshotter may be
+	// closing).
+	snapMu  sync.Mutex
+	runDone bool
 	// published holds the newest snapshot OnSnapshot has not seen yet.
 	published chan *Snapshot
 	// OnSnapshot, when set, sees the snapshots while Run runs, in order,
@@ -76,6 +79,11 @@ func (s *Sensor) Remove(rel string) { s.snap.Remove(rel) }
 // Run takes snapshots, and hands them to OnSnapshot, until ctx is done.
 func (s *Sensor) Run(ctx context.Context) {
 	s.runCtx.Store(&ctx)
+	defer func() {
+		s.snapMu.Lock()
+		s.runDone = true
+		s.snapMu.Unlock()
+	}()
 	done := make(chan struct{})
 	defer func() { <-done }()
 	go func() {
@@ -149,6 +157,11 @@ func (s *Sensor) takeCalm(ctx context.Context, calm bool) *Snapshot {
 func (s *Sensor) takeWith(ctx context.Context, read func(context.Context, time.Time) *Snapshot) *Snapshot {
 	s.snapMu.Lock()
 	defer s.snapMu.Unlock()
+	return s.takeLocked(ctx, read)
+}
+
+// takeLocked takes a snapshot with read and publishes it; under snapMu.
+func (s *Sensor) takeLocked(ctx context.Context, read func(context.Context, time.Time) *Snapshot) *Snapshot {
 	snap := read(ctx, s.now())
 	s.latest.Store(snap)
 	s.publish(snap) // under snapMu: published in the order taken
@@ -181,7 +194,12 @@ func (s *Sensor) Scrape() *Snapshot {
 	if snap := s.Latest(); !snap.ColdAt.IsZero() && s.now().Sub(snap.ColdAt) < every {
 		return snap // read by the scrape this one waited for
 	}
-	return s.takeWith(*ctx, s.snap.SnapshotCold)
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.runDone || (*ctx).Err() != nil {
+		return s.Latest() // stopping: the Snapshotter may be closed
+	}
+	return s.takeLocked(*ctx, s.snap.SnapshotCold)
 }
 
 // publish hands snap to Run's observer goroutine, replacing a snapshot it

@@ -237,3 +237,28 @@ func TestScrapeReadsTheColdCgroupsWhenTheyAreOld(t *testing.T) {
 		}
 	}
 }
+
+// Once Run has returned, Scrape takes no snapshot (the Snapshotter may
+// be closing under it): it hands out the newest one as it is.
+func TestScrapeTakesNoSnapshotOnceRunHasReturned(t *testing.T) {
+	snapper := sandboxSnapshotter(t)
+	var clock atomic.Int64
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(clock.Load()) * time.Second) }
+	sensor := pressure.NewSensor(snapper, time.Hour, now)
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan struct{})
+	go func() { sensor.Run(ctx); close(ran) }()
+	for deadline := time.Now().Add(10 * time.Second); sensor.Latest() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run took no snapshot at its start in 10 s")
+		}
+	}
+	cancel()
+	<-ran
+	last := sensor.Latest()
+	clock.Store(60)
+	if snap := sensor.Scrape(); snap != last {
+		t.Fatalf("Scrape after Run returned took a snapshot (at %v), want the newest as it was (%v)", snap.Time, last.Time)
+	}
+}

@@ -564,8 +564,12 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, mode readMode
 	s.readNode(ctx, snap)
 
 	entries := s.inOrder()
-	slow := s.ticks%s.cfg.SlowEvery == 0
-	s.ticks++
+	// A scrape's snapshot (cold) is not a tick: it leaves the hot
+	// cgroups' slow cadence where it was.
+	slow := !mode.cold && s.ticks%s.cfg.SlowEvery == 0
+	if !mode.cold {
+		s.ticks++
+	}
 	snap.Cgroups = make([]Cgroup, 0, len(entries))
 	var gone []string
 	for _, e := range entries {
@@ -579,7 +583,7 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, mode readMode
 		readSlow := slow
 		switch {
 		case !e.full:
-			read, readSlow = e.reader.Read, true
+			read = e.reader.Read
 		case !e.hot:
 			if mode.cold {
 				read = e.reader.Read

@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -53,28 +53,42 @@ func (h Handlers) grpc(ctx context.Context, a *corev1.GRPCAction, t Target, to t
 	// resolver, balancer and transport goroutines, made and torn down for
 	// every probe, cost more CPU than the probe's connect and exchange
 	// (BenchmarkGRPCProbeClient); what the probe says is the same.
-	conn, err := dialUntil(cctx, h.Dial, addr)
-	if err != nil {
-		if cctx.Err() != nil {
-			return Failure, fmt.Sprintf("timeout: failed to connect service %q within %v: %+v", addr, to, err), nil
+	var (
+		code codes.Code
+		msg  string
+		resp *healthpb.HealthCheckResponse
+	)
+	for {
+		conn, err := dialUntil(cctx, h.Dial, addr)
+		if err != nil {
+			if cctx.Err() != nil {
+				return Failure, fmt.Sprintf("timeout: failed to connect service %q within %v: %+v", addr, to, err), nil
+			}
+			return Failure, fmt.Sprintf("error: failed to connect service at %q: %+v", addr, err), nil
 		}
-		return Failure, fmt.Sprintf("error: failed to connect service at %q: %+v", addr, err), nil
-	}
-	spoke := &firstRead{Conn: conn}
-	defer spoke.Close()
-	code, msg, resp, err := healthCheck(cctx, spoke, addr, service)
-	// The connection's deadline is the context's, and may fire a little
-	// before the context says it is done.
-	timedOut := err != nil && (cctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded))
-	switch {
-	case timedOut && !spoke.read.Load():
-		// Connected, but the server never said a word (not even its HTTP/2
-		// settings): gRPC's connection never became ready.
-		return Failure, fmt.Sprintf("timeout: failed to connect service %q within %v: %+v", addr, to, context.DeadlineExceeded), nil
-	case timedOut:
-		code = codes.DeadlineExceeded
-	case err != nil:
-		return Failure, fmt.Sprintf("error: health rpc probe failed: %+v", status.Error(codes.Unavailable, err.Error())), nil
+		var ready bool
+		code, msg, resp, ready, err = healthCheck(cctx, conn, addr, service)
+		conn.Close()
+		// The connection's deadline is the context's, and may fire a
+		// little before the context says it is done.
+		timedOut := err != nil && (cctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded))
+		if err != nil && !ready {
+			// The connection never became ready (the server never sent
+			// its HTTP/2 settings: it closed, reset, answered something
+			// else or said nothing): as gRPC's blocking dial, connect
+			// again until the timeout.
+			if timedOut || !waitReconnect(cctx) {
+				return Failure, fmt.Sprintf("timeout: failed to connect service %q within %v: %+v", addr, to, context.DeadlineExceeded), nil
+			}
+			continue
+		}
+		switch {
+		case timedOut:
+			code = codes.DeadlineExceeded
+		case err != nil:
+			return Failure, fmt.Sprintf("error: health rpc probe failed: %+v", status.Error(codes.Unavailable, err.Error())), nil
+		}
+		break
 	}
 	switch code {
 	case codes.OK:
@@ -104,31 +118,26 @@ func dialUntil(ctx context.Context, dial DialFunc, addr string) (net.Conn, error
 		if err == nil {
 			return c, nil
 		}
-		if ctx.Err() != nil {
+		if !waitReconnect(ctx) {
 			return nil, err
-		}
-		wait := time.NewTimer(reconnectDelay - reconnectDelay/5 + rand.N(2*reconnectDelay/5))
-		select {
-		case <-ctx.Done():
-			wait.Stop()
-			return nil, err
-		case <-wait.C:
 		}
 	}
 }
 
-// firstRead is a connection that notes whether anything was read on it.
-type firstRead struct {
-	net.Conn
-	read atomic.Bool
-}
-
-func (c *firstRead) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.read.Store(true)
+// waitReconnect waits reconnectDelay, jittered, and reports whether ctx
+// is still live after it.
+func waitReconnect(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
 	}
-	return n, err
+	wait := time.NewTimer(reconnectDelay - reconnectDelay/5 + rand.N(2*reconnectDelay/5))
+	defer wait.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wait.C:
+		return true
+	}
 }
 
 // maxHealthResponse bounds what a health check's response may be: its
@@ -150,13 +159,14 @@ const deadlineSlack = 20 * time.Millisecond
 // acknowledging the server's settings and pings; flow control never
 // binds (a request and a response of a few bytes, within the first
 // window). It returns the call's gRPC status code and message and, when
-// OK, the response. err is a failure before a status: ctx's end (the
-// connection's deadline), a transport error, the stream reset or the
+// OK, the response; ready says whether the server sent its settings (the
+// connection became ready, as gRPC counts it). err is a failure before a
+// status: ctx's end (the connection's deadline), a transport error or the
 // connection gone away.
-func healthCheck(ctx context.Context, conn net.Conn, authority, service string) (codes.Code, string, *healthpb.HealthCheckResponse, error) {
+func healthCheck(ctx context.Context, conn net.Conn, authority, service string) (code codes.Code, text string, resp *healthpb.HealthCheckResponse, ready bool, err error) {
 	if dl, ok := ctx.Deadline(); ok {
 		if err := conn.SetDeadline(dl); err != nil {
-			return 0, "", nil, err
+			return 0, "", nil, false, err
 		}
 	}
 	// Cancelling ctx ends a read or write at once.
@@ -171,7 +181,7 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 
 	msg, err := proto.Marshal(&healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, false, err
 	}
 	body := make([]byte, 5+len(msg)) // gRPC's length-prefixed message
 	binary.BigEndian.PutUint32(body[1:5], uint32(len(msg)))
@@ -191,7 +201,7 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 	}
 	for _, f := range fields {
 		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
-			return 0, "", nil, err
+			return 0, "", nil, false, err
 		}
 	}
 	bw := bufio.NewWriterSize(conn, 512)
@@ -199,19 +209,20 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.MaxHeaderListSize = 16 << 10
 	if _, err := bw.WriteString(http2.ClientPreface); err != nil {
-		return 0, "", nil, ctxErr(err)
+		return 0, "", nil, ready, ctxErr(err)
 	}
-	if err := fr.WriteSettings(); err != nil {
-		return 0, "", nil, ctxErr(err)
+	// No server push: its PUSH_PROMISE header blocks are not decoded.
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0}); err != nil {
+		return 0, "", nil, ready, ctxErr(err)
 	}
 	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: healthStream, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
-		return 0, "", nil, ctxErr(err)
+		return 0, "", nil, ready, ctxErr(err)
 	}
 	if err := fr.WriteData(healthStream, true, body); err != nil {
-		return 0, "", nil, ctxErr(err)
+		return 0, "", nil, ready, ctxErr(err)
 	}
 	if err := bw.Flush(); err != nil {
-		return 0, "", nil, ctxErr(err)
+		return 0, "", nil, ready, ctxErr(err)
 	}
 
 	// An acknowledgement that cannot be sent fails the next read.
@@ -225,11 +236,12 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			return 0, "", nil, ctxErr(err)
+			return 0, "", nil, ready, ctxErr(err)
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
+				ready = true
 				ack(fr.WriteSettingsAck())
 			}
 		case *http2.PingFrame:
@@ -238,7 +250,7 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 			}
 		case *http2.GoAwayFrame:
 			if f.LastStreamID < healthStream {
-				return 0, "", nil, fmt.Errorf("the server went away (%v) before the call", f.ErrCode)
+				return 0, "", nil, ready, fmt.Errorf("the server went away (%v) before the call", f.ErrCode)
 			}
 		case *http2.RSTStreamFrame:
 			if f.StreamID != healthStream {
@@ -247,9 +259,9 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 			// The server cancels the call at the deadline it was sent
 			// (grpc-timeout), which may come a little before ours.
 			if dl, ok := ctx.Deadline(); ok && f.ErrCode == http2.ErrCodeCancel && time.Until(dl) < deadlineSlack {
-				return codes.DeadlineExceeded, "", nil, nil
+				return codes.DeadlineExceeded, "", nil, ready, nil
 			}
-			return 0, "", nil, fmt.Errorf("stream terminated by RST_STREAM with error code: %v", f.ErrCode)
+			return rstCode(f.ErrCode), fmt.Sprintf("stream terminated by RST_STREAM with error code: %v", f.ErrCode), nil, ready, nil
 		case *http2.MetaHeadersFrame:
 			if f.StreamID != healthStream {
 				continue
@@ -257,7 +269,8 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 			if !headers {
 				headers = true
 				if st := f.PseudoValue("status"); st != "200" {
-					return codes.Unknown, fmt.Sprintf("unexpected HTTP status code received from server: %s", st), nil, nil
+					n, _ := strconv.Atoi(st)
+					return httpCode(n), fmt.Sprintf("unexpected HTTP status code received from server: %s (%s)", st, http.StatusText(n)), nil, ready, nil
 				}
 			}
 			// A trailers-only response (an error, at once) has its
@@ -265,23 +278,24 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 			// and the status in the trailers that end the stream.
 			if code, text, ok := grpcStatus(f.Fields); ok {
 				if code != codes.OK {
-					return code, text, nil, nil
+					return code, text, nil, ready, nil
 				}
-				return decodeHealthResponse(data)
+				code, text, resp := decodeHealthResponse(data)
+				return code, text, resp, ready, nil
 			}
 			if f.StreamEnded() {
-				return codes.Internal, "server closed the stream without sending trailers", nil, nil
+				return codes.Internal, "server closed the stream without sending trailers", nil, ready, nil
 			}
 		case *http2.DataFrame:
 			if f.StreamID != healthStream {
 				continue
 			}
 			if len(data)+len(f.Data()) > maxHealthResponse {
-				return codes.ResourceExhausted, fmt.Sprintf("health check response larger than %d bytes", maxHealthResponse), nil, nil
+				return codes.ResourceExhausted, fmt.Sprintf("health check response larger than %d bytes", maxHealthResponse), nil, ready, nil
 			}
 			data = append(data, f.Data()...)
 			if f.StreamEnded() {
-				return codes.Internal, "server closed the stream without sending trailers", nil, nil
+				return codes.Internal, "server closed the stream without sending trailers", nil, ready, nil
 			}
 		}
 	}
@@ -289,15 +303,49 @@ func healthCheck(ctx context.Context, conn net.Conn, authority, service string) 
 
 // decodeHealthResponse decodes the response's one uncompressed
 // length-prefixed message.
-func decodeHealthResponse(data []byte) (codes.Code, string, *healthpb.HealthCheckResponse, error) {
+func decodeHealthResponse(data []byte) (codes.Code, string, *healthpb.HealthCheckResponse) {
 	if len(data) < 5 || data[0] != 0 || int(binary.BigEndian.Uint32(data[1:5])) != len(data)-5 {
-		return codes.Internal, fmt.Sprintf("malformed health check response: %d bytes, want one uncompressed length-prefixed message", len(data)), nil, nil
+		return codes.Internal, fmt.Sprintf("malformed health check response: %d bytes, want one uncompressed length-prefixed message", len(data)), nil
 	}
 	var out healthpb.HealthCheckResponse
 	if err := proto.Unmarshal(data[5:], &out); err != nil {
-		return codes.Internal, fmt.Sprintf("malformed health check response: %v", err), nil, nil
+		return codes.Internal, fmt.Sprintf("malformed health check response: %v", err), nil
 	}
-	return codes.OK, "", &out, nil
+	return codes.OK, "", &out
+}
+
+// httpCode is the gRPC code of a response's HTTP status other than 200,
+// as grpc-go's client maps it.
+func httpCode(status int) codes.Code {
+	switch status {
+	case http.StatusBadRequest:
+		return codes.Internal
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound:
+		return codes.Unimplemented
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return codes.Unavailable
+	}
+	return codes.Unknown
+}
+
+// rstCode is the gRPC code of a stream reset by the server, as grpc-go's
+// client maps the HTTP/2 error code.
+func rstCode(c http2.ErrCode) codes.Code {
+	switch c {
+	case http2.ErrCodeRefusedStream:
+		return codes.Unavailable
+	case http2.ErrCodeCancel:
+		return codes.Canceled
+	case http2.ErrCodeFlowControl, http2.ErrCodeEnhanceYourCalm:
+		return codes.ResourceExhausted
+	case http2.ErrCodeInadequateSecurity:
+		return codes.PermissionDenied
+	}
+	return codes.Internal
 }
 
 // grpcStatus reads grpc-status and grpc-message (percent-encoded) from

@@ -31,14 +31,15 @@ func (s slowHealth) Check(ctx context.Context, r *healthpb.HealthCheckRequest) (
 // grpcServers are the test's servers, by port: health answers the health
 // protocol (the overall health SERVING, "sick" NOT_SERVING, "slow" never),
 // bare is a gRPC server without it, mute accepts connections and never
-// speaks.
-type grpcServers struct{ health, bare, mute int }
+// speaks, http1 answers every connection with an HTTP/1.1 400 and closes
+// it.
+type grpcServers struct{ health, bare, mute, http1 int }
 
 // serveGRPC starts the servers on listeners made by listen (127.0.0.1:0
 // somewhere) and stops them when the test ends.
 func serveGRPC(t testing.TB, listen func() (net.Listener, error)) grpcServers {
 	t.Helper()
-	var lns [3]net.Listener
+	var lns [4]net.Listener
 	for i := range lns {
 		ln, err := listen()
 		if err != nil {
@@ -53,13 +54,24 @@ func serveGRPC(t testing.TB, listen func() (net.Listener, error)) grpcServers {
 	bare := grpc.NewServer()
 	go withHealth.Serve(lns[0])
 	go bare.Serve(lns[1])
+	go func() {
+		for {
+			c, err := lns[3].Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
+			c.Close()
+		}
+	}()
 	t.Cleanup(func() {
 		withHealth.Stop()
 		bare.Stop()
 		lns[2].Close()
+		lns[3].Close()
 	})
 	port := func(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }
-	return grpcServers{health: port(lns[0]), bare: port(lns[1]), mute: port(lns[2])}
+	return grpcServers{health: port(lns[0]), bare: port(lns[1]), mute: port(lns[2]), http1: port(lns[3])}
 }
 
 func grpcProbe(port int, service string) *corev1.Probe {
@@ -86,6 +98,7 @@ func testGRPC(t *testing.T, h Handlers, srv grpcServers) {
 		{"a server without the health service fails", grpcProbe(srv.bare, ""), Failure, "error: this server does not implement the grpc health protocol (grpc.health.v1.Health)"},
 		{"a health check past timeoutSeconds fails", grpcProbe(srv.health, "slow"), Failure, "timeout: health rpc did not complete within 1s"},
 		{"a server that never speaks gRPC fails at the timeout", grpcProbe(srv.mute, ""), Failure, `timeout: failed to connect service "127.0.0.1:`},
+		{"a server that answers HTTP/1.1 and closes is connected to again until the timeout", grpcProbe(srv.http1, ""), Failure, `timeout: failed to connect service "127.0.0.1:`},
 		{"a closed port fails at the timeout, as with the kubelet's blocking dial", grpcProbe(1, ""), Failure, `timeout: failed to connect service "127.0.0.1:1" within 1s`},
 	}
 	for _, tt := range tests {
