@@ -513,8 +513,8 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	// read by the sensor's observer goroutine.
 	var wire atomic.Pointer[podRootTripwire]
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{kube}, rootDir: cfg.RootDir,
-		// Pods and the cgroups above them every tick; containers' on
-		// the slow ticks (pressure.Config.Hot).
+		// Pods and the cgroups above them every tick; containers' when
+		// a scrape asks (pressure.Config.Hot, Sensor.Scrape).
 		hot: func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
 		// ...and the pods' own only while memory is near a threshold
 		// (oom.Policy.Calm): far from every one, the eviction manager's
