@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -220,4 +223,52 @@ func clientConnCheck(dial DialFunc, addr string) error {
 		return fmt.Errorf("status %v", resp.GetStatus())
 	}
 	return nil
+}
+
+// A server that answers the call with an HTTP status of its own (a proxy
+// or an HTTP/2 server that is not gRPC) fails with the code grpc-go's
+// client gives that status: a 404 is the kubelet's "does not implement
+// the grpc health protocol", a 503 a failed health rpc.
+func TestGRPCProbeOfAnHTTP2ServerThatIsNotGRPC(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		want   string
+	}{
+		{http.StatusNotFound, "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): unexpected HTTP status code received from server: 404 (Not Found)"},
+		{http.StatusServiceUnavailable, "error: health rpc probe failed: rpc error: code = Unavailable desc = unexpected HTTP status code received from server: 503 (Service Unavailable)"},
+	} {
+		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var protocols http.Protocols
+			protocols.SetUnencryptedHTTP2(true)
+			srv := &http.Server{Protocols: &protocols, ReadHeaderTimeout: 5 * time.Second,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(tc.status) })}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+			var d net.Dialer
+			got, msg, err := Handlers{Dial: d.DialContext}.Probe(context.Background(), grpcProbe(ln.Addr().(*net.TCPAddr).Port, ""), Target{PodIP: "127.0.0.1"})
+			if err != nil || got != Failure || msg != tc.want {
+				t.Fatalf("Probe = %v %q %v, want Failure %q", got, msg, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestGRPCCodesOfHTTPStatusesAndResets(t *testing.T) {
+	for status, want := range map[int]codes.Code{400: codes.Internal, 401: codes.Unauthenticated, 403: codes.PermissionDenied,
+		404: codes.Unimplemented, 429: codes.Unavailable, 502: codes.Unavailable, 503: codes.Unavailable, 504: codes.Unavailable, 500: codes.Unknown} {
+		if got := httpCode(status); got != want {
+			t.Errorf("HTTP %d: %v, want %v", status, got, want)
+		}
+	}
+	for rst, want := range map[http2.ErrCode]codes.Code{http2.ErrCodeRefusedStream: codes.Unavailable, http2.ErrCodeCancel: codes.Canceled,
+		http2.ErrCodeFlowControl: codes.ResourceExhausted, http2.ErrCodeEnhanceYourCalm: codes.ResourceExhausted,
+		http2.ErrCodeInadequateSecurity: codes.PermissionDenied, http2.ErrCodeProtocol: codes.Internal, http2.ErrCodeNo: codes.Internal} {
+		if got := rstCode(rst); got != want {
+			t.Errorf("RST_STREAM %v: %v, want %v", rst, got, want)
+		}
+	}
 }
