@@ -51,6 +51,11 @@ const (
 	// DefaultResync: how often every pod is compared with the runtime
 	// when nothing asked for it sooner.
 	DefaultResync = time.Second
+	// DefaultSteadyResync: how often a pod whose containers all run is
+	// synced (and up to half as long again, jittered), the kubelet's
+	// syncFrequency; the relist catches its containers' and sandbox's
+	// changes in between.
+	DefaultSteadyResync = time.Minute
 	// callTimeout bounds one CRI call: the kubelet's runtimeRequestTimeout
 	// default (2 min). A call measured 115-300 ms on an idle node; under
 	// a load average of 60 a RunPodSandbox outran 30 s, and every
@@ -97,7 +102,10 @@ type Config struct {
 	// CgroupV2 tells container configs to ask for memory.oom.group.
 	CgroupV2                   bool
 	BackoffInitial, BackoffMax time.Duration
-	Resync                     time.Duration
+	// Resync: see DefaultResync; the relist runs every Resync too.
+	Resync time.Duration
+	// SteadyResync: see DefaultSteadyResync.
+	SteadyResync time.Duration
 	// Workers bounds how many pods are synced at once (default 8: CRI
 	// calls of different pods overlap, as the kubelet's per-pod workers).
 	Workers int
@@ -185,9 +193,9 @@ type Manager struct {
 	lastGC    time.Time
 	// beat: the Run loop's last pass, unix nanoseconds (heartbeat.go).
 	beat atomic.Int64
-	// relisted: the containers' states at the last relist (Run's
-	// goroutine only).
-	relisted map[string]relistEntry
+	// relisted: the containers' and sandboxes' states at the last
+	// relist (Run's goroutine only).
+	relisted map[relistKey]relistEntry
 	// orphanScan asks the next Run pass to list the sandboxes for orphans
 	// (orphans.go); orphanPasses counts the passes since the last listing
 	// (Run's goroutine only).
@@ -279,6 +287,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultResync
+	}
+	if cfg.SteadyResync <= 0 {
+		cfg.SteadyResync = DefaultSteadyResync
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8

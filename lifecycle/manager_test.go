@@ -49,6 +49,9 @@ type rig struct {
 	logInterval   time.Duration
 	// node is the manager's Config.Node.
 	node cri.NodeInfo
+	// resync and steadyResync, when set, replace the tests' short
+	// Config.Resync (200 ms) and SteadyResync (3 s).
+	resync, steadyResync time.Duration
 	// events, when set, is the manager's Config.Events.
 	events lifecycle.EventRecorder
 	// podOptions and imageCredentialsFile are the manager's (a node that
@@ -97,13 +100,17 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 	if r.backoffInitial > 0 {
 		bi, bm = r.backoffInitial, r.backoffMax
 	}
+	resync, steady := 200*time.Millisecond, 3*time.Second
+	if r.resync > 0 {
+		resync, steady = r.resync, r.steadyResync
+	}
 	var rt lifecycle.Runtime = r.client
 	if r.runtime != nil {
 		rt = r.runtime(rt)
 	}
 	m, err := lifecycle.New(lifecycle.Config{
 		Runtime: rt, Cgroups: r.cg, Workers: r.workers, RootDir: r.root, MemoryCapacity: 8 << 30,
-		BackoffInitial: bi, BackoffMax: bm, Resync: 200 * time.Millisecond,
+		BackoffInitial: bi, BackoffMax: bm, Resync: resync, SteadyResync: steady,
 		CgroupV2: r.layout.Memory.V2(), MinOOMScoreAdj: -999,
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
 		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval, Node: r.node, Events: r.events,

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Run reconciles until ctx is done. Every pod has its own worker (as the
@@ -65,33 +64,38 @@ func (m *Manager) Run(ctx context.Context) {
 	}
 }
 
-// SteadyResyncFactor: a pod whose containers all run is synced every
-// this many Resyncs; the relist catches state changes in between.
-const SteadyResyncFactor = 15
-
-// relist is the kubelet's PLEG in one call: every container of
-// nodeguard's with its state, compared with the previous relist; the pod
-// of every container that changed state, appeared or vanished is poked,
-// so a steady pod's crash is handled within a Resync, not at its next
+// relist is the kubelet's PLEG in one pass: every container and sandbox
+// of nodeguard's with its state, compared with the previous relist; the
+// pod of every container or sandbox that changed state, appeared or
+// vanished is poked, so a steady pod's crash, or its sandbox stopping
+// under running containers, is handled within a Resync, not at its next
 // (slow) resync.
 func (m *Manager) relist(ctx context.Context) {
 	cctx, cancel := call(ctx)
+	defer cancel()
 	ctrs, err := m.cfg.Runtime.Relist(cctx)
-	cancel()
 	if err != nil {
 		return // the pods' own syncs report runtime trouble
 	}
-	now := make(map[string]relistEntry, len(ctrs))
-	changed := map[types.UID]bool{}
+	sbs, err := m.cfg.Runtime.RelistSandboxes(cctx)
+	if err != nil {
+		return
+	}
+	now := make(map[relistKey]relistEntry, len(ctrs)+len(sbs))
 	for _, c := range ctrs {
-		uid := types.UID(c.PodUID)
-		now[c.ID] = relistEntry{uid: uid, state: c.State}
-		if prev, ok := m.relisted[c.ID]; !ok || prev.state != c.State {
-			changed[uid] = true
+		now[relistKey{id: c.ID}] = relistEntry{uid: types.UID(c.PodUID), state: int32(c.State)}
+	}
+	for _, sb := range sbs {
+		now[relistKey{id: sb.ID, sandbox: true}] = relistEntry{uid: types.UID(sb.PodUID), state: int32(sb.State)}
+	}
+	changed := map[types.UID]bool{}
+	for k, e := range now {
+		if prev, ok := m.relisted[k]; !ok || prev.state != e.state {
+			changed[e.uid] = true
 		}
 	}
-	for id, prev := range m.relisted {
-		if _, ok := now[id]; !ok {
+	for k, prev := range m.relisted {
+		if _, ok := now[k]; !ok {
 			changed[prev.uid] = true
 		}
 	}
@@ -99,9 +103,9 @@ func (m *Manager) relist(ctx context.Context) {
 	m.relisted = now
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// A container of a pod nobody wants: its sandbox is an orphan for the
-	// next pass to list (orphans.go), on the first relist too (a restarted
-	// nodeguard's leftovers).
+	// A container or sandbox of a pod nobody wants: its sandbox is an
+	// orphan for the next pass to list (orphans.go), on the first relist
+	// too (a restarted nodeguard's leftovers).
 	for _, e := range now {
 		if _, desired := m.pods[e.uid]; !desired && !m.orphans[e.uid] {
 			m.orphanScan.Store(true)
@@ -118,7 +122,15 @@ func (m *Manager) relist(ctx context.Context) {
 	}
 }
 
+// relistKey names a container, or a sandbox, in a relist.
+type relistKey struct {
+	id      string
+	sandbox bool
+}
+
+// relistEntry is what a relist compares: the pod, and the container's
+// runtimeapi.ContainerState or the sandbox's PodSandboxState.
 type relistEntry struct {
 	uid   types.UID
-	state runtimeapi.ContainerState
+	state int32
 }

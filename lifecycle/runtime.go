@@ -27,6 +27,9 @@ type Runtime interface {
 	// Relist is ListContainers of every container decoded for the relist
 	// alone (id, sandbox, state, pod UID).
 	Relist(ctx context.Context) ([]cri.RelistedContainer, error)
+	// RelistSandboxes: ListPodSandbox of every sandbox decoded for the
+	// relist alone (id, state, pod UID).
+	RelistSandboxes(ctx context.Context) ([]cri.RelistedSandbox, error)
 	ListContainerStats(ctx context.Context) ([]*runtimeapi.ContainerStats, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (cri.ExecResult, error)
 	// ResolveImage and PullImage: the pull policy's decision, then the

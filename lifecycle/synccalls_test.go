@@ -103,7 +103,7 @@ func TestASteadyPodsSyncAsksEachContainerOnceAndProbesDoNotWakeIt(t *testing.T) 
 	waitPod(t, m, "steady", "running and ready", func(p *corev1.Pod) bool { return running(p) && ready(p) })
 	from, execs0 := calls.since(0)
 	start := len(from) + 1
-	// Three whole steady syncs (every SteadyResyncFactor Resyncs: 3 s
+	// Three whole steady syncs (every SteadyResync: 3 s
 	// here), bounded.
 	var syncs []int
 	execs := execs0

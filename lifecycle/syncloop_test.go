@@ -2,9 +2,11 @@ package lifecycle_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,4 +191,84 @@ spec:
 			t.Logf("replaced %s: %v", old[:12], cs)
 		})
 	}
+}
+
+// A sandbox whose pause process dies under running containers is
+// replaced at the next relist, as the kubelet's PLEG sees it, not at the
+// pod's next steady resync: with the production Resync and SteadyResync
+// (1 s and 1 min) that one is a minute or more away, and the relist alone
+// can notice within the wait.
+func TestASandboxThatStopsUnderRunningContainersIsReplaced(t *testing.T) {
+	r := newRig(t)
+	r.resync, r.steadyResync = lifecycle.DefaultResync, lifecycle.DefaultSteadyResync
+	m, _ := r.manager(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := m.Apply(ctx, r.pods(t, `
+apiVersion: v1
+kind: Pod
+metadata: {name: pauseless}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: BUSYBOX, command: [sleep, "3600"]}
+`), lifecycle.SourceAPI); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, m, "pauseless", "running", running)
+	sandboxes := func() []*runtimeapi.PodSandbox {
+		t.Helper()
+		sbs, err := r.client.ListPodSandbox(ctx, map[string]string{"io.kubernetes.pod.uid": string(p.UID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sbs
+	}
+	sbs := sandboxes()
+	if len(sbs) != 1 {
+		t.Fatalf("sandboxes %v, want one", sbs)
+	}
+	old := sbs[0].Id
+	resp, err := r.env.RuntimeClient().PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: old, Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil || info.Pid <= 0 {
+		t.Fatalf("no pause pid in the sandbox's status (%v)", err)
+	}
+	// Wait for the pod's first steady sync to be behind us: the next is
+	// 60 to 90 s away.
+	time.Sleep(2 * time.Second)
+	if err := syscall.Kill(info.Pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the pause process %d: %v", info.Pid, err)
+	}
+	killed := time.Now()
+	deadline := killed.Add(30 * time.Second)
+	for {
+		var ready []string
+		for _, sb := range sandboxes() {
+			if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY && sb.Id != old {
+				ready = append(ready, sb.Id)
+			}
+		}
+		if len(ready) == 1 {
+			t.Logf("pause process killed: a new sandbox %s ready %v later", ready[0][:12], time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new sandbox 30 s after the pause process was killed (steady resyncs are 60 s apart): %v", sandboxes())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitPod(t, m, "pauseless", "running again", func(p *corev1.Pod) bool {
+		cs := containerStatus(p, "c")
+		return running(p) && cs != nil && cs.State.Running != nil
+	})
+	if err := m.Delete(ctx, "default", "pauseless"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, m, "pauseless")
 }

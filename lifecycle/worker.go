@@ -65,12 +65,13 @@ func (m *Manager) podWorker(ctx context.Context, uid types.UID, st *podState) {
 }
 
 // nextSync is Resync, or sooner when a container's back-off ends first. A
-// pod whose containers all run is checked every SteadyResyncFactor
-// Resyncs and up to half as many more (jitter): a container that exits meanwhile is caught by the relist
-// (relist), which pokes its pod within a Resync, as the kubelet's PLEG
-// relists every second while its pod workers resync every minute. On a
-// dense node hundreds of idle pods' status calls would otherwise compete
-// with the pods being started and cost idle CPU.
+// pod whose containers all run is checked every SteadyResync and up to
+// half as long again (jitter): a container that exits,
+// or a sandbox that stops, meanwhile is caught by the relist, which
+// pokes its pod within a Resync, as the kubelet's PLEG relists every
+// second while its pod workers resync every minute. On a dense node
+// hundreds of idle pods' status calls would otherwise compete with the
+// pods being started and cost idle CPU.
 func (m *Manager) nextSync(st *podState) time.Duration {
 	d := m.cfg.Resync
 	m.mu.Lock()
@@ -85,8 +86,8 @@ func (m *Manager) nextSync(st *podState) time.Duration {
 		// Jittered, as the kubelet's pod workers' resync: pods whose
 		// syncs waited together (for work slots while a node filled up)
 		// would otherwise stay in step, all 250 of a dense node synced
-		// in the same second, every 15 s.
-		d = SteadyResyncFactor*m.cfg.Resync + rand.N(SteadyResyncFactor*m.cfg.Resync/2)
+		// in the same second, every minute.
+		d = m.cfg.SteadyResync + rand.N(m.cfg.SteadyResync/2)
 	}
 	now := m.now()
 	if left, ok := untilDeadline(st, now); ok && left < d {

@@ -191,6 +191,23 @@ func TestRealRuntime(t *testing.T) {
 				t.Errorf("relisted %+v, want %+v (pod UID %s)", got, want, p.pod.UID)
 			}
 		}
+		sandboxes, err := c.RelistSandboxes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, sb := range sandboxes {
+			if sb.ID == p.sandboxID {
+				found = true
+				want := RelistedSandbox{ID: list[0].Id, PodUID: string(p.pod.UID), State: list[0].State}
+				if sb != want || want.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+					t.Errorf("relisted sandbox %+v, want %+v (ready)", sb, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("relisted sandboxes %+v, want %s among them", sandboxes, p.sandboxID)
+		}
 	})
 	t.Run("the pause process runs under seccomp RuntimeDefault", func(t *testing.T) {
 		resp, err := e.RuntimeClient().PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandboxID, Verbose: true})

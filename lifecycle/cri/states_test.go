@@ -56,6 +56,46 @@ func TestDecodeContainerStatesAgreesWithTheProtoTypes(t *testing.T) {
 	}
 }
 
+// Sandboxes are decoded as containers are, with their own field numbers:
+// id, state and pod UID label, nothing of metadata, maps or newer fields.
+func TestDecodeSandboxStatesAgreesWithTheProtoTypes(t *testing.T) {
+	resp := &runtimeapi.ListPodSandboxResponse{}
+	for i := range 5 {
+		sb := &runtimeapi.PodSandbox{
+			Id:       fmt.Sprintf("sb%02d", i),
+			Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Uid: "metadata-uid", Namespace: "ns", Attempt: uint32(i)},
+			State:    runtimeapi.PodSandboxState(i % 2), CreatedAt: int64(i) << 40, RuntimeHandler: "runc",
+			Labels:      map[string]string{ManagedLabel: "true", "io.kubernetes.pod.name": "p"},
+			Annotations: map[string]string{PodUIDLabel: "an-annotation"},
+		}
+		if i != 3 {
+			sb.Labels[PodUIDLabel] = fmt.Sprintf("uid-%d", i)
+		}
+		resp.Items = append(resp.Items, sb)
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, 0xfa, 0x01, 0x03, 'n', 'e', 'w') // field 31, bytes "new"
+	got, err := decodeSandboxStates(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(resp.Items) {
+		t.Fatalf("%d sandboxes decoded, want %d", len(got), len(resp.Items))
+	}
+	for i, sb := range resp.Items {
+		want := RelistedSandbox{ID: sb.Id, PodUID: sb.Labels[PodUIDLabel], State: sb.State}
+		if got[i] != want {
+			t.Errorf("sandbox %d: %+v, want %+v", i, got[i], want)
+		}
+	}
+	if _, err := decodeSandboxStates(b[:len(b)-8]); err == nil || !strings.Contains(err.Error(), "sandbox 4") {
+		t.Errorf("a response cut in the last sandbox: %v, want an error naming sandbox 4", err)
+	}
+}
+
 // A truncated or mangled response is an error naming where, never a
 // shorter list.
 func TestDecodeContainerStatesRefusesMalformedBytes(t *testing.T) {
