@@ -44,7 +44,7 @@ type Cgroup struct {
 	// event counters are refreshed on the same slow ticks; usage,
 	// memory.stat and memory pressure on every tick. A cgroup that is not
 	// Config.Hot is read (all of it) only by the snapshots that ask for
-	// the cold cgroups. The slow figures feed metrics, not decisions (OOM
+	// the cold cgroups; a Config.Calm one, while snapshots are calm, too. The slow figures feed metrics, not decisions (OOM
 	// kills arrive as kernel events), and leaving them out halves the
 	// cost of a tick.
 	CPU, IO       psi.Stats
@@ -217,6 +217,8 @@ type entry struct {
 	cpuSt, ioSt   psi.Stats
 	hasCPU, hasIO bool
 	slowAt        time.Time
+	// slowTick is Snapshotter.ticks when the slow figures were read.
+	slowTick int
 
 	memAt time.Time
 	// admitted is when the entry was opened: a rescan whose walk began
@@ -530,8 +532,9 @@ func (s *Snapshotter) Snapshot(ctx context.Context, now time.Time) *Snapshot {
 }
 
 // SnapshotCalm is Snapshot with the cgroups Config.Calm names read as cold
-// ones: between slow ticks they carry their last reading (Cgroup.MemoryAt
-// says how old). Slow ticks count calm snapshots as others.
+// ones: they carry their last reading (Cgroup.MemoryAt and SlowAt say how
+// old), from the last snapshot that was not calm or the last scrape
+// (SnapshotCold). Slow ticks count calm snapshots as others.
 func (s *Snapshotter) SnapshotCalm(ctx context.Context, now time.Time) *Snapshot {
 	return s.snapshot(ctx, now, readMode{calm: true})
 }
@@ -579,6 +582,13 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, mode readMode
 		// the snapshot is calm and the cgroup one of Config.Calm's. A
 		// cold cgroup: all of it when admitted and when the snapshot
 		// asks for the cold ones, nothing otherwise.
+		//
+		// A calm cgroup in a calm snapshot is not read, not even on a
+		// slow tick: its slow figures feed metrics alone, and a scrape
+		// (cold) reads those of every hot cgroup whose last slow reading
+		// is SlowEvery ticks old. Far from every threshold, 250 pods'
+		// limits, events and cpu and io pressure were half of the idle
+		// agent's ticks.
 		var read func(*cgstat.Memory) error
 		readSlow := slow
 		switch {
@@ -589,9 +599,13 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, mode readMode
 				read = e.reader.Read
 			}
 			readSlow = mode.cold
+		case mode.calm && e.calm:
+			readSlow = false
 		case slow:
 			read = e.reader.Read
-		case !(mode.calm && e.calm):
+		case mode.cold && s.ticks-e.slowTick >= s.cfg.SlowEvery:
+			read, readSlow = e.reader.Read, true
+		default:
 			read = e.reader.ReadHot
 		}
 		// A cgroup not read now keeps its last reading.
@@ -612,6 +626,7 @@ func (s *Snapshotter) snapshot(ctx context.Context, now time.Time, mode readMode
 		}
 		if readSlow || e.slowAt.IsZero() {
 			e.readSlow(now, &c)
+			e.slowTick = s.ticks
 		}
 		c.CPU, c.HasCPU, c.IO, c.HasIO, c.SlowAt = e.cpuSt, e.hasCPU, e.ioSt, e.hasIO, e.slowAt
 		snap.Cgroups = append(snap.Cgroups, c)

@@ -371,9 +371,11 @@ func TestARescanRetiresACgroupThatVanished(t *testing.T) {
 }
 
 // A calm snapshot reads the cgroups Config.Calm names (the pods' own) as
-// cold ones, on slow ticks only; an ordinary snapshot in between reads
-// them at once; the cgroups above them are read in both.
-func TestCalmSnapshotsReadPodsOnSlowTicks(t *testing.T) {
+// cold ones, not even on slow ticks; an ordinary snapshot in between
+// reads them at once; a scrape's (cold) reads them whole, their slow
+// figures too once those are SlowEvery ticks old; the cgroups above them
+// are read by every snapshot.
+func TestCalmSnapshotsLeavePodsToScrapes(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	kube := cgtest.New(t).Child(t, "kubepods")
 	pod := kube.Child(t, "pod0f1e2d3c-aaaa-bbbb-cccc-000000000003")
@@ -387,27 +389,37 @@ func TestCalmSnapshotsReadPodsOnSlowTicks(t *testing.T) {
 	defer snapper.Close()
 	base := time.Now()
 	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Second) }
-	for i, calm := range []bool{true, true, true, true, false, true} {
+	for i, tc := range []struct {
+		mode          string
+		memAt, slowAt int // the snapshot whose reading the pod carries
+	}{
+		{"calm", 0, 0}, // admitted: read whole
+		{"calm", 0, 0},
+		{"calm", 0, 0},
+		{"calm", 0, 0}, // a slow tick
+		{"ordinary", 4, 0},
+		{"calm", 4, 0},
+		{"scrape", 6, 6},   // the slow figures are 6 ticks old
+		{"ordinary", 7, 7}, // a slow tick
+		{"scrape", 8, 7},   // 1 tick old: usage only
+	} {
 		var snap *pressure.Snapshot
-		if calm {
+		switch tc.mode {
+		case "calm":
 			snap = snapper.SnapshotCalm(context.Background(), at(i))
-		} else {
+		case "ordinary":
 			snap = snapper.Snapshot(context.Background(), at(i))
+		case "scrape":
+			snap = snapper.SnapshotCold(context.Background(), at(i))
 		}
 		p, ok := find(snap, podRel)
 		k, ok2 := find(snap, kubeRel)
 		if !ok || !ok2 {
 			t.Fatalf("snapshot %d: pod %v, kubepods %v", i, ok, ok2)
 		}
-		want := at(i)
-		if calm && i%3 != 0 {
-			want = at(i - 1) // carried from the snapshot before
-			if i == 1 || i == 2 {
-				want = at(0)
-			}
-		}
-		if !p.MemoryAt.Equal(want) {
-			t.Errorf("snapshot %d (calm %v): the pod read at %v, want %v", i, calm, p.MemoryAt.Sub(base), want.Sub(base))
+		if !p.MemoryAt.Equal(at(tc.memAt)) || !p.SlowAt.Equal(at(tc.slowAt)) {
+			t.Errorf("snapshot %d (%s): the pod read at %v, its slow figures at %v; want %v and %v", i, tc.mode,
+				p.MemoryAt.Sub(base), p.SlowAt.Sub(base), at(tc.memAt).Sub(base), at(tc.slowAt).Sub(base))
 		}
 		if !k.MemoryAt.Equal(at(i)) {
 			t.Errorf("snapshot %d: kubepods read at %v, want this one's %v", i, k.MemoryAt.Sub(base), at(i).Sub(base))
