@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -71,6 +73,9 @@ func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://elsewhere.invalid/ok", http.StatusFound)
 	})
+	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/loop", http.StatusTemporaryRedirect)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -101,6 +106,7 @@ func TestNetNSProbes(t *testing.T) {
 		{"an httpGet probe answered 500 fails", httpGet("/fail"), Failure},
 		{"an httpGet probe follows a redirect to the same host", httpGet("redirect"), Success},
 		{"an httpGet probe redirected to another host is a warning, not followed", httpGet("/elsewhere"), Warning},
+		{"an httpGet probe redirected in a loop fails after 10 redirects", httpGet("/loop"), Failure},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,6 +133,54 @@ func TestNetNSProbes(t *testing.T) {
 	})
 }
 
+// An https probe: TLS without a certificate check (the pod's certificate
+// names a service, not its IP), the same request inside; an https probe
+// of a plain HTTP server is net/http's ErrSchemeMismatch, which the
+// hooks' fallback to HTTP looks for.
+func TestNetNSHTTPSProbes(t *testing.T) {
+	dial, plainPort, _, file := testNetNS(t)
+	var ln net.Listener
+	if err := ns.WithNetNSPath(file, func(ns.NetNS) error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 4)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Host + " " + r.URL.Path + " " + r.UserAgent() + " " + r.Proto
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		io.WriteString(w, "tls body")
+	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	h := Handlers{Dial: dial}
+	probe := func(port int, path string) (Result, string, error) {
+		return h.Probe(context.Background(), &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Scheme: corev1.URISchemeHTTPS, Path: path, Port: intstr.FromInt32(int32(port))}}}, Target{PodIP: "127.0.0.1"})
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if got, msg, err := probe(port, "/ok"); err != nil || got != Success || msg != "tls body" {
+		t.Fatalf("https probe = %v %q %v, want Success with the body", got, msg, err)
+	}
+	if want := fmt.Sprintf("127.0.0.1:%d /ok %s HTTP/1.1", port, userAgent); <-seen != want {
+		t.Errorf("the server saw another request than %q", want)
+	}
+	if got, msg, err := probe(port, "/fail"); err != nil || got != Failure || msg != "HTTP probe failed with statuscode: 503" {
+		t.Fatalf("https probe answered 503 = %v %q %v, want Failure", got, msg, err)
+	}
+	_, _, err := h.HTTPGet(context.Background(), &corev1.HTTPGetAction{Scheme: corev1.URISchemeHTTPS, Path: "/ok", Port: intstr.FromInt32(int32(plainPort))},
+		Target{PodIP: "127.0.0.1"}, time.Second)
+	if !errors.Is(err, http.ErrSchemeMismatch) {
+		t.Fatalf("https GET of a plain HTTP server: %v, want http.ErrSchemeMismatch", err)
+	}
+}
+
 // TestNetNSDialer: the dialer's connections are made in its namespace (the
 // server below listens on that namespace's loopback alone) and behave as
 // net.Dialer's: the same errors, the context's deadline and cancellation,
@@ -141,15 +195,61 @@ func TestNetNSDialer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, ok := c.(*net.TCPConn); !ok || c.RemoteAddr().String() != addr || c.LocalAddr() == nil {
-			t.Fatalf("conn %T remote %v local %v, want a *net.TCPConn to %s", c, c.RemoteAddr(), c.LocalAddr(), addr)
+		local, ok := c.LocalAddr().(*net.TCPAddr)
+		if c.RemoteAddr().String() != addr || !ok || !local.IP.Equal(net.IPv4(127, 0, 0, 1)) || local.Port == 0 {
+			t.Fatalf("conn %T remote %v local %v, want a connection from 127.0.0.1 to %s", c, c.RemoteAddr(), c.LocalAddr(), addr)
+		}
+		// Closed cleanly within a second, as the kubelet's probe dialer.
+		rc, err := c.(syscall.Conn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var linger *unix.Linger
+		if err := rc.Control(func(fd uintptr) { linger, err = unix.GetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER) }); err != nil || linger == nil {
+			t.Fatalf("SO_LINGER: %v", err)
+		}
+		if linger.Onoff != 1 || linger.Linger != 1 {
+			t.Errorf("SO_LINGER %+v, want on, 1 s", *linger)
 		}
 		if _, err := io.WriteString(c, "GET /ok HTTP/1.0\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("response %v %v, want 200", resp, err)
+		}
+		// Past the end, the server's close is io.EOF itself, as a
+		// net.TCPConn's.
+		if _, err := io.Copy(io.Discard, br); err != nil {
+			t.Fatalf("reading to the end: %v", err)
+		}
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("read after the server closed: %v, want io.EOF", err)
+		}
+	})
+	t.Run("a connection's errors are net.TCPConn's", func(t *testing.T) {
+		c, err := dial(ctx, "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Nothing sent, so nothing comes: the deadline ends the read.
+		if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Read(make([]byte, 1))
+		var op *net.OpError
+		var ne net.Error
+		want := fmt.Sprintf("read tcp %s->%s: i/o timeout", c.LocalAddr(), addr)
+		if !errors.As(err, &op) || op.Op != "read" || !errors.As(err, &ne) || !ne.Timeout() ||
+			!errors.Is(err, os.ErrDeadlineExceeded) || err.Error() != want {
+			t.Fatalf("read past the deadline: %v, want %q (a net.Error whose Timeout is true)", err, want)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("write after close: %v, want net.ErrClosed", err)
 		}
 	})
 	t.Run("a closed port is refused with net.Dialer's error", func(t *testing.T) {
