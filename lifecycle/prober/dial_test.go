@@ -44,14 +44,10 @@ func tempNetNS(t testing.TB) string {
 	return file
 }
 
-// testNetNS makes a network namespace of the test's own with an HTTP
-// server on its loopback, and returns a dialer into it and the server's
-// port. /ok answers 200, /fail 500, /redirect 302 to /ok, /elsewhere 302
-// to another host; hosts records
-// the Host of each request.
-func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
+// loopbackListener listens on a free port of the loopback of the network
+// namespace at file.
+func loopbackListener(t testing.TB, file string) net.Listener {
 	t.Helper()
-	file := tempNetNS(t)
 	var ln net.Listener
 	if err := ns.WithNetNSPath(file, func(ns.NetNS) error {
 		var err error
@@ -60,6 +56,18 @@ func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return ln
+}
+
+// testNetNS makes a network namespace of the test's own with an HTTP
+// server on its loopback, and returns a dialer into it and the server's
+// port. /ok answers 200, /fail 500, /redirect 302 to /ok, /elsewhere 302
+// to another host; hosts records
+// the Host of each request.
+func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
+	t.Helper()
+	file := tempNetNS(t)
+	ln := loopbackListener(t, file)
 	var mu sync.Mutex
 	var hosts []string
 	mux := http.NewServeMux()
@@ -139,14 +147,7 @@ func TestNetNSProbes(t *testing.T) {
 // hooks' fallback to HTTP looks for.
 func TestNetNSHTTPSProbes(t *testing.T) {
 	dial, plainPort, _, file := testNetNS(t)
-	var ln net.Listener
-	if err := ns.WithNetNSPath(file, func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	ln := loopbackListener(t, file)
 	seen := make(chan string, 4)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen <- r.Host + " " + r.URL.Path + " " + r.UserAgent() + " " + r.Proto
