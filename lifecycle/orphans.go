@@ -14,10 +14,9 @@ import (
 // orphanScanPasses: the sandboxes are listed for orphans at least every
 // this many Run passes (10 s at the default Resync), as the kubelet's
 // housekeeping, besides when something says there may be one: the
-// sources' first load, a relisted container whose pod is not desired
-// (relist). Only a sandbox with no container at all (one made while its
-// pod was deleted, by hand) waits for the periodic listing. Listing 250
-// sandboxes every pass was a tenth of the run loop's CPU.
+// sources' first load, a relisted container or sandbox whose pod is not
+// desired (relist). Listing 250 sandboxes whole every pass was a tenth
+// of the run loop's CPU.
 const orphanScanPasses = 10
 
 // removeOrphans finds nodeguard's sandboxes whose pod is not desired (only

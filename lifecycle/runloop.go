@@ -77,13 +77,20 @@ func (m *Manager) relist(ctx context.Context) {
 	if err != nil {
 		return // the pods' own syncs report runtime trouble
 	}
-	sbs, err := m.cfg.Runtime.RelistSandboxes(cctx)
-	if err != nil {
-		return
-	}
+	sbs, sbErr := m.cfg.Runtime.RelistSandboxes(cctx)
 	now := make(map[relistKey]relistEntry, len(ctrs)+len(sbs))
 	for _, c := range ctrs {
 		now[relistKey{id: c.ID}] = relistEntry{uid: types.UID(c.PodUID), state: int32(c.State)}
+	}
+	if sbErr != nil {
+		// The containers are compared all the same; the sandboxes keep
+		// their last states until a listing works.
+		m.log.Warn("relist: list the pod sandboxes", "err", sbErr)
+		for k, e := range m.relisted {
+			if k.sandbox {
+				now[k] = e
+			}
+		}
 	}
 	for _, sb := range sbs {
 		now[relistKey{id: sb.ID, sandbox: true}] = relistEntry{uid: types.UID(sb.PodUID), state: int32(sb.State)}

@@ -755,7 +755,8 @@ func (p *Policy) Admit(pod Pod) error {
 // observations Evaluate decides nothing and names no next victim, and
 // the pods' own figures are not looked at: the manager may then take
 // them from a calm snapshot (pressure.Snapshotter.SnapshotCalm), in which
-// they can be a few seconds old. A signal the observations lack cannot
+// they are those of the last snapshot that was not calm, or of the last
+// metrics scrape: minutes old on a calm node. A signal the observations lack cannot
 // meet its threshold, here as in Evaluate.
 //
 // The disk and pid signals need no margin: their figures are the node's,

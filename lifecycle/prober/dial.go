@@ -509,9 +509,24 @@ func connect(ctx context.Context, f *os.File, sa unix.Sockaddr) error {
 			return err
 		}
 	}
-	// Cancelling ctx wakes the wait with a deadline in the past.
-	stop := context.AfterFunc(ctx, func() { _ = f.SetWriteDeadline(time.Unix(1, 0)) })
-	defer stop()
+	// Cancelling ctx wakes the wait with a deadline in the past, never
+	// once connect has returned (the caller then clears the deadline,
+	// and a late one would cut its first write short).
+	var mu sync.Mutex
+	finished := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished {
+			_ = f.SetWriteDeadline(time.Unix(1, 0))
+		}
+	})
+	defer func() {
+		stop()
+		mu.Lock()
+		finished = true
+		mu.Unlock()
+	}()
 	var cerr error
 	started := false
 	werr := rc.Write(func(fd uintptr) bool {

@@ -81,6 +81,11 @@ func testNetNS(t testing.TB) (DialFunc, int, *[]string, string) {
 	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "http://elsewhere.invalid/ok", http.StatusFound)
 	})
+	mux.HandleFunc("/hints", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		io.WriteString(w, "after the hints")
+	})
 	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/loop", http.StatusTemporaryRedirect)
 	})
@@ -115,12 +120,16 @@ func TestNetNSProbes(t *testing.T) {
 		{"an httpGet probe follows a redirect to the same host", httpGet("redirect"), Success},
 		{"an httpGet probe redirected to another host is a warning, not followed", httpGet("/elsewhere"), Warning},
 		{"an httpGet probe redirected in a loop fails after 10 redirects", httpGet("/loop"), Failure},
+		{"an httpGet probe skips an early hints answer for the final one", httpGet("/hints"), Success},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, msg, err := h.Probe(context.Background(), tt.probe, target)
 			if err != nil || got != tt.want {
 				t.Fatalf("Probe = %v %q %v, want %v", got, msg, err, tt.want)
+			}
+			if tt.probe.HTTPGet != nil && tt.probe.HTTPGet.Path == "/loop" && !strings.HasSuffix(msg, "stopped after 10 redirects") {
+				t.Errorf("a redirect loop's message %q, want it to end in stopped after 10 redirects", msg)
 			}
 		})
 	}

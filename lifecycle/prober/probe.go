@@ -118,6 +118,10 @@ const userAgent = "kube-probe/nodeguard"
 // (10 KiB): the message, not the body, is what matters.
 const maxBody = 10 << 10
 
+// maxHeaderBytes bounds an HTTP answer's status line and headers, as
+// net/http's Transport by default.
+const maxHeaderBytes = 10 << 20
+
 // Handlers runs exec, tcpSocket, httpGet and grpc probes.
 type Handlers struct {
 	Exec Execer
@@ -284,11 +288,11 @@ func (h Handlers) HTTPGet(ctx context.Context, a *corev1.HTTPGetAction, t Target
 		if err != nil {
 			return 0, "", &NoResponseError{URL: target.String(), Err: fmt.Errorf("failed to parse Location header %q: %w", location, err)}
 		}
-		if via+1 >= 10 {
-			return 0, "", &NoResponseError{URL: target.String(), Err: errors.New("stopped after 10 redirects")}
-		}
 		if next.Hostname() != u.Hostname() {
 			return code, body, nil
+		}
+		if via+1 >= 10 {
+			return 0, "", &NoResponseError{URL: target.String(), Err: errors.New("stopped after 10 redirects")}
 		}
 		if lu, _ := url.Parse(location); lu == nil || lu.IsAbs() {
 			hostHeader = ""
@@ -309,19 +313,22 @@ func (h Handlers) get(ctx context.Context, u *url.URL, hostHeader string, header
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	conn, err := h.Dial(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
+	raw, err := h.Dial(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
 	if err != nil {
 		return 0, "", "", err
 	}
-	defer conn.Close()
+	// Closing the connection ends the answer, whatever is left of its
+	// body: never read to its end (it may stream forever).
+	defer raw.Close()
 	if dl, ok := ctx.Deadline(); ok {
-		if err := conn.SetDeadline(dl); err != nil {
+		if err := raw.SetDeadline(dl); err != nil {
 			return 0, "", "", err
 		}
 	}
 	// Cancelling ctx ends a read or write in progress.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	conn := raw
 	switch u.Scheme {
 	case "http":
 	case "https":
@@ -350,11 +357,23 @@ func (h Handlers) get(ctx context.Context, u *url.URL, hostHeader string, header
 	if err := bw.Flush(); err != nil {
 		return 0, "", "", ctxErr(ctx, err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		return 0, "", "", ctxErr(ctx, err)
+	// The status line and headers are bounded as net/http's Transport
+	// bounds them (10 MB); informational answers (1xx but 101) are
+	// skipped, as it skips them.
+	lr := &io.LimitedReader{R: conn, N: maxHeaderBytes + maxBody}
+	br := bufio.NewReader(lr)
+	var resp *http.Response
+	for {
+		if resp, err = http.ReadResponse(br, req); err != nil {
+			if lr.N <= 0 {
+				err = fmt.Errorf("server response headers exceeded %d bytes", maxHeaderBytes)
+			}
+			return 0, "", "", ctxErr(ctx, err)
+		}
+		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
 	}
-	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
 		return 0, "", "", fmt.Errorf("read the body: %w", ctxErr(ctx, err))
