@@ -102,7 +102,7 @@ func (f *Finder) Pods(ctx context.Context) ([]Pod, error) {
 			Cgroup: cg, SandboxID: sb.GetId(), Static: src == "file" || src == "http"})
 	}
 	slices.SortFunc(out, func(a, b Pod) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
 	})
 	return out, nil
 }
