@@ -157,8 +157,14 @@ func TestSidecarsInRealContainers(t *testing.T) {
 		p := waitPod(t, m, "sidecars", "running and ready with its sidecars", func(p *corev1.Pod) bool {
 			return running(p) && ready(p) && started(initStatus(p, "logger")) && started(initStatus(p, "proxy"))
 		})
+		// The app is Running as soon as its process is: its first line
+		// may come a moment later.
 		want := []string{"start logger", "setup", "start proxy", "start app"}
-		if got := containerLog(t, log); !slices.Equal(got, want) {
+		got := containerLog(t, log)
+		for deadline := time.Now().Add(10 * time.Second); len(got) < len(want) && time.Now().Before(deadline); got = containerLog(t, log) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !slices.Equal(got, want) {
 			t.Fatalf("events %q, want %q", got, want)
 		}
 		if s := initStatus(p, "setup").State.Terminated; s == nil || s.Reason != "Completed" {
