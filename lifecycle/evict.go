@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/oom"
 )
@@ -84,9 +85,8 @@ type EvictionActor struct {
 	// Exempt pods ("namespace/name") are never evicted.
 	Exempt map[string]bool
 
-	mu sync.Mutex
-	// raised holds, per pod, the processes SetOOMScoreAdj raised, by pid.
-	raised map[types.UID]map[int]raisedProc
+	// raiser holds, per pod, the processes SetOOMScoreAdj raised.
+	raiser oomadj.Raiser
 
 	// cgMu guards cgs: per pod, what Pods found of its cgroup, so that a
 	// tick reads one file per pod (its task count) instead of resolving

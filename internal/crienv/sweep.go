@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
 )
 
 // dirPrefix starts the name of every environment's directory.
@@ -35,34 +35,9 @@ type record struct {
 	RuncRoot     string `json:"runc_root"`
 }
 
-// procStart returns the start time of process pid (field 22 of
-// /proc/<pid>/stat, in clock ticks since boot): with the pid, it names a
-// process uniquely, since pids are recycled.
-func procStart(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(s[end+1:])
-	// f[0] is field 3 (state), so field 22 is f[19].
-	if len(f) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(f)+2)
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat starttime: %w", pid, err)
-	}
-	return v, nil
-}
-
 // writeRecord writes the env's recordFile.
 func (e *Env) writeRecord() error {
-	start, err := procStart(os.Getpid())
+	start, err := oomadj.Start(os.Getpid())
 	if err != nil {
 		return err
 	}
@@ -111,7 +86,7 @@ func SweepStale(ctx context.Context, baseDir string, log *slog.Logger) error {
 			errs = append(errs, fmt.Errorf("read %s: %w", filepath.Join(dir, recordFile), err))
 			continue
 		}
-		if start, err := procStart(r.OwnerPID); err == nil && start == r.OwnerStart {
+		if start, err := oomadj.Start(r.OwnerPID); err == nil && start == r.OwnerStart {
 			continue // its owner lives
 		}
 		if !r.valid(dir) {

@@ -1,0 +1,232 @@
+// Package oomadj raises the oom_score_adj of a pod's processes (the next
+// victim's, so that the kernel OOM killer, if it fires before the
+// eviction, takes the pod the policy chose) and puts back the value each
+// process had. A process is named by its pid and its start time, since
+// pids are recycled: a value is only ever written back to the process it
+// was read from.
+package oomadj
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Proc is a process whose oom_score_adj Raise changed, and what it had.
+type Proc struct {
+	PID int
+	// PPID is its parent when it was raised: a process forked since
+	// inherits the raised value, and gets back its nearest raised
+	// ancestor's (Raiser.Was).
+	PPID int
+	// Start is the process's start time (/proc/<pid>/stat field 22):
+	// with the pid it names the process.
+	Start uint64
+	// Was is the value it had before the first Raise.
+	Was int
+}
+
+// Raiser keeps, per pod, the processes it raised. The zero value is
+// ready; it is safe for concurrent use.
+type Raiser struct {
+	mu     sync.Mutex
+	raised map[types.UID]map[int]Proc
+}
+
+// Raise writes adj to every process of pids (the pod's, the sandbox's
+// included) and records what each had. Called again before Restore, it
+// keeps the values from before the first call; a process recorded before
+// and not in pids now has exited or left the pod, and is dropped.
+func (r *Raiser) Raise(uid types.UID, pids []int, adj int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.raised[uid]
+	recs := make(map[int]Proc, len(pids))
+	var errs []error
+	for _, pid := range pids {
+		p, ok, err := raise(pid, adj, prev)
+		if err != nil {
+			errs = append(errs, err)
+			if p, ok := prev[pid]; ok {
+				recs[pid] = p // raised by an earlier call: still to restore
+			}
+		}
+		if ok {
+			recs[pid] = p
+		}
+	}
+	if r.raised == nil {
+		r.raised = map[types.UID]map[int]Proc{}
+	}
+	r.raised[uid] = recs
+	return errors.Join(errs...)
+}
+
+// raise writes adj to pid and returns what it had before (the value
+// recorded in prev when prev holds this very process). ok is false when
+// the process exited before it was written.
+func raise(pid, adj int, prev map[int]Proc) (p Proc, ok bool, err error) {
+	ppid, start, err := Stat(pid)
+	if Exited(err) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, err
+	}
+	p = Proc{PID: pid, PPID: ppid, Start: start}
+	if q, ok := prev[pid]; ok && q.Start == start {
+		p.Was = q.Was
+	} else if p.Was, err = Read(pid); Exited(err) {
+		return p, false, nil
+	} else if err != nil {
+		return p, false, err
+	}
+	if err := Write(pid, adj); Exited(err) {
+		return p, false, nil
+	} else if err != nil {
+		return p, false, err
+	}
+	return p, true, nil
+}
+
+// Restore undoes Raise for the pod: every process it raised that still
+// runs (same pid, same start time) gets back the value it had, through
+// clamp (nil: as it was). It returns the records it held, for the caller
+// to give processes that joined the pod since their due value, and the
+// pids it wrote.
+func (r *Raiser) Restore(uid types.UID, clamp func(int) int) (recs map[int]Proc, restored map[int]bool, err error) {
+	r.mu.Lock()
+	recs = r.raised[uid]
+	delete(r.raised, uid)
+	r.mu.Unlock()
+	var errs []error
+	restored = make(map[int]bool, len(recs))
+	for _, p := range recs {
+		_, start, err := Stat(p.PID)
+		if Exited(err) || (err == nil && start != p.Start) {
+			continue // gone, its pid perhaps another process's now
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		v := p.Was
+		if clamp != nil {
+			v = clamp(v)
+		}
+		if err := Write(p.PID, v); err != nil && !Exited(err) {
+			errs = append(errs, err)
+			continue
+		}
+		restored[p.PID] = true
+	}
+	return recs, restored, errors.Join(errs...)
+}
+
+// Forget drops the pod's records without writing anything (the pod is
+// gone).
+func (r *Raiser) Forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.raised, uid)
+	r.mu.Unlock()
+}
+
+// Was returns the value pid inherited from its nearest ancestor in recs
+// (a process forked after the raise inherits the raised value, so what
+// it is owed is what that ancestor had), following parents up to depth
+// generations; ok is false when no ancestor is recorded.
+func Was(recs map[int]Proc, pid, depth int) (v int, ok bool) {
+	for range depth {
+		ppid, _, err := Stat(pid)
+		if err != nil || ppid <= 1 {
+			return 0, false
+		}
+		if p, found := recs[ppid]; found {
+			if _, start, err := Stat(ppid); err == nil && start == p.Start {
+				return p.Was, true
+			}
+			return 0, false
+		}
+		pid = ppid
+	}
+	return 0, false
+}
+
+// Exited reports whether err says the process is gone: its /proc
+// directory removed, or a zombie whose oom_score_adj can no longer be
+// written (ESRCH).
+func Exited(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+}
+
+func procPath(pid int, file string) string {
+	return "/proc/" + strconv.Itoa(pid) + "/" + file
+}
+
+// Start returns the start time of pid (field 22 of /proc/<pid>/stat, in
+// clock ticks since boot): with the pid, it names a process uniquely.
+func Start(pid int) (uint64, error) {
+	_, start, err := Stat(pid)
+	return start, err
+}
+
+// Stat returns pid's parent and start time (fields 4 and 22 of
+// /proc/<pid>/stat).
+func Stat(pid int) (ppid int, start uint64, err error) {
+	b, err := os.ReadFile(procPath(pid, "stat"))
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the start time of pid %d: %w", pid, err)
+	}
+	return ParseStat(pid, string(b))
+}
+
+// ParseStat reads fields 4 (the parent) and 22 (the start time) of pid's
+// /proc/<pid>/stat line s.
+func ParseStat(pid int, s string) (ppid int, start uint64, err error) {
+	// The command name (field 2) is in parentheses and may hold spaces
+	// and parentheses itself: the fields are counted after the last ')'.
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0, 0, fmt.Errorf("parse %s: no command name", procPath(pid, "stat"))
+	}
+	f := strings.Fields(s[end+1:])
+	const ppidField, startField = 4 - 3, 22 - 3 // f[0] is field 3, the state
+	if len(f) <= startField {
+		return 0, 0, fmt.Errorf("parse %s: %d fields, want at least 22", procPath(pid, "stat"), len(f)+2)
+	}
+	if ppid, err = strconv.Atoi(f[ppidField]); err != nil {
+		return 0, 0, fmt.Errorf("parse %s: parent: %w", procPath(pid, "stat"), err)
+	}
+	if start, err = strconv.ParseUint(f[startField], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("parse %s: start time: %w", procPath(pid, "stat"), err)
+	}
+	return ppid, start, nil
+}
+
+// Read returns pid's oom_score_adj.
+func Read(pid int) (int, error) {
+	b, err := os.ReadFile(procPath(pid, "oom_score_adj"))
+	if err != nil {
+		return 0, fmt.Errorf("read oom_score_adj of pid %d: %w", pid, err)
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("parse oom_score_adj of pid %d: %w", pid, err)
+	}
+	return v, nil
+}
+
+// Write sets pid's oom_score_adj.
+func Write(pid, adj int) error {
+	if err := os.WriteFile(procPath(pid, "oom_score_adj"), []byte(strconv.Itoa(adj)), 0); err != nil {
+		return fmt.Errorf("oom_score_adj of pid %d to %d: %w", pid, adj, err)
+	}
+	return nil
+}
