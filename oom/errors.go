@@ -21,6 +21,14 @@ var (
 	// ErrNotAdmitted reports a pod refused by Admit. Such errors are
 	// *AdmitError values.
 	ErrNotAdmitted = errors.New("pod not admitted")
+
+	// ErrEvictionRefused reports an eviction that someone else refused
+	// for now: the API server's Eviction API, for a PodDisruptionBudget
+	// (guard mode's soft evictions). The manager forgets the decision as
+	// for any failure, but does not evaluate again at once: the next
+	// tick or wake-up decides again, and the actor bounds how often it
+	// asks (a refusal is never bypassed).
+	ErrEvictionRefused = errors.New("eviction refused")
 )
 
 // ConfigError names the configuration entry that is wrong:

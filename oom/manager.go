@@ -619,7 +619,7 @@ func (m *Manager) act(ctx context.Context, d Decision, tm Timing, why string, wa
 		}
 		m.logDecision(d, tm, why, wakes)
 		m.obs.OnDecision(d, tm)
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrEvictionRefused) {
 			m.Wake("evict failed", time.Time{})
 		}
 	}

@@ -389,15 +389,19 @@ func (m *Manager) removeDirsBy(name string, deadline time.Time) error {
 // longer knows of, and how hard eviction releases memory before the
 // runtime is even called. It is the same for both drivers: a systemd
 // slice's cgroup is killed through its files, as runc does.
-func (m *Manager) Kill(parent string) (int, error) {
-	dirs, err := m.layout.Resolve(parent)
+func (m *Manager) Kill(parent string) (int, error) { return KillPod(m.layout, parent) }
+
+// KillPod is Manager.Kill for a caller with no Manager (guard mode, beside
+// a kubelet that made the cgroups): it creates nothing.
+func KillPod(layout *cgroups.Layout, parent string) (int, error) {
+	dirs, err := layout.Resolve(parent)
 	if err != nil {
 		return 0, fmt.Errorf("kill pod cgroup %s: %w", parent, err)
 	}
 	for _, d := range dirs {
 		if d.Hierarchy.V2() {
 			err := cgroups.WriteFile(d.Path, cgroups.FileKill, "1")
-			if err == nil && m.v2Memory() {
+			if err == nil && layout.Memory.V2() {
 				return 0, nil
 			}
 			// On a hybrid host the cgroup2 tree need not hold every
@@ -405,7 +409,7 @@ func (m *Manager) Kill(parent string) (int, error) {
 			// walk below is what is sure to reach them all.
 		}
 	}
-	mem, err := m.layout.Memory.Resolve(parent)
+	mem, err := layout.Memory.Resolve(parent)
 	if err != nil {
 		return 0, fmt.Errorf("kill pod cgroup %s: %w", parent, err)
 	}
@@ -560,7 +564,13 @@ func (m *Manager) Tasks(parent string) (int64, error) {
 // that asks every second (cgroups.TaskCounter); it counts what Tasks
 // counts.
 func (m *Manager) OpenTaskCounter(parent string) (*cgroups.TaskCounter, error) {
-	dirs, err := m.layout.Resolve(parent)
+	return OpenPodTaskCounter(m.layout, parent)
+}
+
+// OpenPodTaskCounter is Manager.OpenTaskCounter for a caller with no
+// Manager.
+func OpenPodTaskCounter(layout *cgroups.Layout, parent string) (*cgroups.TaskCounter, error) {
+	dirs, err := layout.Resolve(parent)
 	if err != nil {
 		return nil, fmt.Errorf("count the tasks of pod cgroup %s: %w", parent, err)
 	}

@@ -585,16 +585,22 @@ func describeType(t reflect.Type) string {
 // configPath is the file `run` reads: --config when given, else
 // DefaultConfigPath when it exists, else none (the defaults and flags).
 func configPath(flag string, given bool) (string, error) {
+	return configPathFor(flag, given, DefaultConfigPath)
+}
+
+// configPathFor is configPath with def as the default file (nodeguard
+// guard's is DefaultGuardConfigPath).
+func configPathFor(flag string, given bool, def string) (string, error) {
 	if given {
 		if flag == "" {
 			return "", errors.New("--config: empty path")
 		}
 		return flag, nil
 	}
-	if _, err := os.Stat(DefaultConfigPath); err == nil {
-		return DefaultConfigPath, nil
+	if _, err := os.Stat(def); err == nil {
+		return def, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("default config %s: %w", DefaultConfigPath, err)
+		return "", fmt.Errorf("default config %s: %w", def, err)
 	}
 	return "", nil
 }

@@ -559,36 +559,18 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 
 	var obs *evictionObserver
 	if !cfg.Eviction.Disabled {
-		obs = &evictionObserver{m: s.exporter.Eviction(), events: events, log: log}
-		if lost := relay.bind(obs); lost > 0 {
-			log.Warn("local-storage evictions made before the metrics existed are not counted", "lost", lost)
-		}
-		em, err := oom.NewManager(oom.ManagerConfig{
-			Policy: policy, Actor: mgr.EvictionActor(cfg.Eviction.Exempt),
-			Snapshot:     func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
-			SnapshotCalm: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.FreshCalm(ctx), nil },
-			Watch:        s.sensor.Add,
-			Reclaim:      disk.reclaim,
-			Tick:         cfg.Eviction.Tick.Duration, DryRun: cfg.Eviction.DryRun, Logger: log, Observer: obs,
-		})
+		var em *oom.Manager
+		em, obs, err = startEviction(g, evictionWiring{cfg: cfg.Eviction, policy: policy, actor: mgr.EvictionActor(cfg.Eviction.Exempt),
+			reclaim: disk.reclaim, sensing: s, events: events, fwd: fwd, layout: layout, kube: kube, rootDir: cfg.RootDir,
+			wire: &wire, beats: &beats, log: log})
 		if err != nil {
 			return err
 		}
+		if lost := relay.bind(obs); lost > 0 {
+			log.Warn("local-storage evictions made before the metrics existed are not counted", "lost", lost)
+		}
 		adm.policy.Store(em.Policy())
 		evictMgr.Store(em)
-		if d, err := layout.Memory.Resolve(kube); err == nil {
-			if w, err := newPodRootTripwire(d, policy.Thresholds, filepath.Join(cfg.RootDir, "tripwire"), log); err != nil {
-				log.Warn("no tripwire on the pod root: the safety tick and PSI triggers drive evictions", "err", err)
-			} else {
-				g.Cleanup(func() { w.tw.Close() })
-				wire.Store(w)
-				beats = append(beats, w.heartbeat())
-				g.Go("tripwire", func(ctx context.Context) error { return w.run(ctx, em) })
-			}
-		}
-		g.Go("eviction events", func(ctx context.Context) error { em.Events(ctx, fwd.ch); return nil })
-		g.Go("eviction manager", em.Run)
-		log.Info("eviction manager running", "thresholds", len(policy.Thresholds), "psi_rules", len(policy.PSIRules), "dry_run", cfg.Eviction.DryRun)
 	}
 
 	srv := api.NewServer(mgr.APIService(events), log, api.Options{})
@@ -648,4 +630,58 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	log.Info("nodeguard stopped")
 	return nil
+}
+
+// evictionWiring is what the eviction manager is started with, in
+// nodeguard run and nodeguard guard alike: the same policy, snapshots,
+// tripwire and events, acting through the mode's actor.
+type evictionWiring struct {
+	cfg     evictionConfig
+	policy  oom.PolicyConfig
+	actor   oom.Actor
+	reclaim oom.NodeReclaimer // nil: no node-level reclaim (guard mode: the kubelet's images)
+	sensing *sensing
+	events  *api.EventLog
+	fwd     *eventForwarder
+	layout  *cgroups.Layout
+	// kube is the pod root (kubepods) the tripwire arms on.
+	kube    string
+	rootDir string
+	// wire and beats receive the tripwire and the heartbeats it adds.
+	wire  *atomic.Pointer[podRootTripwire]
+	beats *[]heartbeat
+	log   *slog.Logger
+}
+
+// startEviction starts the eviction manager in g: its loop, its kernel
+// events and the tripwire on the pod root. The manager's observer counts
+// decisions in the metrics and the event log.
+func startEviction(g *group.Group, w evictionWiring) (*oom.Manager, *evictionObserver, error) {
+	log, s := w.log, w.sensing
+	obs := &evictionObserver{m: s.exporter.Eviction(), events: w.events, log: log}
+	em, err := oom.NewManager(oom.ManagerConfig{
+		Policy: w.policy, Actor: w.actor,
+		Snapshot:     func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
+		SnapshotCalm: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.FreshCalm(ctx), nil },
+		Watch:        s.sensor.Add,
+		Reclaim:      w.reclaim,
+		Tick:         w.cfg.Tick.Duration, DryRun: w.cfg.DryRun, Logger: log, Observer: obs,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if d, err := w.layout.Memory.Resolve(w.kube); err == nil {
+		if tw, err := newPodRootTripwire(d, w.policy.Thresholds, filepath.Join(w.rootDir, "tripwire"), log); err != nil {
+			log.Warn("no tripwire on the pod root: the safety tick and PSI triggers drive evictions", "err", err)
+		} else {
+			g.Cleanup(func() { tw.tw.Close() })
+			w.wire.Store(tw)
+			*w.beats = append(*w.beats, tw.heartbeat())
+			g.Go("tripwire", func(ctx context.Context) error { return tw.run(ctx, em) })
+		}
+	}
+	g.Go("eviction events", func(ctx context.Context) error { em.Events(ctx, w.fwd.ch); return nil })
+	g.Go("eviction manager", em.Run)
+	log.Info("eviction manager running", "thresholds", len(w.policy.Thresholds), "psi_rules", len(w.policy.PSIRules), "dry_run", w.cfg.DryRun)
+	return em, obs, nil
 }

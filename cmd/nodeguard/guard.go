@@ -1,0 +1,529 @@
+package main
+
+// nodeguard guard: nodeguard beside a kubelet. The kubelet runs the pods;
+// nodeguard senses and decides exactly as nodeguard run does (the same
+// eBPF pipeline, snapshots, tripwire, PSI rules, thresholds and ranking)
+// and acts on the kubelet's pods through their cgroups and the API
+// server (package guard).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/guard"
+	"github.com/nodeguard/nodeguard/internal/group"
+	"github.com/nodeguard/nodeguard/lifecycle/api"
+	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/metrics"
+	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/psi"
+)
+
+// DefaultGuardConfigPath is read by nodeguard guard when it exists.
+const DefaultGuardConfigPath = "/etc/nodeguard/guard.yaml"
+
+// guardConfig is nodeguard guard's configuration file. Its keys are those
+// of nodeguard run's that make sense beside a kubelet, with the same
+// meanings; unknown keys are errors.
+type guardConfig struct {
+	RuntimeEndpoint string `json:"runtimeEndpoint"`
+	// CgroupDriver is the kubelet's: "systemd", "cgroupfs", or empty to
+	// find it from which of kubepods.slice and kubepods exists.
+	CgroupDriver string `json:"cgroupDriver"`
+	// CgroupRoot is the kubelet's cgroupRoot ("/").
+	CgroupRoot string `json:"cgroupRoot"`
+	// Kubeconfig is the API server's; empty: the pod's service account
+	// when guard mode runs in a pod (the DaemonSet), otherwise none, and
+	// guard mode acts through cgroups only.
+	Kubeconfig string `json:"kubeconfig"`
+	// NodeName is the node's name in the API (default: the lower-cased
+	// hostname, as the kubelet's).
+	NodeName    string `json:"nodeName"`
+	RootDir     string `json:"rootDir"`
+	MetricsAddr string `json:"metricsAddr"`
+	// EnableProfiling serves Go's /debug/pprof/ beside /metrics.
+	EnableProfiling bool          `json:"enableProfiling"`
+	Eviction        guardEviction `json:"eviction"`
+	Logging         loggingConfig `json:"logging"`
+	Kernel          kernelConfig  `json:"kernel"`
+}
+
+// guardEviction is nodeguard run's eviction section and how a hard
+// eviction removes the pod through the API server.
+type guardEviction struct {
+	evictionConfig `json:",inline"`
+	// HardAction: "delete" (default) or "evict" (guard.HardAction).
+	HardAction string `json:"hardAction"`
+}
+
+func defaultGuardConfig() guardConfig {
+	r := defaultRunConfig()
+	return guardConfig{
+		RuntimeEndpoint: "unix:///run/containerd/containerd.sock",
+		CgroupRoot:      "/",
+		RootDir:         "/var/lib/nodeguard-guard",
+		MetricsAddr:     DefaultMetricsAddr,
+		Eviction:        guardEviction{evictionConfig: r.Eviction, HardAction: string(guard.HardDelete)},
+		Logging:         r.Logging,
+		Kernel:          r.Kernel,
+	}
+}
+
+// loadGuardConfig reads the file at path over the defaults (no path: the
+// defaults); unknown keys and values that do not parse are errors that
+// name them.
+func loadGuardConfig(path string) (guardConfig, error) {
+	cfg := defaultGuardConfig()
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := checkFields(raw, reflect.TypeFor[guardConfig](), ""); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate names the first bad field.
+func (c guardConfig) Validate() error {
+	// The sections shared with nodeguard run are checked as it checks
+	// them.
+	r := defaultRunConfig()
+	r.RuntimeEndpoint, r.CgroupRoot, r.RootDir, r.MetricsAddr, r.EnableProfiling = c.RuntimeEndpoint, c.CgroupRoot, c.RootDir, c.MetricsAddr, c.EnableProfiling
+	r.Eviction, r.Logging, r.Kernel = c.Eviction.evictionConfig, c.Logging, c.Kernel
+	if c.CgroupDriver != "" {
+		r.CgroupDriver = c.CgroupDriver
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if !path.IsAbs(c.CgroupRoot) {
+		return fmt.Errorf("cgroupRoot: %q: want the kubelet's, an absolute path (/ on a node)", c.CgroupRoot)
+	}
+	if _, err := guard.ParseHardAction(c.Eviction.HardAction); err != nil {
+		return fmt.Errorf("eviction.hardAction: %w", err)
+	}
+	return nil
+}
+
+func newGuardCmd(g *globalFlags) *cobra.Command {
+	var (
+		configFlag string
+		flags      guardConfig
+	)
+	load := func(cmd *cobra.Command) (guardConfig, string, error) {
+		fs := cmd.Flags()
+		p, err := configPathFor(configFlag, fs.Changed("config"), DefaultGuardConfigPath)
+		if err != nil {
+			return guardConfig{}, "", err
+		}
+		cfg, err := loadGuardConfig(p)
+		if err != nil {
+			return cfg, p, err
+		}
+		override := func(name string, dst *string, v string) {
+			if fs.Changed(name) {
+				*dst = v
+			}
+		}
+		override("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
+		override("cgroup-driver", &cfg.CgroupDriver, flags.CgroupDriver)
+		override("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
+		override("kubeconfig", &cfg.Kubeconfig, flags.Kubeconfig)
+		override("node-name", &cfg.NodeName, flags.NodeName)
+		override("root-dir", &cfg.RootDir, flags.RootDir)
+		override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+		override("log-level", &cfg.Logging.Level, g.logLevel)
+		override("log-format", &cfg.Logging.Format, g.logFormat)
+		if err := cfg.Validate(); err != nil {
+			if p != "" {
+				return cfg, p, fmt.Errorf("config %s: %w", p, err)
+			}
+			return cfg, p, err
+		}
+		return cfg, p, nil
+	}
+	cmd := &cobra.Command{
+		Use:   "guard",
+		Short: "Guard the node beside a kubelet: sense and evict the kubelet's pods as nodeguard run does, running none",
+		Long: `nodeguard guard runs beside the kubelet and the node's containerd. It finds the
+kubelet's pods in the runtime (its sandboxes) and its cgroups (kubepods), learns
+their QoS, priority and requests (from the API server, else from the node), and
+senses and decides exactly as nodeguard run: hard thresholds kill the victim's
+pod cgroup at once and then remove the pod through the API server; soft ones ask
+the Eviction API, which PodDisruptionBudgets may refuse.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// SIGHUP would end the process: it is logged instead.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			notify := newNotifier(log)
+			cfg, p, err := load(cmd)
+			if err != nil {
+				return err
+			}
+			applyLogging(g.logs, cfg.Logging)
+			if p != "" {
+				log.Info("configuration loaded", "config", p)
+			}
+			return runGuard(cmd.Context(), cfg, log, daemonControl{notify: notify, hup: hup, logs: g.logs, path: p})
+		},
+	}
+	pods := &cobra.Command{
+		Use:   "pods",
+		Short: "List the kubelet's pods as guard mode finds them (QoS, priority, memory request, cgroup) and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg, _, err := load(cmd)
+			if err != nil {
+				return err
+			}
+			return guardPods(cmd.Context(), cfg, log, cmd.OutOrStdout())
+		},
+	}
+	for _, c := range []*cobra.Command{cmd, pods} {
+		f := c.Flags()
+		f.StringVar(&configFlag, "config", DefaultGuardConfigPath, "configuration file (YAML; the default is read only if it exists); flags override it")
+		f.StringVar(&flags.RuntimeEndpoint, "runtime-endpoint", "", "the kubelet's CRI socket (default unix:///run/containerd/containerd.sock)")
+		f.StringVar(&flags.CgroupDriver, "cgroup-driver", "", "the kubelet's cgroup driver: systemd or cgroupfs (default: found from kubepods.slice or kubepods)")
+		f.StringVar(&flags.CgroupRoot, "cgroup-root", "/", "the kubelet's cgroupRoot")
+		f.StringVar(&flags.Kubeconfig, "kubeconfig", "", "the API server's kubeconfig (default: the service account in a pod; none otherwise)")
+		f.StringVar(&flags.NodeName, "node-name", "", "the node's name (default: the lower-cased hostname)")
+		f.StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard-guard", "state directory (the tripwire's)")
+		f.StringVar(&flags.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on (empty: off)")
+	}
+	cmd.AddCommand(pods)
+	return cmd
+}
+
+// guardSetup is what both the daemon and `guard pods` start from.
+type guardSetup struct {
+	layout *cgroups.Layout
+	driver kubepods.Driver
+	kube   string // the pod root, kubepods's name
+	client *cri.Client
+	kcs    kubernetes.Interface // nil: no API server
+	rc     *rest.Config
+	node   string
+}
+
+// setupGuard finds the kubelet's cgroups, dials the runtime and, when
+// there is one, the API server.
+func setupGuard(ctx context.Context, cfg guardConfig, log *slog.Logger) (_ *guardSetup, retErr error) {
+	s := &guardSetup{}
+	var err error
+	if s.layout, err = cgroups.Discover(); err != nil {
+		return nil, fmt.Errorf("discover cgroups: %w", err)
+	}
+	if s.driver, err = guardDriver(s.layout, cfg); err != nil {
+		return nil, err
+	}
+	if s.kube, err = kubepods.Name(s.driver, cfg.CgroupRoot); err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	s.client, err = cri.Dial(dctx, cfg.RuntimeEndpoint, 10*time.Second)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			s.client.Close()
+		}
+	}()
+	if s.node, err = nodeName(runConfig{NodeName: cfg.NodeName}); err != nil {
+		return nil, err
+	}
+	s.rc, err = guardRESTConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if s.rc != nil {
+		if s.kcs, err = kubernetes.NewForConfig(s.rc); err != nil {
+			return nil, fmt.Errorf("API server: %w", err)
+		}
+	} else {
+		log.Warn("guard mode without an API server: priorities and Burstable pods' requests are unknown, soft thresholds cannot evict, hard ones kill the pod cgroup only (its kubelet restarts it)")
+	}
+	return s, nil
+}
+
+// guardRESTConfig is the API server's client configuration: the
+// kubeconfig's, else the pod's service account, else none (nil).
+func guardRESTConfig(kubeconfig string) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	switch {
+	case kubeconfig != "":
+		if rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		}
+	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("in-cluster API server: %w", err)
+		}
+	default:
+		return nil, nil
+	}
+	rc.UserAgent = "nodeguard-guard/" + version
+	rc.QPS, rc.Burst = kubeAPIQPS, kubeAPIBurst
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	return rc, nil
+}
+
+// guardDriver is the configured driver, or the one whose kubepods exists.
+func guardDriver(layout *cgroups.Layout, cfg guardConfig) (kubepods.Driver, error) {
+	if cfg.CgroupDriver != "" {
+		return kubepods.ParseDriver(cfg.CgroupDriver)
+	}
+	var found []kubepods.Driver
+	for _, d := range []kubepods.Driver{kubepods.Systemd, kubepods.Cgroupfs} {
+		name, err := kubepods.Name(d, cfg.CgroupRoot)
+		if err != nil {
+			continue
+		}
+		dir, err := layout.Memory.Resolve(name)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(dir.Path); err == nil {
+			found = append(found, d)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("cgroupDriver: neither kubepods.slice nor kubepods exists beneath cgroupRoot %q: is the kubelet running? (or set cgroupDriver)", cfg.CgroupRoot)
+	}
+	return "", fmt.Errorf("cgroupDriver: both kubepods.slice and kubepods exist beneath cgroupRoot %q: set cgroupDriver to the kubelet's", cfg.CgroupRoot)
+}
+
+// runGuard is nodeguard guard's daemon.
+func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemonControl) (retErr error) {
+	g, ctx := group.New(ctx)
+	defer func() {
+		if err := g.Shutdown(); err != nil && !errors.Is(retErr, err) {
+			retErr = errors.Join(err, retErr)
+		}
+	}()
+	n := ctl.notify
+	g.Go("stop notice", func(ctx context.Context) error {
+		<-ctx.Done()
+		n.stopping()
+		return nil
+	})
+	setOwnOOMScoreAdj(log)
+	setDaemonGC(log)
+	klog.SetSlogLogger(log.With("component", "k8s"))
+	n.status("connecting to the runtime at %s", cfg.RuntimeEndpoint)
+	st, err := setupGuard(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	g.Cleanup(func() { st.client.Close() })
+	log.Info("guard mode: runtime connected", "endpoint", cfg.RuntimeEndpoint, "runtime", st.client.Runtime(),
+		"cgroup_driver", st.driver, "kubepods", st.kube, "api_server", st.rc != nil, "node", st.node)
+	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
+		return fmt.Errorf("root dir: %w", err)
+	}
+	policy, err := cfg.Eviction.policy()
+	if err != nil {
+		return err
+	}
+	var rec record.EventRecorder
+	if st.kcs != nil {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: st.kcs.CoreV1().Events("")})
+		g.Cleanup(b.Shutdown)
+		// The kubelet's source: the events are the kubelet's Evicted ones.
+		rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeguard-guard", Host: st.node})
+	}
+	hard, _ := guard.ParseHardAction(cfg.Eviction.HardAction)
+	actor, err := guard.New(guard.Config{
+		Finder: &guard.Finder{Runtime: st.client, Layout: st.layout, Driver: st.driver, Root: cfg.CgroupRoot},
+		Client: st.kcs, NodeName: st.node, Recorder: rec, Exempt: cfg.Eviction.Exempt, HardAction: hard,
+		Log: log.With("component", "guard"),
+	})
+	if err != nil {
+		return err
+	}
+	n.status("finding the kubelet's pods")
+	if err := actor.Sync(ctx); err != nil {
+		return err
+	}
+	log.Info("guard mode: the kubelet's pods found", "pods", len(actor.Found()))
+	g.Go("guard pods", actor.Run)
+
+	driver := st.driver
+	fwd := newEventForwarder(1024, st.layout.Memory.ID)
+	var evictMgr atomic.Pointer[oom.Manager]
+	var wire atomic.Pointer[podRootTripwire]
+	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{st.kube}, rootDir: cfg.RootDir,
+		imageFS: "/var/lib/containerd",
+		hot:     func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
+		calm:    func(rel string) bool { return kubepods.IsPod(driver, rel) },
+		noBPF:   !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
+		tick: time.Second, fullEvery: pressure.DefaultFullEvery, resolver: actor,
+		onEvent: fwd.send,
+		onWake: func(w psi.Wake) {
+			if m := evictMgr.Load(); m != nil {
+				m.Wake("psi:"+w.Trigger.String(), w.Time)
+			}
+		},
+		onSnapshot: func(snap *pressure.Snapshot) {
+			if w := wire.Load(); w != nil {
+				w.rearm(snap)
+			}
+		},
+	}
+	n.status("starting sensing")
+	s, err := startSensing(ctx, sf, log)
+	if err != nil {
+		return fmt.Errorf("start sensing: %w", err)
+	}
+	g.Cleanup(s.Close)
+	if ctl.logs != nil {
+		s.exporter.LogDropped(ctl.logs.Dropped)
+	}
+	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
+	s.exporter.Guard(func() metrics.GuardCounts {
+		c := actor.Counts()
+		return metrics.GuardCounts{Pods: len(actor.Found()), Kills: c.Killed, Evictions: c.Evictions, Deletes: c.Deletes,
+			Refused: c.Refused, APIErrors: c.APIErrors, KubeletEv: c.KubeletEvicting, Pending: c.Pending}
+	})
+	g.Go("sensing", s.Serve)
+	beats := s.heartbeats()
+	events := api.NewEventLog(4096)
+	if !cfg.Eviction.Disabled {
+		em, _, err := startEviction(g, evictionWiring{cfg: cfg.Eviction.evictionConfig, policy: policy, actor: actor,
+			sensing: s, events: events, fwd: fwd, layout: st.layout, kube: st.kube, rootDir: cfg.RootDir,
+			wire: &wire, beats: &beats, log: log})
+		if err != nil {
+			return err
+		}
+		evictMgr.Store(em)
+		tick := cfg.Eviction.Tick.Duration
+		if tick <= 0 {
+			tick = oom.DefaultTick
+		}
+		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
+	}
+	status := func() string {
+		c := actor.Counts()
+		return fmt.Sprintf("guarding %d pods of the kubelet; %d killed, %d refused by budgets", len(actor.Found()), c.Killed, c.Refused)
+	}
+	if n.enabled() {
+		g.Go("watchdog", func(ctx context.Context) error { n.runWatchdog(ctx, beats, status); return nil })
+	}
+	g.Go("SIGHUP", func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ctl.hup:
+				log.Warn("SIGHUP: guard mode does not reload its configuration; restart it to apply a change")
+			}
+		}
+	})
+	n.ready(status())
+	log.Info("nodeguard guard running", "kubepods", st.kube, "bpf", cfg.Kernel.BPF, "hard_action", hard,
+		"thresholds", len(policy.Thresholds), "systemd_notify", n.enabled())
+	<-ctx.Done()
+	if err := g.Shutdown(); err != nil {
+		log.Error("nodeguard guard stops: a part of it failed", "err", err)
+		return err
+	}
+	log.Info("nodeguard guard stopped")
+	return nil
+}
+
+// guardPods prints the kubelet's pods as guard mode finds them.
+func guardPods(ctx context.Context, cfg guardConfig, log *slog.Logger, out io.Writer) error {
+	st, err := setupGuard(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.client.Close()
+	actor, err := guard.New(guard.Config{
+		Finder: &guard.Finder{Runtime: st.client, Layout: st.layout, Driver: st.driver, Root: cfg.CgroupRoot},
+		Client: st.kcs, NodeName: st.node, Exempt: cfg.Eviction.Exempt, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := actor.Sync(ctx); err != nil {
+		return err
+	}
+	if st.kcs != nil {
+		if err := actor.WaitAPI(ctx, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	refs := actor.Pods(false)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tUID\tQOS\tPRIORITY\tCRITICAL\tMEMORY REQUEST\tPIDS\tSOURCE\tCGROUP")
+	for _, r := range refs {
+		src := "node"
+		if st.kcs != nil {
+			src = "api"
+			if !actor.Listed(r.UID) {
+				src = "node (not in the API)"
+			}
+		}
+		pids := "-"
+		if !r.PIDsUnknown {
+			pids = fmt.Sprint(r.PIDs)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%d\t%s\t%s\t%s\n", r.Namespace, r.Name, r.UID, r.QOS, r.Priority, r.Critical,
+			r.MemoryRequest, pids, src, strings.TrimPrefix(filepath.Clean("/"+r.CgroupRel), "/"))
+	}
+	return tw.Flush()
+}
