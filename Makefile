@@ -45,7 +45,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1)
 	$(GO) vet ./...
 	$(GO) vet -tags nodelane ./internal/nodelane/
-	$(GO) vet -tags clusterlane ./internal/cluster/ ./cmd/nodeguard/
+	$(GO) vet -tags clusterlane ./internal/cluster/ ./cmd/nodeguard/ ./guard/
 
 # The test command of README.md and .ci/run: the host lane, then the lanes
 # that boot guests, in two chains side by side (scripts/lanes.sh; each
@@ -168,7 +168,8 @@ test-cluster: test-cluster-host test-cluster-node
 test-cluster-host: deps
 	@bin=$$(scripts/controlplane.sh) && \
 		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestControlPlane$$' ./internal/cluster/ && \
-		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./cmd/nodeguard/
+		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./cmd/nodeguard/ && \
+		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestGuard' ./guard/
 
 test-cluster-node:
 	@bin=$$(scripts/controlplane.sh) && \
