@@ -24,6 +24,10 @@ install: build
 	@if [ -e $(DESTDIR)/etc/nodeguard/config.yaml ]; then \
 		echo "kept $(DESTDIR)/etc/nodeguard/config.yaml (deploy/config.example.yaml has every key)"; \
 	else install -D -m 0600 deploy/config.example.yaml $(DESTDIR)/etc/nodeguard/config.yaml; fi
+	install -D -m 0644 deploy/systemd/nodeguard-guard.service $(DESTDIR)/etc/systemd/system/nodeguard-guard.service
+	@if [ -e $(DESTDIR)/etc/nodeguard/guard.yaml ]; then \
+		echo "kept $(DESTDIR)/etc/nodeguard/guard.yaml (deploy/guard.example.yaml has every key)"; \
+	else install -D -m 0600 deploy/guard.example.yaml $(DESTDIR)/etc/nodeguard/guard.yaml; fi
 
 deps:
 	./scripts/deps.sh
