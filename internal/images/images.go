@@ -333,3 +333,34 @@ func parseAppletList(out []byte) ([]string, error) {
 	}
 	return applets, nil
 }
+
+// NodeguardName is the image of nodeguard itself that deploy/kubernetes'
+// DaemonSet runs (guard mode): the test cluster imports it into the node's
+// containerd, and IfNotPresent never pulls it.
+const NodeguardName = "localhost/nodeguard:dev"
+
+// BuildNodeguard writes an image of the static nodeguard binary at binary
+// to archive: /usr/local/bin/nodeguard, /tmp, and /sys, /proc, /run and
+// /var/lib, the mount points the DaemonSet's volumes land on. Entrypoint
+// ["/usr/local/bin/nodeguard"]. The binary must be static (CGO_ENABLED=0):
+// the image has no libc.
+func BuildNodeguard(binary, archive, name string) (Image, error) {
+	if err := CheckStatic(binary); err != nil {
+		return Image{}, fmt.Errorf("build nodeguard image: %w", err)
+	}
+	b, err := os.ReadFile(binary)
+	if err != nil {
+		return Image{}, fmt.Errorf("build nodeguard image: %w", err)
+	}
+	entries := []entry{{name: "usr/local/bin/nodeguard", mode: 0o755, typ: tar.TypeReg, data: b}, {name: "tmp", mode: 0o1777, typ: tar.TypeDir}}
+	for _, d := range []string{"sys", "proc", "run", "var/lib", "etc"} {
+		entries = append(entries, entry{name: d, mode: 0o755, typ: tar.TypeDir})
+	}
+	return writeLayout(archive, spec{
+		name:       name,
+		arch:       runtime.GOARCH,
+		entries:    entries,
+		entrypoint: []string{"/usr/local/bin/nodeguard"},
+		createdBy:  "nodeguard internal/images: the nodeguard binary, CGO_ENABLED=0",
+	})
+}

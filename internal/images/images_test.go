@@ -538,3 +538,38 @@ func TestTag(t *testing.T) {
 		}
 	}
 }
+
+// The nodeguard image holds the static binary at /usr/local/bin/nodeguard,
+// its entrypoint, and the mount points of the DaemonSet's volumes; a
+// dynamically linked binary is refused.
+func TestBuildNodeguard(t *testing.T) {
+	bin := pauseBinary(t) // any static binary will do
+	im, err := BuildNodeguard(bin, filepath.Join(t.TempDir(), "nodeguard.tar"), NodeguardName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := readLayout(t, im)
+	want, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := l.layer["usr/local/bin/nodeguard"]; !ok || !bytes.Equal(f.data, want) || f.hdr.Mode&0o111 == 0 {
+		t.Errorf("usr/local/bin/nodeguard: present %v, the binary %v", ok, ok && bytes.Equal(f.data, want))
+	}
+	for _, d := range []string{"tmp", "sys", "proc", "run", "var/lib", "etc"} {
+		if _, ok := l.layer[d+"/"]; !ok {
+			if _, ok := l.layer[d]; !ok {
+				t.Errorf("no %s in the layer", d)
+			}
+		}
+	}
+	if got := l.config.Config.Entrypoint; !slices.Equal(got, []string{"/usr/local/bin/nodeguard"}) {
+		t.Errorf("entrypoint %v", got)
+	}
+	if im.Name != NodeguardName {
+		t.Errorf("name %q, want %q", im.Name, NodeguardName)
+	}
+	if _, err := BuildNodeguard("/bin/sh", filepath.Join(t.TempDir(), "x.tar"), NodeguardName); !errors.Is(err, ErrNotStatic) {
+		t.Errorf("a dynamic binary: %v, want ErrNotStatic", err)
+	}
+}
