@@ -42,6 +42,7 @@ import (
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 
@@ -85,6 +86,9 @@ type guardEviction struct {
 
 func defaultGuardConfig() guardConfig {
 	r := defaultRunConfig()
+	// Memory alone: disk and pid evictions stay the kubelet's, whose
+	// image and container garbage collection comes first.
+	r.Eviction.EvictionHard = map[string]string{"memory.available": "100Mi"}
 	return guardConfig{
 		RuntimeEndpoint: "unix:///run/containerd/containerd.sock",
 		CgroupRoot:      "/",
@@ -374,6 +378,12 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	policy, err := cfg.Eviction.policy()
 	if err != nil {
 		return err
+	}
+	for _, th := range policy.Thresholds {
+		if th.Signal != nodestats.SignalMemoryAvailable && th.Signal != nodestats.SignalAllocatableMemoryAvailable {
+			log.Warn("guard mode: a threshold on a signal other than memory: the kubelet garbage-collects images and containers before its own disk and pid evictions, the guard does not",
+				"signal", string(th.Signal))
+		}
 	}
 	var rec record.EventRecorder
 	if st.kcs != nil {
