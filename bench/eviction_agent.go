@@ -61,11 +61,21 @@ type AgentEviction struct {
 	DryRun               bool
 	// Err is why the eviction failed (the agent decides again).
 	Err string
+	// Actor is who evicted ("" is nodeguard): the race through the API
+	// server also follows the kubelet and nodeguard guard.
+	Actor string
 }
 
 // Reason is the eviction's reason as the trial records it.
 func (e AgentEviction) Reason() string {
-	return fmt.Sprintf("nodeguard: %s (observed %.0f)", e.Threshold, e.Observed)
+	actor := e.Actor
+	if actor == "" {
+		actor = StrategyNodeguard
+	}
+	if e.Observed == 0 {
+		return fmt.Sprintf("%s: %s", actor, e.Threshold)
+	}
+	return fmt.Sprintf("%s: %s (observed %.0f)", actor, e.Threshold, e.Observed)
 }
 
 // agentDecision is the JSON of an "eviction" event, the fields the race

@@ -67,6 +67,12 @@ func DefaultEvictionBackground(busybox, hog string) []*corev1.Pod {
 // hogPod is the trial's BestEffort hog: allocate at rate in steps up to the
 // budget (it is OOM-killed or evicted before), never restarted.
 func hogPod(name, image string, rate, step, budget uint64) *corev1.Pod {
+	return hogPodDelay(name, image, rate, step, budget, hogDelay)
+}
+
+// hogPodDelay is hogPod with the hog waiting delay between its first line
+// and its first allocation.
+func hogPodDelay(name, image string, rate, step, budget uint64, delay time.Duration) *corev1.Pod {
 	zero := int64(0)
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
@@ -76,7 +82,7 @@ func hogPod(name, image string, rate, step, budget uint64) *corev1.Pod {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{Name: hogContainer, Image: image, Command: []string{"/hog",
 				"--rate", strconv.FormatUint(rate, 10), "--step", strconv.FormatUint(step, 10),
-				"--max", strconv.FormatUint(budget, 10), "--delay", hogDelay.String()}}},
+				"--max", strconv.FormatUint(budget, 10), "--delay", delay.String()}}},
 		},
 	}
 }

@@ -49,6 +49,12 @@ type EvictionTrial struct {
 	Reason     string
 	// Missed: no detection before the kernel's OOM kill or the timeout.
 	Missed, TimedOut bool
+	// Controlled: the hog ran under a controller (a Deployment: the race
+	// through the API server); Replaced is when a new pod of that
+	// controller was running after the hog's eviction (zero: none ran
+	// within the wait, or the hog was not evicted).
+	Controlled bool
+	Replaced   time.Time
 	// Note flags a doubtful record; Err is why the trial failed.
 	Note, Err string
 }
@@ -169,6 +175,9 @@ type EvictionRow struct {
 	KernelOOMFirst, KernelOOM int
 	Collateral, Missed        int
 	Errors                    int
+	// Controlled counts trials whose hog had a controller, Replaced
+	// those where its replacement ran after the eviction.
+	Controlled, Replaced int
 }
 
 // SummarizeEviction groups trials by strategy (in the order of first
@@ -222,6 +231,12 @@ func SummarizeEviction(trials []EvictionTrial) []EvictionRow {
 					row.KernelOOM++
 				}
 				row.Collateral += t.Collateral
+				if t.Controlled {
+					row.Controlled++
+				}
+				if !t.Replaced.IsZero() {
+					row.Replaced++
+				}
 				if t.Missed {
 					row.Missed++
 				}
@@ -263,15 +278,26 @@ func p99(s Summary) time.Duration { return s.P99 }
 
 // WriteEvictionTable prints one line per strategy and rate. Detection
 // latencies are signed: negative is before the ground-truth crossing.
+// Where a hog had a controller (the race through the API server), a last
+// column counts the trials whose replacement pod ran.
 func WriteEvictionTable(w io.Writer, rows []EvictionRow) {
-	fmt.Fprintf(w, "%-13s %9s %6s %8s %9s %9s %9s %9s %9s %9s %10s %10s %7s\n",
+	controlled := slices.ContainsFunc(rows, func(r EvictionRow) bool { return r.Controlled > 0 })
+	fmt.Fprintf(w, "%-14s %9s %6s %8s %9s %9s %9s %9s %9s %9s %10s %10s %7s",
 		"strategy", "rate", "trials", "detected", "det p50", "det p99", "kill p50", "kill p99", "rel p50", "rel p99", "OOM first", "collateral", "missed")
+	if controlled {
+		fmt.Fprintf(w, " %8s", "replaced")
+	}
+	fmt.Fprintln(w)
 	for _, r := range rows {
-		fmt.Fprintf(w, "%-13s %9s %6d %8d %9s %9s %9s %9s %9s %9s %9.0f%% %10d %7d\n",
+		fmt.Fprintf(w, "%-14s %9s %6d %8d %9s %9s %9s %9s %9s %9s %9.0f%% %10d %7d",
 			r.Strategy, FormatRate(r.Rate), r.Trials, r.Detected,
 			signedCell(r.Detection, p50), signedCell(r.Detection, p99), cell(r.Kill, p50), cell(r.Kill, p99),
 			cell(r.Release, p50), cell(r.Release, p99),
 			100*float64(r.KernelOOMFirst)/float64(max(r.Trials, 1)), r.Collateral, r.Missed)
+		if controlled {
+			fmt.Fprintf(w, " %8d", r.Replaced)
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -393,7 +419,7 @@ var EvictionCSVHeader = []string{
 	"achieved_rate_bytes_per_s", "alloc_start_unix_ns", "crossed_unix_ns", "detected_unix_ns",
 	"kill_sent_unix_ns", "kill_returned_unix_ns", "released_unix_ns", "kernel_oom_unix_ns",
 	"detection_ms", "kill_ms", "release_ms", "kernel_oom_first", "victims", "collateral",
-	"missed", "timed_out", "reason", "note", "error",
+	"missed", "timed_out", "reason", "note", "error", "controlled", "replaced_unix_ns",
 }
 
 // WriteEvictionCSV writes one row per trial.
@@ -421,6 +447,7 @@ func WriteEvictionCSV(w io.Writer, trials []EvictionTrial) error {
 			ms(t.DetectionLatency()), ms(t.KillLatency()), ms(t.ReleaseLatency()),
 			strconv.FormatBool(t.KernelOOMFirst), strings.Join(t.Victims, " "), strconv.Itoa(t.Collateral),
 			strconv.FormatBool(t.Missed), strconv.FormatBool(t.TimedOut), t.Reason, t.Note, t.Err,
+			strconv.FormatBool(t.Controlled), ns(t.Replaced),
 		})
 	}
 	cw.Flush()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
@@ -275,7 +276,7 @@ func (r *evictionRun) removeHog(ctx context.Context, name string) error {
 }
 
 func isNotFound(err error) bool {
-	return errors.Is(err, lifecycle.ErrNotFound) || errors.Is(err, api.ErrNotFound)
+	return errors.Is(err, lifecycle.ErrNotFound) || errors.Is(err, api.ErrNotFound) || apierrors.IsNotFound(err)
 }
 
 // restore brings back the background pods a strategy evicted: a baseline

@@ -41,6 +41,14 @@ type trialState struct {
 	// found one.
 	agentKill         bool
 	oomClear, oomSeen time.Time
+	// observeEnd: the strategy's evictions are another process's (the
+	// kubelet's), whose kill time it does not report: the monitor times
+	// the hog container's end (hogEnd, its first sample with no process
+	// left in the hog's cgroup), which becomes the kill once an eviction
+	// of the hog is reported (externalKill).
+	observeEnd   bool
+	externalKill bool
+	hogEnd       time.Time
 }
 
 func (s *trialState) detected(at time.Time) {
@@ -49,7 +57,9 @@ func (s *trialState) detected(at time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed && s.t.Detected.IsZero() {
+	// The earliest, not the first reported: a strategy of two actors
+	// (the kubelet and nodeguard guard) reports each from its own log.
+	if !s.closed && (s.t.Detected.IsZero() || at.Before(s.t.Detected)) {
 		s.t.Detected = at
 	}
 }
@@ -99,17 +109,34 @@ func (s *trialState) evictCandidate(ctx context.Context, v EvictionCandidate, re
 
 // agentEvicted records an eviction the agent carried out: it killed the
 // victim through its pod cgroup itself, and keeps it (Failed, Evicted)
-// until the benchmark deletes it.
+// until the benchmark deletes it. An eviction without a kill time (the
+// kubelet's, read from its log) is timed by the hog container's end,
+// which the monitor watches for (observeEnd).
 func (s *trialState) agentEvicted(ev AgentEviction) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
-	if s.t.KillSent.IsZero() {
+	switch {
+	case ev.KillSent.IsZero():
+		if ev.Victim == s.hogKey && s.t.KillSent.IsZero() {
+			s.externalKill, s.agentKill = true, true
+			if !s.hogEnd.IsZero() {
+				s.t.KillSent, s.t.KillReturned = s.hogEnd, s.hogEnd
+			}
+		}
+	case s.t.KillSent.IsZero() || ev.KillSent.Before(s.t.KillSent):
+		// The earliest kill: of two actors, the one that got there
+		// first.
 		s.t.KillSent, s.t.KillReturned = ev.KillSent, ev.KillSent
+		s.agentKill, s.externalKill = true, false
+	}
+	if s.t.Reason == "" {
 		s.t.Reason = ev.Reason()
-		s.agentKill = true
+	}
+	if slices.Contains(s.t.Victims, ev.Victim) {
+		return // both actors of a strategy evicted it
 	}
 	s.t.Victims = append(s.t.Victims, ev.Victim)
 	if ev.Victim != s.hogKey {
@@ -366,6 +393,12 @@ func (r *evictionRun) monitor(ctx context.Context, st *trialState, stratDone <-c
 			return err
 		}
 		st.mu.Lock()
+		if st.observeEnd && st.hogEnd.IsZero() && (smp.hogGone || procsEmpty(hogMem)) {
+			st.hogEnd = smp.At
+			if st.externalKill && st.t.KillSent.IsZero() {
+				st.t.KillSent, st.t.KillReturned = smp.At, smp.At
+			}
+		}
 		killed, released := st.t.KillSent, st.t.Released
 		if !killed.IsZero() && released.IsZero() {
 			if at, ok := rw.releasedAfter(killed); ok {

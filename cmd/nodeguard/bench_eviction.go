@@ -35,6 +35,7 @@ func newBenchEvictionCmd(g *globalFlags) *cobra.Command {
 		trials                        int
 		quick                         bool
 		seed                          uint64
+		kube                          kubeRaceOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "eviction",
@@ -76,7 +77,23 @@ the runtime must have the hog and busybox images (go run
 ./internal/images/cmd/mkimages, then ctr -n k8s.io images import) and run
 no pod sandbox, since the race's agent takes over <root>/kubepods. The
 budget may not exceed half of MemAvailable. --out DIR writes eviction.csv,
-eviction.png and the agent's log (eviction-agent.log).`,
+eviction.png and the agent's log (eviction-agent.log).
+
+With --kubeconfig (an admin's) and --node-name, the race runs on a real
+node through the API server instead (run it on that node): the same
+background pods, bound to the node, and each trial's hog a Deployment of one
+replica, run by the node's owner. Strategies: kubelet (the kubelet's unit,
+--kubelet-unit, alone: detection is its eviction manager's "attempting to
+reclaim" memory line, the kill the hog container's end), kubelet+guard
+(nodeguard guard from this binary started beside it for each trial, its
+threshold the race's; whichever acts first), nodeguard-node (with
+--node-config, a node-mode configuration of nodeguard run: the kubelet is
+stopped, the Node forgotten, and nodeguard runs the node from this binary
+as a child). The kubelet must already run with systemReserved memory =
+MemTotal - budget and evictionHard memory.available at the threshold (the
+race checks kubepods' limit); the race removes its pods after each owner,
+and keeps node mode last. Ground truth is the hog's CRI log on the node.
+--out also gets eviction-guard.log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -114,9 +131,21 @@ eviction.png and the agent's log (eviction-agent.log).`,
 				}
 				o.agentLog = filepath.Join(out, "eviction-agent.log")
 			}
-			res, runErr := runRace(cmd.Context(), o)
+			var (
+				res    raceResult
+				runErr error
+			)
+			if kube.kubeconfig != "" {
+				res, runErr = runKubeRace(cmd.Context(), o, kube)
+			} else {
+				res, runErr = runRace(cmd.Context(), o)
+			}
 			if len(res.trials) > 0 {
-				writeEvictionReport(cmd.OutOrStdout(), res)
+				if kube.kubeconfig != "" {
+					writeKubeEvictionReport(cmd.OutOrStdout(), res)
+				} else {
+					writeEvictionReport(cmd.OutOrStdout(), res)
+				}
 				if out != "" {
 					if err := writeEvictionFiles(out, res.trials); err != nil {
 						runErr = errors.Join(runErr, err)
@@ -139,6 +168,11 @@ eviction.png and the agent's log (eviction-agent.log).`,
 	cmd.Flags().StringVar(&o.driver, "cgroup-driver", string(kubepods.Cgroupfs), "the runtime's cgroup driver, cgroupfs or systemd (with --runtime-endpoint)")
 	cmd.Flags().StringVar(&o.root, "cgroup-root", "/", "absolute cgroup root of kubepods (with --runtime-endpoint)")
 	cmd.Flags().StringVar(&out, "out", "", "directory for eviction.csv, eviction.png and eviction-agent.log")
+	cmd.Flags().StringVar(&kube.kubeconfig, "kubeconfig", "", "race on a real node through the API server with this (admin) kubeconfig")
+	cmd.Flags().StringVar(&kube.node, "node-name", "", "the node's name (with --kubeconfig)")
+	cmd.Flags().StringVar(&kube.kubeletUnit, "kubelet-unit", "kubelet.service", "the kubelet's systemd unit (with --kubeconfig)")
+	cmd.Flags().StringVar(&kube.kubeletLogDir, "kubelet-log-dir", "/var/log/pods", "the kubelet's pod log directory (with --kubeconfig)")
+	cmd.Flags().StringVar(&kube.nodeConfig, "node-config", "", "nodeguard run configuration for node mode on this node: races nodeguard-node (with --kubeconfig)")
 	return cmd
 }
 
