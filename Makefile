@@ -166,7 +166,7 @@ FUZZ_TARGETS ?= \
 # node lane and the host half at the end of the second chain
 # (scripts/lanes.sh).
 # (\b, not $$: the value goes through two makes and a shell.)
-CLUSTER_NODE_FLAGS ?= -run '^TestNode\b/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|node_mode)'
+CLUSTER_NODE_FLAGS ?= -run '^TestNode\b/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|node_mode|kubelet)'
 test-cluster: test-cluster-host test-cluster-node
 
 test-cluster-host: deps

@@ -85,6 +85,48 @@ func kubeJSON(v any, args ...string) error {
 	return json.Unmarshal(out, v)
 }
 
+// clusterNet gives the guest its address in qemu's user network (taken
+// away again when t ends), waits until the API server answers through
+// qemu's forward, and returns the node endpoint's port (the host's
+// 127.0.0.1:<port> comes in at the guest's <port>).
+func clusterNet(t *testing.T) int {
+	t.Helper()
+	// The guest's address in qemu's user network; the forward to the API
+	// server is the only place it reaches. udev loads virtio_net for the
+	// device; the modprobe makes sure.
+	_, _ = run(10*time.Second, "modprobe", "virtio_net")
+	nic, err := guestNIC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"addr", "replace", "10.0.2.15/24", "dev", nic}, {"link", "set", nic, "up"}} {
+		if out, err := run(10*time.Second, "ip", args...); err != nil {
+			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = run(10*time.Second, "ip", "addr", "flush", "dev", nic)
+		_, _ = run(10*time.Second, "ip", "link", "set", nic, "down")
+	})
+	// qemu answers the TCP handshake itself: only an answer from the API
+	// server says the relay reached it.
+	if _, err := waitFor("the API server's /readyz through qemu's forward", apiReachBound, func() (bool, string, error) {
+		out, err := kube("get", "--raw", "/readyz")
+		return err == nil && strings.TrimSpace(out) == "ok", out, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(nodevm.ClusterDir, nodevm.ClusterPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the node endpoint's port %q: %v", b, err)
+	}
+	return port
+}
+
 // guestNIC returns the guest's one network device (the virtio one qemu
 // gives a cluster run): an interface backed by a device, not a virtual
 // one.
@@ -118,40 +160,7 @@ func (n *node) nodeMode(t *testing.T) {
 	requireAgent(t)
 	standalone := n.values
 	t.Cleanup(func() { n.restartAgent(t, standalone) })
-
-	// The guest's address in qemu's user network; the forward to the API
-	// server is the only place it reaches. udev loads virtio_net for the
-	// device; the modprobe makes sure.
-	_, _ = run(10*time.Second, "modprobe", "virtio_net")
-	nic, err := guestNIC()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{{"addr", "replace", "10.0.2.15/24", "dev", nic}, {"link", "set", nic, "up"}} {
-		if out, err := run(10*time.Second, "ip", args...); err != nil {
-			t.Fatalf("ip %s: %v %s", strings.Join(args, " "), err, out)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = run(10*time.Second, "ip", "addr", "flush", "dev", nic)
-		_, _ = run(10*time.Second, "ip", "link", "set", nic, "down")
-	})
-	// qemu answers the TCP handshake itself: only an answer from the API
-	// server says the relay reached it.
-	if _, err := waitFor("the API server's /readyz through qemu's forward", apiReachBound, func() (bool, string, error) {
-		out, err := kube("get", "--raw", "/readyz")
-		return err == nil && strings.TrimSpace(out) == "ok", out, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, nodevm.ClusterPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("the node endpoint's port %q: %v", b, err)
-	}
+	port := clusterNet(t)
 
 	// Node mode, with the kubelet's keys: the Node's InternalIP is
 	// 127.0.0.1, where the API server reaches the endpoint (qemu forwards

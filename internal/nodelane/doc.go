@@ -229,6 +229,43 @@
 //     goes; nodeguard stopped, the Node goes NotReady
 //     (node-monitor-grace-period 40 s). nodeguard is restarted standalone
 //     after;
+//   - the real kubelet (kubelet_test.go), in the same run as node mode
+//     only: the payload's cluster/ also has the control plane's kubelet
+//     (v1.37.2, scripts/controlplane.sh). withKubelet, which the later
+//     checks beside the kubelet use too, takes the node from nodeguard
+//     (its pods deleted, its manifests moved aside, the unit stopped, any
+//     sandbox and kubepods.slice left removed: the two never own the node
+//     at once), makes sure containerd's runc has SystemdCgroup = true,
+//     deletes the Node and Lease node mode left (the node's name is fixed
+//     by its certificates; a fresh registration inherits nothing of
+//     nodeguard's), and runs the kubelet as the transient unit
+//     kubelet.service: cgroupDriver systemd, cgroupRoot /, containerd's
+//     socket, the kubelet's default evictionHard written out
+//     (memory.available 100Mi, nodefs 10%/5%, imagefs 15%/5%), an empty
+//     staticPodPath, registerNode, the node's kubeconfig, the endpoint's
+//     serving certificate on the forwarded port, x509 and webhook
+//     authentication without anonymous access and Webhook authorization
+//     (AlwaysAllow would give exec in every pod to whoever reaches the
+//     port). The kubelet refuses a loopback --node-ip and any other
+//     address would be dialled from the host, so it runs with
+//     --cloud-provider=external and the check plays the cloud
+//     controller: InternalIP 127.0.0.1 and the uninitialized taint
+//     removed. The Node goes Ready; a Guaranteed, a Burstable and a
+//     BestEffort pod (testdata/kubelet-qos.yaml, imagePullPolicy Never)
+//     applied with kubectl run, each in the kubelet's slice for its class
+//     (kubepods-pod<uid_>.slice, kubepods-burstable.slice/...,
+//     kubepods-besteffort.slice/...) with the pod-level memory.max it
+//     sets (32Mi, 64Mi, max) and its container in a cri-containerd scope;
+//     each sandbox has the kubelet's labels, kubernetes.io/config.source
+//     api and not nodeguard.io/managed; the kubelet's /configz answers the
+//     admin with the configuration above, refuses system:node:nodelane
+//     (403, the API server's SubjectAccessReview) and anonymous requests
+//     (401); kubectl logs comes through the API server. After: the pods
+//     are deleted through the API, the kubelet stops, the NOTREADY
+//     sandboxes and the kubepods, burstable and besteffort slices it
+//     leaves (it removes the pod slices itself) are removed with its
+//     directories, the Node and the Lease; nodeguard starts again as it
+//     was;
 //   - nfs volumes (nfs_test.go): the check loads nfsd and nfs, makes a
 //     network namespace (ngnfs) linked to the guest's own by a veth pair
 //     (10.251.0.1/29 on the node, .2 in the namespace: the guest has no

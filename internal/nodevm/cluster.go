@@ -40,7 +40,7 @@ const (
 	ClusterAPIAddress = "10.0.2.100:443"
 	// ClusterDir is the payload's cluster/ in the guest: the node's and
 	// an admin's kubeconfig, the cluster's CA, the node endpoint's
-	// serving certificate, kubectl and the endpoint's port.
+	// serving certificate, kubectl, the kubelet and the endpoint's port.
 	ClusterDir = PayloadMount + "/" + payloadCluster
 	// guestNet is qemu's user-mode network; the guest's address in it is
 	// guestIP (qemu's first DHCP address, set by the check).
@@ -55,6 +55,11 @@ const (
 	ClusterServingCert     = "serving.crt"
 	ClusterServingKey      = "serving.key"
 	ClusterKubectl         = "kubectl"
+	// ClusterKubelet is the control plane's kubelet (the same build,
+	// scripts/controlplane.sh): the kubelet check runs it on the node
+	// with the node's kubeconfig and serving certificate, once nodeguard
+	// no longer owns the node.
+	ClusterKubelet = "kubelet"
 	// ClusterPort holds the node endpoint's port: the API server dials
 	// the Node's InternalIP 127.0.0.1 at it, which qemu forwards
 	// (hostfwd) from the host's loopback to the guest's same port.
@@ -129,6 +134,9 @@ type guestCluster struct {
 // and the node endpoint's serving certificate of the cluster's CA for
 // 127.0.0.1, which the API server verifies.
 func startCluster(ctx context.Context, bin, dir, relay string, progress io.Writer) (_ *guestCluster, retErr error) {
+	if err := checkGuestBinaries(bin); err != nil {
+		return nil, err
+	}
 	cp, err := cluster.Start(ctx, cluster.Options{Bin: bin, Dir: dir, Progress: progress,
 		// The default 50 s, as a kubelet node's: the check waits for
 		// NotReady once nodeguard stops.
@@ -168,7 +176,7 @@ func startCluster(ctx context.Context, bin, dir, relay string, progress io.Write
 		return nil, err
 	}
 	d := payloadCluster
-	kubectl := filepath.Join(bin, "kubectl")
+	kubectl, kubelet := filepath.Join(bin, ClusterKubectl), filepath.Join(bin, ClusterKubelet)
 	gc := &guestCluster{
 		cp:  cp,
 		net: &GuestNet{APIServer: strings.TrimPrefix(cp.Server, "https://"), NodePort: port, Relay: relay},
@@ -180,10 +188,28 @@ func startCluster(ctx context.Context, bin, dir, relay string, progress io.Write
 			{Path: d + "/" + ClusterServingCert, Mode: 0o644, Host: servingCert},
 			{Path: d + "/" + ClusterServingKey, Mode: 0o600, Host: servingKey},
 			{Path: d + "/" + ClusterKubectl, Mode: 0o755, Host: kubectl},
+			{Path: d + "/" + ClusterKubelet, Mode: 0o755, Host: kubelet},
 			{Path: d + "/" + ClusterPort, Mode: 0o644, Data: strconv.Itoa(port) + "\n"},
 		},
 	}
 	return gc, nil
+}
+
+// checkGuestBinaries returns an error unless bin has the binaries the
+// guest gets (kubectl and the kubelet), each an executable regular file:
+// before the control plane starts, not when the payload is written.
+func checkGuestBinaries(bin string) error {
+	for _, name := range []string{ClusterKubectl, ClusterKubelet} {
+		p := filepath.Join(bin, name)
+		st, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("guest cluster: %w (scripts/controlplane.sh builds it)", err)
+		}
+		if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+			return fmt.Errorf("guest cluster: %s is not an executable file (mode %s)", p, st.Mode())
+		}
+	}
+	return nil
 }
 
 // guestKubeconfig is a kubeconfig for the guest, with everything in it

@@ -113,3 +113,37 @@ func TestGuestKubeconfig(t *testing.T) {
 		t.Error("a missing CA file accepted")
 	}
 }
+
+// TestCheckGuestBinaries: kubectl and the kubelet must both be executable
+// files in the control plane's directory before the control plane starts.
+func TestCheckGuestBinaries(t *testing.T) {
+	write := func(dir, name string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		make func(dir string)
+		ok   bool
+	}{
+		{"both executable", func(d string) { write(d, ClusterKubectl, 0o755); write(d, ClusterKubelet, 0o755) }, true},
+		{"no kubelet", func(d string) { write(d, ClusterKubectl, 0o755) }, false},
+		{"a kubelet that is not executable", func(d string) { write(d, ClusterKubectl, 0o755); write(d, ClusterKubelet, 0o644) }, false},
+		{"a kubelet that is a directory", func(d string) {
+			write(d, ClusterKubectl, 0o755)
+			if err := os.Mkdir(filepath.Join(d, ClusterKubelet), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.make(dir)
+			if err := checkGuestBinaries(dir); (err == nil) != tt.ok {
+				t.Errorf("checkGuestBinaries = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}

@@ -40,7 +40,8 @@
 //     started on the host's loopback (through `nodevm -relay`, which
 //     dials loopback only), and the host's 127.0.0.1:<port> to the node
 //     endpoint's port in the guest. Nothing else leaves the guest, and
-//     nothing but loopback is dialled on the host.
+//     nothing but loopback is dialled on the host. The payload's cluster/ has the
+//     credentials, kubectl and the kubelet of the control plane's build.
 //   - Every qemu runs under timeout(1)
 //     and is stopped by its pid (SIGTERM through timeout) when the runner
 //     is interrupted or dies.
