@@ -133,11 +133,16 @@ type Actor struct {
 	cgs map[types.UID]*podCgroup
 	// byID labels the pods' cgroups for the metrics.
 	byID map[uint64]metrics.PodLabels
-	// evicted: pods this actor evicted, left out of Pods.
-	evicted map[types.UID]time.Time
-	// retryAt: per pod, when an API call that failed or was refused may
-	// be made again, and the back-off that got there.
-	retryAt map[types.UID]retry
+	// evicted: pods this actor evicted, by UID: the sandbox it found them
+	// in, left out of Pods while that sandbox is found (evictedHold).
+	evicted map[types.UID]evictedPod
+	// retryAt: per pod and kind of call (soft or hard), when an API call
+	// that failed or was refused may be made again, and the back-off that
+	// got there.
+	retryAt map[retryKey]retry
+	// unlisted: the pods found on the node that the API server does not
+	// list, as last logged.
+	unlisted int
 	// pending: hard evictions whose API call is still to succeed.
 	pending map[types.UID]*removal
 	wakeAPI chan struct{}
@@ -150,6 +155,19 @@ type Actor struct {
 type retry struct {
 	at      time.Time
 	backoff time.Duration
+}
+
+// retryKey keeps the back-offs of a pod's soft evictions and of its hard
+// eviction's removal apart: a budget's refusal of the first does not
+// delay the second.
+type retryKey struct {
+	uid  types.UID
+	hard bool
+}
+
+type evictedPod struct {
+	sandbox string
+	at      time.Time
 }
 
 // removal is a hard eviction's API call still to make.
@@ -199,19 +217,20 @@ func New(cfg Config) (*Actor, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	a := &Actor{cfg: cfg, log: cfg.Log, exempt: map[string]bool{}, refresh: make(chan struct{}, 1),
-		cgs: map[types.UID]*podCgroup{}, byID: map[uint64]metrics.PodLabels{}, evicted: map[types.UID]time.Time{},
-		retryAt: map[types.UID]retry{}, pending: map[types.UID]*removal{}, wakeAPI: make(chan struct{}, 1)}
+		cgs: map[types.UID]*podCgroup{}, byID: map[uint64]metrics.PodLabels{}, evicted: map[types.UID]evictedPod{},
+		retryAt: map[retryKey]retry{}, pending: map[types.UID]*removal{}, wakeAPI: make(chan struct{}, 1)}
 	for _, e := range cfg.Exempt {
 		a.exempt[e] = true
 	}
 	return a, nil
 }
 
-// evictedHold is how long a pod this actor evicted stays out of Pods once
-// its removal through the API server succeeded (or at once without one):
-// the kubelet's tear-down of a deleted pod takes a few seconds, during
-// which its sandbox is still ready. One that still runs after it (a
-// refusal, a kubelet that restarted it) is a pod like any other again.
+// evictedHold is how long a pod this actor evicted stays out of Pods while
+// the sandbox it was evicted in is still found: the kubelet's tear-down of
+// a deleted pod takes a few seconds, during which its sandbox may still
+// be ready. A new sandbox of the pod (the kubelet restarted it: its
+// removal refused, or not made yet) is a pod like any other at once, and
+// may be killed again; so is one still found after the hold.
 const evictedHold = 30 * time.Second
 
 // Found returns the pods found by the last Sync.
@@ -263,10 +282,9 @@ func (a *Actor) StartAPI(ctx context.Context) error {
 		return nil
 	}
 	a.mu.Lock()
-	started := a.pods != nil
-	a.mu.Unlock()
-	if started {
-		return nil
+	defer a.mu.Unlock()
+	if a.pods != nil {
+		return nil // started already
 	}
 	f := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
@@ -283,9 +301,7 @@ func (a *Actor) StartAPI(ctx context.Context) error {
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { a.Refresh() }}); err != nil {
 		return fmt.Errorf("guard: pod informer: %w", err)
 	}
-	a.mu.Lock()
 	a.pods = inf.GetIndexer()
-	a.mu.Unlock()
 	f.Start(ctx.Done())
 	go func() {
 		<-ctx.Done()
@@ -371,6 +387,26 @@ func (a *Actor) Sync(ctx context.Context) error {
 			a.raiser.Forget(uid)
 		}
 	}
+	for k := range a.retryAt {
+		if !seen[k.uid] && a.pending[k.uid] == nil {
+			delete(a.retryAt, k)
+		}
+	}
+	if a.pods != nil && a.synced.Load() {
+		var missing []string
+		for _, p := range found {
+			if !p.Static && a.apiPodLocked(p.UID) == nil {
+				missing = append(missing, p.Namespace+"/"+p.Name)
+			}
+		}
+		if len(missing) != a.unlisted {
+			a.unlisted = len(missing)
+			if len(missing) > 0 {
+				a.log.Warn("guard: pods on the node that the API server does not list for this node: not evicted until it does (is nodeName the kubelet's?)",
+					"node", a.cfg.NodeName, "pods", missing)
+			}
+		}
+	}
 	return nil
 }
 
@@ -393,6 +429,10 @@ func (c *podCgroup) close() {
 // anew when its name changed or its task counter says it was removed.
 func (a *Actor) podCgroupLocked(p Pod) (*podCgroup, error) {
 	if c := a.cgs[p.UID]; c != nil && c.name == p.Cgroup {
+		if c.tasks == nil {
+			// Opening it failed last time: again.
+			c.tasks, _ = kubepods.OpenPodTaskCounter(a.cfg.Finder.Layout, p.Cgroup)
+		}
 		return c, nil
 	}
 	if c := a.cgs[p.UID]; c != nil {
@@ -410,7 +450,7 @@ func (a *Actor) podCgroupLocked(p Pod) (*podCgroup, error) {
 	}
 	c.limit = memoryLimit(d.Path, layout.Memory.V2())
 	if c.tasks, err = kubepods.OpenPodTaskCounter(layout, p.Cgroup); err != nil {
-		c.tasks = nil // counted as unknown; found again next time
+		c.tasks = nil // counted as unknown; opened again next time
 	}
 	a.cgs[p.UID] = c
 	return c, nil
@@ -436,10 +476,12 @@ func memoryLimit(dir string, v2 bool) int64 {
 }
 
 // Pods lists the kubelet's running pods for the policy: those found in
-// the runtime with a cgroup, less the ones this actor evicted and those
-// the kubelet is stopping (deleted in the API, or Failed there: the
-// kubelet's own eviction is under way, and guard mode stays out of its
-// way). calm leaves the task counts unread.
+// the runtime with a cgroup, less the ones this actor evicted (while the
+// sandbox it evicted them in is found). Pods the kubelet is stopping
+// (deleted or terminal in the API) are listed: they hold memory until
+// they are gone, and a decision on one leaves it to the kubelet (Evict).
+// A pod whose soft eviction was refused is Refused while its back-off
+// runs. calm leaves the task counts unread.
 func (a *Actor) Pods(calm bool) []oom.PodRef {
 	fp := a.found.Load()
 	if fp == nil {
@@ -450,18 +492,18 @@ func (a *Actor) Pods(calm bool) []oom.PodRef {
 	defer a.mu.Unlock()
 	out := make([]oom.PodRef, 0, len(found))
 	for _, p := range found {
-		if at, ok := a.evicted[p.UID]; ok && (a.pending[p.UID] != nil || time.Since(at) < evictedHold) {
+		if e, ok := a.evicted[p.UID]; ok && e.sandbox == p.SandboxID && time.Since(e.at) < evictedHold {
 			continue
 		}
 		api := a.apiPodLocked(p.UID)
-		if stopping(api) {
-			continue
-		}
 		c, err := a.podCgroupLocked(p)
 		if err != nil {
 			continue // gone since it was found
 		}
 		ref := oom.PodRef{CgroupRel: c.rel, Pod: a.figures(p, api, c)}
+		if r, ok := a.retryAt[retryKey{p.UID, false}]; ok && time.Now().Before(r.at) {
+			ref.Refused = true
+		}
 		ref.PIDsUnknown = true
 		if !calm && c.tasks != nil {
 			n, err := c.tasks.Count()
@@ -499,6 +541,15 @@ func (a *Actor) figures(p Pod, api *corev1.Pod, c *podCgroup) oom.Pod {
 	}
 	if p.QOS == corev1.PodQOSGuaranteed {
 		o.MemoryRequest = c.limit
+	}
+	if a.pods != nil && a.synced.Load() {
+		// The API server lists the node's pods, but not this one: one
+		// made a moment ago, or a nodeName that is not the kubelet's.
+		// Its priority is unknown, and it may be critical: not evicted
+		// until it is listed (Sync warns). Before the first listing (an
+		// API server not reached since the start) the node's figures
+		// stand: memory comes first.
+		o.Critical = true
 	}
 	return o
 }
@@ -542,15 +593,21 @@ func (a *Actor) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
 // pod is removed through the API (HardAction), in the background and
 // retried until the API server takes it, so that an unreachable API
 // server delays only the bookkeeping. Where the kubelet is already
-// evicting the pod, only the kill is added: the kubelet's status stands.
+// stopping the pod (deleted or terminal in the API), only the kill is
+// added: the kubelet's status stands.
 //
 // Soft: one Eviction API call with the pod's grace period; a
 // PodDisruptionBudget's refusal is counted and returned
-// (ErrDisruptionBudget), and asked again no sooner than the back-off
-// allows, never bypassed. Where the kubelet is already evicting the pod,
-// nothing is done.
+// (ErrDisruptionBudget), and the pod is Refused in Pods until the
+// back-off lets it be asked again: never bypassed. Where the kubelet is
+// already stopping the pod, nothing is done: its memory is on its way.
+//
+// Disk and pid decisions are refused: those evictions are the kubelet's.
 func (a *Actor) Evict(ctx context.Context, d oom.Decision) error {
 	uid := d.Victim.UID
+	if d.Resource == oom.ResourceDisk || d.Resource == oom.ResourcePID {
+		return fmt.Errorf("evict %s/%s: %w: guard mode leaves %s evictions to the kubelet", d.Victim.Namespace, d.Victim.Name, oom.ErrEvictionRefused, d.Resource)
+	}
 	p, ok := a.foundPod(uid)
 	if !ok {
 		return fmt.Errorf("evict %s/%s: %w", d.Victim.Namespace, d.Victim.Name, ErrNotFound)
@@ -563,43 +620,63 @@ func (a *Actor) Evict(ctx context.Context, d oom.Decision) error {
 	}
 	if d.Hard {
 		start := time.Now()
-		if _, err := kubepods.KillPod(a.cfg.Finder.Layout, p.Cgroup); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, ErrNotFound)
-			}
+		if err := a.kill(p); err != nil {
 			return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 		}
 		a.killed.Add(1)
 		a.mu.Lock()
-		a.evicted[uid] = time.Now()
+		a.evicted[uid] = evictedPod{sandbox: p.SandboxID, at: time.Now()}
 		if !kubelet && a.cfg.Client != nil {
 			a.pending[uid] = &removal{pod: p, message: d.Message, at: time.Now()}
 		}
 		a.mu.Unlock()
 		a.log.Info("guard: pod cgroup killed", "pod", p.Namespace+"/"+p.Name, "uid", uid, "cgroup", p.Cgroup,
-			"kill", time.Since(start), "kubelet_evicting", kubelet, "api", a.cfg.Client != nil)
-		a.event(p, d.Message)
+			"kill", time.Since(start), "kubelet_stopping", kubelet, "api", a.cfg.Client != nil)
+		if !kubelet {
+			a.event(p, d.Message)
+		}
 		a.kickAPI()
 		return nil
 	}
 	if kubelet {
-		a.log.Info("guard: the kubelet is already evicting the pod: left to it", "pod", p.Namespace+"/"+p.Name, "uid", uid)
+		a.log.Info("guard: the kubelet is already stopping the pod: left to it", "pod", p.Namespace+"/"+p.Name, "uid", uid)
 		return nil
 	}
 	if a.cfg.Client == nil {
 		return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, ErrNoAPIServer)
 	}
-	if err := a.due(uid); err != nil {
+	key := retryKey{uid, false}
+	if err := a.due(key); err != nil {
 		return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	grace := int64(d.GracePeriod / time.Second)
-	if err := a.evictAPI(ctx, p, &grace); err != nil {
+	if err := a.evictAPI(ctx, p, &grace, key); err != nil {
 		return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	a.mu.Lock()
-	a.evicted[uid] = time.Now()
+	a.evicted[uid] = evictedPod{sandbox: p.SandboxID, at: time.Now()}
 	a.mu.Unlock()
 	a.log.Info("guard: pod evicted through the Eviction API", "pod", p.Namespace+"/"+p.Name, "uid", uid, "grace", d.GracePeriod)
+	return nil
+}
+
+// kill kills the pod's cgroup; ErrNotFound when it is gone (a kill of a
+// directory that no longer exists reaches nobody, and says so).
+func (a *Actor) kill(p Pod) error {
+	layout := a.cfg.Finder.Layout
+	d, err := layout.Memory.Resolve(p.Cgroup)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(d.Path); errors.Is(err, fs.ErrNotExist) {
+		return ErrNotFound
+	}
+	if _, err := kubepods.KillPod(layout, p.Cgroup); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return ErrNotFound
+		}
+		return err
+	}
 	return nil
 }
 
@@ -616,57 +693,72 @@ func (a *Actor) foundPod(uid types.UID) (Pod, bool) {
 	return Pod{}, false
 }
 
-// due returns an error wrapping oom.ErrEvictionRefused while the pod's
-// last failed or refused API call's back-off runs.
-func (a *Actor) due(uid types.UID) error {
+// due returns an error wrapping oom.ErrEvictionRefused while the last
+// failed or refused API call's back-off runs.
+func (a *Actor) due(k retryKey) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if r, ok := a.retryAt[uid]; ok && time.Now().Before(r.at) {
-		return fmt.Errorf("%w: the last API call failed; retried after %s", oom.ErrEvictionRefused, r.at.Format(time.RFC3339Nano))
+	if r, ok := a.retryAt[k]; ok && time.Now().Before(r.at) {
+		return fmt.Errorf("%w: the last API call failed or was refused; asked again after %s", oom.ErrEvictionRefused, r.at.Format(time.RFC3339Nano))
 	}
 	return nil
 }
 
-// failed records a failed or refused API call: the pod's next one waits
-// the back-off, doubled each time up to RetryMax.
-func (a *Actor) failed(uid types.UID) time.Duration {
+// failed records a failed or refused API call: the next one waits the
+// back-off, doubled each time up to RetryMax.
+func (a *Actor) failed(k retryKey) time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b := a.cfg.RetryInitial
-	if r, ok := a.retryAt[uid]; ok {
+	if r, ok := a.retryAt[k]; ok {
 		b = min(2*r.backoff, a.cfg.RetryMax)
 	}
-	a.retryAt[uid] = retry{at: time.Now().Add(b), backoff: b}
+	a.retryAt[k] = retry{at: time.Now().Add(b), backoff: b}
 	return b
+}
+
+func (a *Actor) succeeded(k retryKey) {
+	a.mu.Lock()
+	delete(a.retryAt, k)
+	a.mu.Unlock()
+}
+
+// gone reports whether the pod p named is no longer in the API server, or
+// is another pod of that name now: what a failed UID precondition (a
+// Conflict) may mean, or only that an update raced (the Eviction API's
+// own retries of the budget's status end in a Conflict too).
+func (a *Actor) gone(ctx context.Context, p Pod) bool {
+	cur, err := a.cfg.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID)
 }
 
 // evictAPI asks the Eviction API to evict p with the grace period (the
 // UID a precondition: a pod of the same name made since is not touched).
-// Gone already is success.
-func (a *Actor) evictAPI(ctx context.Context, p Pod, grace *int64) error {
+// Gone already is success. The answers, as the API server gives them:
+// 429 with the DisruptionBudget cause is a budget's refusal (429 without
+// it is the server's own throttling: a failed call); 500 "more than one
+// PodDisruptionBudget" is a refusal that will not change by itself.
+func (a *Actor) evictAPI(ctx context.Context, p Pod, grace *int64, k retryKey) error {
 	uid := p.UID
 	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: grace, Preconditions: &metav1.Preconditions{UID: &uid}}}
 	err := a.cfg.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
 	switch {
-	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		// (Conflict: the UID precondition failed, the pod of that
-		// name is another one now: this one is gone.)
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err) && a.gone(ctx, p):
 		a.evictions.Add(1)
-		a.mu.Lock()
-		delete(a.retryAt, uid)
-		a.mu.Unlock()
+		a.succeeded(k)
 		return nil
-	case apierrors.IsTooManyRequests(err):
+	case apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause),
+		apierrors.IsInternalError(err) && strings.Contains(err.Error(), "more than one PodDisruptionBudget"):
 		a.refused.Add(1)
-		b := a.failed(uid)
+		b := a.failed(k)
 		a.log.Warn("guard: eviction refused by a PodDisruptionBudget; asked again later, never bypassed",
 			"pod", p.Namespace+"/"+p.Name, "uid", uid, "retry_in", b, "err", err)
 		return fmt.Errorf("%w: %v", ErrDisruptionBudget, err)
 	default:
 		a.apiErrors.Add(1)
-		b := a.failed(uid)
-		return fmt.Errorf("%w: eviction API: %w (retry in %s)", oom.ErrEvictionRefused, err, b)
+		b := a.failed(k)
+		return fmt.Errorf("%w: eviction API: %w (asked again in %s)", oom.ErrEvictionRefused, err, b)
 	}
 }
 
@@ -705,7 +797,7 @@ func (a *Actor) removePending(ctx context.Context) time.Time {
 	var next time.Time
 	now := time.Now()
 	for uid, r := range a.pending {
-		if rt, ok := a.retryAt[uid]; ok && now.Before(rt.at) {
+		if rt, ok := a.retryAt[retryKey{uid, true}]; ok && now.Before(rt.at) {
 			if next.IsZero() || rt.at.Before(next) {
 				next = rt.at
 			}
@@ -724,11 +816,8 @@ func (a *Actor) removePending(ctx context.Context) time.Time {
 		a.mu.Lock()
 		if err == nil {
 			delete(a.pending, r.pod.UID)
-			a.evicted[r.pod.UID] = time.Now()
-		} else {
-			if rt, ok := a.retryAt[r.pod.UID]; ok && (next.IsZero() || rt.at.Before(next)) {
-				next = rt.at
-			}
+		} else if rt, ok := a.retryAt[retryKey{r.pod.UID, true}]; ok && (next.IsZero() || rt.at.Before(next)) {
+			next = rt.at
 		}
 		a.mu.Unlock()
 	}
@@ -736,13 +825,21 @@ func (a *Actor) removePending(ctx context.Context) time.Time {
 }
 
 // remove is a hard eviction's API call: HardDelete's status and delete,
-// or HardEvict's Eviction API call with grace 0.
+// or HardEvict's Eviction API call with grace 0. The pod cgroup is killed
+// again first: a removal that waited for the API server may find the
+// pod's containers restarted by the kubelet meanwhile, and the pod must
+// not be marked Failed and deleted while they run.
 func (a *Actor) remove(ctx context.Context, r *removal) error {
 	p := r.pod
+	if cur, ok := a.foundPod(p.UID); ok {
+		if err := a.kill(cur); err != nil && !errors.Is(err, ErrNotFound) {
+			a.log.Warn("guard: kill the evicted pod again before its removal", "pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+	}
 	var err error
 	if a.cfg.HardAction == HardEvict {
 		zero := int64(0)
-		err = a.evictAPI(ctx, p, &zero)
+		err = a.evictAPI(ctx, p, &zero, retryKey{p.UID, true})
 	} else {
 		err = a.deleteEvicted(ctx, p, r.message)
 	}
@@ -757,8 +854,10 @@ func (a *Actor) remove(ctx context.Context, r *removal) error {
 }
 
 // deleteEvicted writes the kubelet's Evicted status on the pod and
-// deletes it at once (grace 0, the UID a precondition).
+// deletes it at once (grace 0, the UID a precondition). The API server
+// deletes a terminal pod at once whatever the grace period.
 func (a *Actor) deleteEvicted(ctx context.Context, p Pod, message string) error {
+	k := retryKey{p.UID, true}
 	pods := a.cfg.Client.CoreV1().Pods(p.Namespace)
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	status := corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: message,
@@ -770,30 +869,26 @@ func (a *Actor) deleteEvicted(ctx context.Context, p Pod, message string) error 
 	}
 	_, err = pods.Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	switch {
-	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
-		a.mu.Lock()
-		delete(a.retryAt, p.UID)
-		a.mu.Unlock()
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err) && a.gone(ctx, p):
+		a.succeeded(k)
 		return nil // gone, or another pod of that name now
 	case err != nil && !apierrors.IsInvalid(err):
 		// (Invalid: the pod is terminal already; deleting it is what
 		// is left.)
 		a.apiErrors.Add(1)
-		a.failed(p.UID)
+		a.failed(k)
 		return fmt.Errorf("status: %w", err)
 	}
 	uid := p.UID
 	zero := int64(0)
 	err = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if err != nil && !apierrors.IsNotFound(err) && !(apierrors.IsConflict(err) && a.gone(ctx, p)) {
 		a.apiErrors.Add(1)
-		a.failed(p.UID)
+		a.failed(k)
 		return fmt.Errorf("delete: %w", err)
 	}
 	a.deletes.Add(1)
-	a.mu.Lock()
-	delete(a.retryAt, p.UID)
-	a.mu.Unlock()
+	a.succeeded(k)
 	return nil
 }
 
@@ -865,7 +960,7 @@ func (a *Actor) RestoreOOMScoreAdj(uid types.UID) error {
 		if restored[pid] {
 			continue
 		}
-		if v, ok := oomadj.Was(recs, pid, 16); ok {
+		if v, ok := oomadj.Was(recs, pid, oomadj.MaxDepth); ok {
 			if werr := oomadj.Write(pid, v); werr != nil && !oomadj.Exited(werr) {
 				errs = append(errs, fmt.Errorf("restore oom_score_adj of pod %s: %w", uid, werr))
 			}

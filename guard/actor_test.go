@@ -226,6 +226,15 @@ func TestHardEvictionReleasesTheVictimsMemoryWithoutTheAPIServer(t *testing.T) {
 			} else if c.Pending != 0 {
 				t.Errorf("counts %+v: nothing to remove through an API server there is none of", c)
 			}
+			// The kubelet makes the pod a new sandbox: listed again, to
+			// be killed again if it grows again.
+			r.list.sbs[0].Id = "sb-hog-2"
+			if err := a.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := podNames(a.Pods(false)); got != "hog,other" {
+				t.Errorf("pods after the hog's new sandbox %q, want hog,other", got)
+			}
 			// Outside kubepods: no pod of the guard's, nothing killed.
 			err := a.Evict(ctx, decision(uidOut, "outside", true))
 			if !errors.Is(err, ErrNotFound) || !processExists(out.Process.Pid) {

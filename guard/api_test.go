@@ -260,11 +260,16 @@ func TestGuardWithAPIServer(t *testing.T) {
 		if calls.n.Load() == 0 || c.Refused == 0 || c.Evictions != 0 {
 			t.Fatalf("%d evictions asked, counts %+v: want web chosen, refused, counted, not evicted", calls.n.Load(), c)
 		}
+		// While its back-off runs the pod is Refused, and the manager
+		// does not ask again: each ask reached the API server.
+		if n := calls.n.Load(); n > int64(c.Refused)+1 {
+			t.Errorf("the manager asked %d times for %d refusals: asked again while the back-off ran", n, c.Refused)
+		}
 		p, err := admin.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
 		if err != nil || p.DeletionTimestamp != nil || !processExists(webProc.Process.Pid) {
 			t.Errorf("web after 4 s of soft pressure: %v, deleted %v, process alive %v; want it untouched", err, p.DeletionTimestamp, processExists(webProc.Process.Pid))
 		}
-		t.Logf("4 s of soft pressure (memory.available 100Mi < 1Gi): the manager asked %d times, the Eviction API refused %d (the back-off held the rest), web untouched",
+		t.Logf("4 s of soft pressure (memory.available 100Mi < 1Gi): the manager asked %d times, the Eviction API refused %d (the pod Refused between), web untouched",
 			calls.n.Load(), c.Refused)
 	})
 

@@ -471,10 +471,11 @@ func (p *Policy) pendingFor(r Resource) bool {
 }
 
 // candidate reports whether pod may be chosen: evictable, not being
-// evicted by the actor, not chosen in this evaluation, and not pending
-// release (a hard decision may escalate a soft victim in progress).
+// evicted by the actor, not chosen in this evaluation, not pending
+// release (a hard decision may escalate a soft victim in progress), and
+// for a soft decision not Refused.
 func (p *Policy) candidate(pod *Pod, hard bool, obs Observations, chosen map[types.UID]bool) bool {
-	if !pod.Evictable() || obs.InFlight[pod.UID] || chosen[pod.UID] {
+	if !pod.Evictable() || obs.InFlight[pod.UID] || chosen[pod.UID] || (pod.Refused && !hard) {
 		return false
 	}
 	if v, ok := p.pending[pod.UID]; ok && (!hard || v.hard) {

@@ -44,6 +44,11 @@ func runSteps(t *testing.T, p *Policy, steps []step) {
 	}
 }
 
+func refused(p Pod) Pod {
+	p.Refused = true
+	return p
+}
+
 func TestPolicyScenarios(t *testing.T) {
 	a, b, c := pod("a", 1*Gi, 100*Mi), pod("b", 500*Mi, 100*Mi), pod("c", 200*Mi, 100*Mi)
 	hard100 := ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi"}}
@@ -93,6 +98,15 @@ func TestPolicyScenarios(t *testing.T) {
 						t.Errorf("grace %v, want the pod's 30s", g)
 					}
 				}},
+			},
+		},
+		{
+			name: "a soft decision passes a refused pod by for the next; a hard one still takes it",
+			cfg:  both,
+			steps: []step{
+				{at: 0, obs: memObs(400*Mi, refused(a), b)},
+				{at: 10 * time.Second, obs: memObs(400*Mi, refused(a), b), want: []string{"soft b"}},
+				{at: 11 * time.Second, obs: memObs(80*Mi, refused(a), b), want: []string{"hard a"}},
 			},
 		},
 		{

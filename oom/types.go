@@ -21,6 +21,11 @@ type Pod struct {
 	// priority >= system-cluster-critical) and Exempt ones (the
 	// configured list) are never evicted.
 	Critical, Exempt bool
+	// Refused: someone refused to let the pod go for now (guard mode: a
+	// PodDisruptionBudget, through the Eviction API) and it is not to be
+	// asked again yet. Soft decisions pass it by for the next pod, which
+	// is no bypass of the refusal; a hard one may still take it.
+	Refused bool
 	// Static pods come from the manifest directory. The kubelet's
 	// IsCriticalPod counts every static (and mirror) pod as critical,
 	// whatever its priority, so the policy never evicts one either (see

@@ -86,9 +86,10 @@ type guardEviction struct {
 
 func defaultGuardConfig() guardConfig {
 	r := defaultRunConfig()
-	// Memory alone: disk and pid evictions stay the kubelet's, whose
-	// image and container garbage collection comes first.
-	r.Eviction.EvictionHard = map[string]string{"memory.available": "100Mi"}
+	// Memory alone (disk and pid evictions stay the kubelet's, whose
+	// image and container garbage collection comes first), above the
+	// kubelet's 100Mi: the guard acts first.
+	r.Eviction.EvictionHard = map[string]string{"memory.available": "200Mi"}
 	return guardConfig{
 		RuntimeEndpoint: "unix:///run/containerd/containerd.sock",
 		CgroupRoot:      "/",
@@ -140,6 +141,15 @@ func (c guardConfig) Validate() error {
 	}
 	if _, err := guard.ParseHardAction(c.Eviction.HardAction); err != nil {
 		return fmt.Errorf("eviction.hardAction: %w", err)
+	}
+	policy, err := c.Eviction.policy()
+	if err != nil {
+		return err
+	}
+	for _, th := range policy.Thresholds {
+		if th.Signal != nodestats.SignalMemoryAvailable && th.Signal != nodestats.SignalAllocatableMemoryAvailable {
+			return fmt.Errorf("eviction: %s: guard mode evicts for memory; disk and pid evictions are the kubelet's (its garbage collection comes first)", th.Signal)
+		}
 	}
 	return nil
 }
@@ -379,11 +389,20 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	if err != nil {
 		return err
 	}
-	for _, th := range policy.Thresholds {
-		if th.Signal != nodestats.SignalMemoryAvailable && th.Signal != nodestats.SignalAllocatableMemoryAvailable {
-			log.Warn("guard mode: a threshold on a signal other than memory: the kubelet garbage-collects images and containers before its own disk and pid evictions, the guard does not",
-				"signal", string(th.Signal))
+	if st.kcs == nil {
+		// Soft decisions only ever ask the Eviction API: without one
+		// they could only fail, every evaluation.
+		var hard []oom.Threshold
+		for _, th := range policy.Thresholds {
+			if th.Hard() {
+				hard = append(hard, th)
+			}
 		}
+		if dropped := len(policy.Thresholds) - len(hard) + len(policy.PSIRules); dropped > 0 {
+			log.Warn("guard mode without an API server: soft thresholds and PSI rules evict through the Eviction API only, and are left out",
+				"left_out", dropped)
+		}
+		policy.Thresholds, policy.PSIRules = hard, nil
 	}
 	var rec record.EventRecorder
 	if st.kcs != nil {
@@ -405,6 +424,16 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	n.status("finding the kubelet's pods")
 	if err := actor.Sync(ctx); err != nil {
 		return err
+	}
+	if st.kcs != nil {
+		// The pods' priorities first: until the API server has listed
+		// them, a critical pod looks like any other. Bounded: memory
+		// comes first, and an API server that does not answer delays
+		// the guard by 30 s at most.
+		n.status("listing the node's pods from the API server")
+		if err := actor.WaitAPI(ctx, 30*time.Second); err != nil {
+			log.Warn("guard mode: guarding with the node's figures until the API server lists the pods", "err", err)
+		}
 	}
 	log.Info("guard mode: the kubelet's pods found", "pods", len(actor.Found()))
 	g.Go("guard pods", actor.Run)

@@ -12,6 +12,17 @@ import (
 // The shipped guard configurations (the example file and the DaemonSet's
 // ConfigMap) load and validate; a bad key or value is named.
 func TestGuardConfigs(t *testing.T) {
+	// No file: memory alone, above the kubelet's 100Mi.
+	def, err := loadGuardConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := def.Validate(); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+	if p, err := def.Eviction.policy(); err != nil || len(p.Thresholds) != 2 || p.Thresholds[0].Value.Quantity != 200<<20 {
+		t.Errorf("the default thresholds: %+v, %v; want memory.available and allocatableMemory.available at 200Mi", p.Thresholds, err)
+	}
 	cfg, err := loadGuardConfig("../../deploy/guard.example.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +57,8 @@ func TestGuardConfigs(t *testing.T) {
 		{"a cgroup root with ..", "cgroupRoot: /a/../b\n", `cgroupRoot: "/a/../b"`},
 		{"a bad threshold", "eviction: {evictionHard: {memory.available: 12Zi}}\n", "evictionHard[memory.available]"},
 		{"a bad driver", "cgroupDriver: upstart\n", `cgroupDriver: "upstart"`},
+		{"a disk threshold", "eviction: {evictionHard: {memory.available: 200Mi, nodefs.available: 10%}}\n", "nodefs.available: guard mode evicts for memory"},
+		{"a pid threshold", "eviction: {evictionSoft: {pid.available: 5%}, evictionSoftGracePeriod: {pid.available: 1m}}\n", "pid.available: guard mode evicts for memory"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "guard.yaml")

@@ -83,6 +83,10 @@ func raise(pid, adj int, prev map[int]Proc) (p Proc, ok bool, err error) {
 	p = Proc{PID: pid, PPID: ppid, Start: start}
 	if q, ok := prev[pid]; ok && q.Start == start {
 		p.Was = q.Was
+	} else if v, ok := Was(prev, pid, MaxDepth); ok {
+		// Forked since the last raise: it inherited the raised value,
+		// and is owed its raised ancestor's.
+		p.Was = v
 	} else if p.Was, err = Read(pid); Exited(err) {
 		return p, false, nil
 	} else if err != nil {
@@ -129,6 +133,10 @@ func (r *Raiser) Restore(uid types.UID, clamp func(int) int) (recs map[int]Proc,
 	}
 	return recs, restored, errors.Join(errs...)
 }
+
+// MaxDepth bounds the ancestor walks of Was: a pod's process tree is
+// shallow, and a walk must end.
+const MaxDepth = 16
 
 // Forget drops the pod's records without writing anything (the pod is
 // gone).

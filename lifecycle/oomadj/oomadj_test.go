@@ -160,15 +160,26 @@ func TestWasFollowsTheParentsOfAForkedProcess(t *testing.T) {
 		t.Fatal("the shell's child did not appear in 2 s")
 	}
 	t.Cleanup(func() { exec.Command("kill", "-9", strconv.Itoa(kid)).Run() })
-	recs, _, err := r.Restore(uid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, ok := Was(recs, kid, 4); !ok || v != 300 {
+	if v, ok := Was(r.raised[uid], kid, 4); !ok || v != 300 {
 		t.Errorf("Was(child) = %d, %v; want the shell's 300", v, ok)
 	}
-	if _, ok := Was(recs, sh.Process.Pid, 4); ok {
+	if _, ok := Was(r.raised[uid], sh.Process.Pid, 4); ok {
 		t.Error("Was(the shell) found an ancestor of it recorded; the test's own process is not")
+	}
+	// Raised again with the child among the pod's processes: what it is
+	// owed is its parent's value from before the raise, not the raised
+	// one it inherited; Restore writes it back.
+	if err := r.Raise(uid, []int{sh.Process.Pid, kid}, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.raised[uid][kid].Was; got != 300 {
+		t.Errorf("the forked child recorded as having %d, want its parent's 300", got)
+	}
+	if _, _, err := r.Restore(uid, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, kid); got != 300 {
+		t.Errorf("the forked child restored to %d, want 300", got)
 	}
 }
 
