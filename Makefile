@@ -11,8 +11,10 @@ export BPF2GO_CC BPF2GO_STRIP BPF2GO_CFLAGS
 
 all: build
 
+# Static (CGO_ENABLED=0): the same binary runs on any Linux, and in the
+# scratch image the DaemonSet of deploy/kubernetes runs (guard mode).
 build:
-	$(GO) build -o $(BIN) ./cmd/nodeguard
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/nodeguard
 
 # Install as a system daemon: the binary where the unit's ExecStart looks
 # (/usr/local/bin), the unit, and the example configuration unless one is

@@ -8,15 +8,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"reflect"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -158,6 +157,7 @@ func newGuardCmd(g *globalFlags) *cobra.Command {
 	var (
 		configFlag string
 		flags      guardConfig
+		output     string
 	)
 	load := func(cmd *cobra.Command) (guardConfig, string, error) {
 		fs := cmd.Flags()
@@ -235,7 +235,10 @@ the Eviction API, which PodDisruptionBudgets may refuse.`,
 			if err != nil {
 				return err
 			}
-			return guardPods(cmd.Context(), cfg, log, cmd.OutOrStdout())
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output %q: want table or json", output)
+			}
+			return guardPods(cmd.Context(), cfg, log, cmd.OutOrStdout(), output == "json")
 		},
 	}
 	for _, c := range []*cobra.Command{cmd, pods} {
@@ -249,6 +252,7 @@ the Eviction API, which PodDisruptionBudgets may refuse.`,
 		f.StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard-guard", "state directory (the tripwire's)")
 		f.StringVar(&flags.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on (empty: off)")
 	}
+	pods.Flags().StringVarP(&output, "output", "o", "table", "table or json")
 	cmd.AddCommand(pods)
 	return cmd
 }
@@ -522,7 +526,23 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 }
 
 // guardPods prints the kubelet's pods as guard mode finds them.
-func guardPods(ctx context.Context, cfg guardConfig, log *slog.Logger, out io.Writer) error {
+// guardPod is a line of `nodeguard guard pods`.
+type guardPod struct {
+	Namespace     string `json:"namespace"`
+	Name          string `json:"name"`
+	UID           string `json:"uid"`
+	QOS           string `json:"qos"`
+	Priority      int32  `json:"priority"`
+	Critical      bool   `json:"critical"`
+	MemoryRequest int64  `json:"memoryRequest"`
+	PIDs          *int64 `json:"pids,omitempty"`
+	// Source is where the figures came from: "api", or "node" (no API
+	// server, or the pod is not listed there).
+	Source string `json:"source"`
+	Cgroup string `json:"cgroup"`
+}
+
+func guardPods(ctx context.Context, cfg guardConfig, log *slog.Logger, out io.Writer, asJSON bool) error {
 	st, err := setupGuard(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -543,23 +563,36 @@ func guardPods(ctx context.Context, cfg guardConfig, log *slog.Logger, out io.Wr
 			return err
 		}
 	}
-	refs := actor.Pods(false)
+	var rows []guardPod
+	for _, r := range actor.Pods(false) {
+		src := "node"
+		if st.kcs != nil && actor.Listed(r.UID) {
+			src = "api"
+		}
+		g := guardPod{Namespace: r.Namespace, Name: r.Name, UID: string(r.UID), QOS: string(r.QOS), Priority: r.Priority,
+			Critical: r.Critical, MemoryRequest: r.MemoryRequest, Source: src, Cgroup: r.CgroupRel}
+		if !r.PIDsUnknown {
+			g.PIDs = &r.PIDs
+		}
+		rows = append(rows, g)
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if rows == nil {
+			rows = []guardPod{}
+		}
+		return enc.Encode(rows)
+	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tUID\tQOS\tPRIORITY\tCRITICAL\tMEMORY REQUEST\tPIDS\tSOURCE\tCGROUP")
-	for _, r := range refs {
-		src := "node"
-		if st.kcs != nil {
-			src = "api"
-			if !actor.Listed(r.UID) {
-				src = "node (not in the API)"
-			}
-		}
+	for _, g := range rows {
 		pids := "-"
-		if !r.PIDsUnknown {
-			pids = fmt.Sprint(r.PIDs)
+		if g.PIDs != nil {
+			pids = fmt.Sprint(*g.PIDs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%d\t%s\t%s\t%s\n", r.Namespace, r.Name, r.UID, r.QOS, r.Priority, r.Critical,
-			r.MemoryRequest, pids, src, strings.TrimPrefix(filepath.Clean("/"+r.CgroupRel), "/"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%v\t%d\t%s\t%s\t%s\n", g.Namespace, g.Name, g.UID, g.QOS, g.Priority, g.Critical,
+			g.MemoryRequest, pids, g.Source, g.Cgroup)
 	}
 	return tw.Flush()
 }

@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodeguard/nodeguard/deploy/kubernetes"
 	"github.com/nodeguard/nodeguard/oom"
 )
 
@@ -98,10 +99,10 @@ func load(t *testing.T) []object {
 	for _, e := range entries {
 		name := e.Name()
 		switch {
-		case strings.HasSuffix(name, "_test.go"):
-			continue
+		case strings.HasSuffix(name, ".go"):
+			continue // this test, and embed.go (kubectl apply -f skips them)
 		case e.IsDir() || !strings.HasSuffix(name, ".yaml"):
-			t.Errorf("%s: only .yaml manifests and tests belong here (kubectl apply -f reads .yaml, .yml and .json)", name)
+			t.Errorf("%s: only .yaml manifests and Go files belong here (kubectl apply -f reads .yaml, .yml and .json)", name)
 			continue
 		}
 		data, err := os.ReadFile(name)
@@ -537,5 +538,29 @@ func TestGuardConfigurations(t *testing.T) {
 					&q, &kubeletHard)
 			}
 		})
+	}
+}
+
+// Manifests embeds every manifest of the directory, and nothing else.
+func TestEmbeddedManifests(t *testing.T) {
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, err := kubernetes.Manifests.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".yaml") {
+			want = append(want, e.Name())
+		}
+	}
+	for _, e := range embedded {
+		got = append(got, e.Name())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("embedded %v, want the directory's manifests %v", got, want)
 	}
 }
