@@ -657,6 +657,7 @@ func (a *Actor) Evict(ctx context.Context, d oom.Decision) error {
 	a.evicted[uid] = evictedPod{sandbox: p.SandboxID, at: time.Now()}
 	a.mu.Unlock()
 	a.log.Info("guard: pod evicted through the Eviction API", "pod", p.Namespace+"/"+p.Name, "uid", uid, "grace", d.GracePeriod)
+	a.event(p, d.Message)
 	return nil
 }
 

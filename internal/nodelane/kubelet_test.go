@@ -773,5 +773,8 @@ func (n *node) kubelet(t *testing.T) {
 		t.Logf("the kubelet's server at port %d: /configz as the admin (%.1f s) says cgroupDriver %s, cgroupRoot %s, evictionHard %v, authorization %s, anonymous %v; as system:node:%s %q; without credentials HTTP %d; kubectl logs %s through the API server %q (%.1f s)",
 			k.Values.Port, t3.Sub(t2).Seconds(), cz.CgroupDriver, cz.CgroupRoot, cz.EvictionHard, cz.Authorization.Mode, deref(cz.Authentication.Anonymous.Enabled),
 			k.Name, firstLine(asNode), anonymous, g.Name, strings.TrimSpace(logs), time.Since(t3).Seconds())
+
+		// Guard mode beside it (guard_test.go), on the same pods.
+		n.guardBeside(t, k, pods)
 	})
 }
