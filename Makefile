@@ -7,7 +7,7 @@ BPF2GO_CFLAGS ?= -O2 -g -Wall -Werror
 BIN           ?= bin/nodeguard
 export BPF2GO_CC BPF2GO_STRIP BPF2GO_CFLAGS
 
-.PHONY: all build install generate vmlinux deps test test-vm test-node test-cluster test-cluster-host test-cluster-node fuzz bench bench-tripwire-vm lint check-generate demo clean
+.PHONY: all build install generate vmlinux deps test test-vm test-node test-cluster test-cluster-host test-cluster-node bench-kube-race fuzz bench bench-tripwire-vm lint check-generate demo clean
 
 all: build
 
@@ -168,7 +168,10 @@ FUZZ_TARGETS ?= \
 # node lane and the host half at the end of the second chain
 # (scripts/lanes.sh).
 # (\b, not $$: the value goes through two makes and a shell.)
-CLUSTER_NODE_FLAGS ?= -run '^TestNode\b/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|node_mode|kubelet)'
+CLUSTER_NODE_FLAGS ?= -run '^TestNode\b/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|node_mode|kubelet|the_three-way_OOM_race)'
+# CLUSTER_NODE_RACE: the three-way OOM race's mode in that run (quick: 2
+# rates, 1 trial per strategy, ~10 min under TCG; off skips it).
+CLUSTER_NODE_RACE ?= quick
 test-cluster: test-cluster-host test-cluster-node
 
 test-cluster-host: deps
@@ -179,8 +182,21 @@ test-cluster-host: deps
 
 test-cluster-node:
 	@bin=$$(scripts/controlplane.sh) && \
-		$(MAKE) --no-print-directory test-node NODE_CLUSTER=$$bin NODE_RACE=off NODE_FLAGS="$(CLUSTER_NODE_FLAGS)" \
+		$(MAKE) --no-print-directory test-node NODE_CLUSTER=$$bin NODE_RACE=$(CLUSTER_NODE_RACE) NODE_FLAGS="$(CLUSTER_NODE_FLAGS)" \
 			BIN=bin/nodeguard-lane-cluster NODEVM=bin/nodevm-lane-cluster NODE_OUT=out/node-cluster
+
+# The three-way OOM race on the real kubelet's node alone (issue 16; the
+# README's figures): the node lane's start checks, then the kubelet alone,
+# the kubelet with nodeguard guard beside it and nodeguard in node mode
+# (internal/nodelane/kuberace_test.go), KUBE_RACE=full (3 rates, 3 trials,
+# ~35 min under TCG) or quick. Its report, eviction.csv, eviction.png and
+# logs land in out/node-kube/kube-race-<mode>/.
+KUBE_RACE       ?= full
+KUBE_RACE_FLAGS ?= -run '^TestNode\b/^(systemd_reached|containerd_is_active|systemctl_start_nodeguard|the_three-way_OOM_race)'
+bench-kube-race:
+	@bin=$$(scripts/controlplane.sh) && \
+		$(MAKE) --no-print-directory test-node NODE_CLUSTER=$$bin NODE_RACE=$(KUBE_RACE) NODE_FLAGS="$(KUBE_RACE_FLAGS)" \
+			BIN=bin/nodeguard-lane-kube NODEVM=bin/nodevm-lane-kube NODE_OUT=out/node-kube
 
 fuzz:
 	@missing=$$(git ls-files --cached --others --exclude-standard '*_test.go' | xargs grep -Eo '^func Fuzz[A-Za-z0-9_]+' | \

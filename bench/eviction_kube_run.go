@@ -331,6 +331,30 @@ func (r *evictionRun) kubeTrial(ctx context.Context, kp *KubePods, agent AgentEv
 	st.mu.Unlock()
 
 	monErr := r.monitor(ctx, st, stratDone, hogMem, TrialTimeout(r.cfg.Budget, rate))
+	st.mu.Lock()
+	st.closed = true
+	evicted := slices.Contains(st.t.Victims, st.hogKey)
+	st.mu.Unlock()
+
+	// The controller's replacement, when the hog was evicted, with the
+	// strategy still running (nodeguard guard removes the pod it killed
+	// through the API server after the kill: stopped at once, it never
+	// would); what its actors do from here on is not the trial's. Then
+	// the hog's Deployment and pods go, the strategy stops, and evicted
+	// background pods come back.
+	if evicted {
+		rctx, cancel := context.WithTimeout(ctx, replacementTimeout+10*time.Second)
+		at, err := kp.WaitReplacement(rctx, evictionNamespace, name, string(hog.UID), replacementTimeout)
+		cancel()
+		st.mu.Lock()
+		if err != nil {
+			st.t.Note = strings.TrimPrefix(st.t.Note+"; "+err.Error(), "; ")
+		} else {
+			st.t.Replaced = at
+		}
+		st.mu.Unlock()
+	}
+	cerr := stopHog()
 	stopStrategy()
 	select {
 	case <-stratDone:
@@ -345,29 +369,6 @@ func (r *evictionRun) kubeTrial(ctx context.Context, kp *KubePods, agent AgentEv
 			monErr = fmt.Errorf("strategy %s did not return %v after its context ended", strategy, kubeStrategyStopTimeout)
 		}
 	}
-	st.mu.Lock()
-	st.closed = true
-	evicted := slices.Contains(st.t.Victims, st.hogKey)
-	st.mu.Unlock()
-
-	// The controller's replacement, when the hog was evicted; then the
-	// hog's Deployment and pods go, and evicted background pods come
-	// back.
-	if evicted {
-		rctx, cancel := context.WithTimeout(ctx, replacementTimeout+10*time.Second)
-		at, err := kp.WaitReplacement(rctx, evictionNamespace, name, string(hog.UID), replacementTimeout)
-		cancel()
-		if err != nil {
-			st.mu.Lock()
-			st.t.Note = strings.TrimPrefix(st.t.Note+"; "+err.Error(), "; ")
-			st.mu.Unlock()
-		} else {
-			st.mu.Lock()
-			st.t.Replaced = at
-			st.mu.Unlock()
-		}
-	}
-	cerr := stopHog()
 	if cerr == nil {
 		cerr = r.restoreKube(ctx, st.victims)
 	}

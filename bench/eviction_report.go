@@ -150,6 +150,9 @@ func (t EvictionTrial) Outcome() string {
 	if t.TimedOut {
 		parts = append(parts, "timed out")
 	}
+	if t.Controlled && !t.Replaced.IsZero() {
+		parts = append(parts, "replacement ran")
+	}
 	if t.AchievedRate > 0 {
 		parts = append(parts, fmt.Sprintf("hog %.0f MiB/s", t.AchievedRate/(1<<20)))
 	}

@@ -127,6 +127,7 @@ func TestNode(t *testing.T) {
 	t.Run("deleting every pod leaves nothing behind", n.cleanup)
 	t.Run("node mode: nodeguard joins a real control plane, runs a Deployment, serves logs and exec, evicts as the API sees it", n.nodeMode)
 	t.Run("kubelet: the real kubelet registers its Node Ready and runs a Guaranteed, a Burstable and a BestEffort pod in its kubepods.slice cgroups, sandboxes labelled as it labels them", n.kubelet)
+	t.Run("the three-way OOM race on the kubelet's node: the kubelet alone, with nodeguard guard beside it, and nodeguard in node mode, same pods and hogs", n.kubeRace)
 	t.Run("nfs volumes from a server in a netns of the check: mounted, written, unmounted on deletion and after kill -9", n.nfs)
 	t.Run("supplementalGroupsPolicy Strict on a runtime that reports the feature", n.strictGroups)
 	t.Run("an image volume: read from and read-only on containerd 2.x, unmounted on deletion; refused on 1.6", n.imageVolume)
