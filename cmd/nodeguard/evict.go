@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
@@ -214,8 +215,29 @@ func (a *admitter) admit(p *corev1.Pod) error {
 	if pol == nil {
 		return nil
 	}
+	if tolerableMemoryPressure(pol.Conditions(), p) {
+		return nil
+	}
 	return pol.Admit(oom.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p),
 		Priority: qos.Priority(p), Critical: qos.IsCritical(p)})
+}
+
+// tolerableMemoryPressure is the kubelet's exception to its eviction
+// admission (pkg/kubelet/eviction Admit): under MemoryPressure alone, a
+// BestEffort pod that tolerates the node.kubernetes.io/memory-pressure
+// NoSchedule taint is admitted (oom.Policy.Admit leaves this check to its
+// caller: its Pod carries no tolerations).
+func tolerableMemoryPressure(conds map[oom.Condition]bool, p *corev1.Pod) bool {
+	if !conds[oom.MemoryPressure] || conds[oom.DiskPressure] || conds[oom.PIDPressure] {
+		return false
+	}
+	taint := &corev1.Taint{Key: corev1.TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule}
+	for i := range p.Spec.Tolerations {
+		if p.Spec.Tolerations[i].ToleratesTaint(klog.Background(), taint, false) {
+			return true
+		}
+	}
+	return false
 }
 
 // podRootTripwire is the tripwire on the pod cgroup root, armed where
