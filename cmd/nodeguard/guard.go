@@ -377,6 +377,7 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	})
 	setOwnOOMScoreAdj(log)
 	setDaemonGC(log)
+	lockMemory(log)
 	klog.SetSlogLogger(log.With("component", "k8s"))
 	n.status("connecting to the runtime at %s", cfg.RuntimeEndpoint)
 	st, err := setupGuard(ctx, cfg, log)

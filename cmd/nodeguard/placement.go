@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
@@ -115,4 +117,23 @@ func setDaemonGC(log *slog.Logger) {
 	}
 	debug.SetGCPercent(daemonGCPercent)
 	log.Debug("garbage collection target", "GOGC", daemonGCPercent)
+}
+
+// lockMemory keeps the agent's pages in memory: mlockall(MCL_CURRENT |
+// MCL_FUTURE | MCL_ONFAULT), every page locked as it is first touched and
+// none loaded before. A node that thrashes evicts the page cache it
+// re-reads, the agent's own code among it: measured on the node lane's
+// guest, a tail /dev/zero pod stalled the node for minutes and the guard
+// beside the kubelet, its text paged out, did not act on a PSI rule met
+// for minutes. Locked, the code it runs stays resident (a static binary's
+// text is file-backed: the first thing reclaim takes) and the heap it
+// grows is never swapped. ONFAULT: the pages never touched (most of the
+// binary) cost nothing. Without CAP_IPC_LOCK and under RLIMIT_MEMLOCK it
+// fails: one line says so, and the agent runs unlocked.
+func lockMemory(log *slog.Logger) {
+	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT); err != nil {
+		log.Warn("memory not locked: under heavy memory pressure the kernel may page the agent's code out and stall it (CAP_IPC_LOCK and LimitMEMLOCK=infinity allow it)", "err", err)
+		return
+	}
+	log.Info("memory locked as touched (mlockall, on fault)")
 }
