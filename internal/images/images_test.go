@@ -131,16 +131,18 @@ func readLayout(t *testing.T, im Image) layout {
 	if err := json.Unmarshal(blob(l.manifest.Config), &l.config); err != nil {
 		t.Fatal(err)
 	}
-	if len(l.manifest.Layers) != 1 || l.manifest.Layers[0].MediaType != mediaTypeLayer {
-		t.Fatalf("manifest layers %+v, want one gzip layer", l.manifest.Layers)
+	if len(l.manifest.Layers) != 1 || (l.manifest.Layers[0].MediaType != mediaTypeLayer && l.manifest.Layers[0].MediaType != mediaTypeLayerTar) {
+		t.Fatalf("manifest layers %+v, want one layer, gzip or plain tar", l.manifest.Layers)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(blob(l.manifest.Layers[0])))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
+	raw := blob(l.manifest.Layers[0])
+	if l.manifest.Layers[0].MediaType == mediaTypeLayer {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw, err = io.ReadAll(zr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if want := []string{digestOf(raw)}; !slices.Equal(l.config.RootFS.DiffIDs, want) {
 		t.Errorf("config diff_ids %v, want %v", l.config.RootFS.DiffIDs, want)

@@ -22,6 +22,8 @@ const (
 	mediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
 	mediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
 	mediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar+gzip"
+	// mediaTypeLayerTar is an uncompressed layer (spec.uncompressed).
+	mediaTypeLayerTar = "application/vnd.oci.image.layer.v1.tar"
 
 	// AnnotationRefName is the OCI annotation that carries an image's tag
 	// in index.json.
@@ -110,6 +112,10 @@ type spec struct {
 	entrypoint []string
 	cmd        []string
 	createdBy  string
+	// uncompressed writes the layer as a plain tar: for an image built
+	// where it is imported (no transfer to save), compressing a large
+	// binary costs more than it saves.
+	uncompressed bool
 }
 
 // tag returns the part of a reference after the last ':' of its last path
@@ -221,9 +227,12 @@ func writeLayout(file string, s spec) (Image, error) {
 	if err := writeTar(&layerTar, entries); err != nil {
 		return Image{}, fmt.Errorf("build image %s: %w", s.name, err)
 	}
-	layer, err := gz(layerTar.Bytes())
-	if err != nil {
-		return Image{}, fmt.Errorf("build image %s: %w", s.name, err)
+	layer, layerType := layerTar.Bytes(), mediaTypeLayerTar
+	if !s.uncompressed {
+		if layer, err = gz(layer); err != nil {
+			return Image{}, fmt.Errorf("build image %s: %w", s.name, err)
+		}
+		layerType = mediaTypeLayer
 	}
 	cfg, err := json.Marshal(imageConfig{
 		Created:      Epoch,
@@ -245,7 +254,7 @@ func writeLayout(file string, s spec) (Image, error) {
 		SchemaVersion: 2,
 		MediaType:     mediaTypeManifest,
 		Config:        descriptor{MediaType: mediaTypeConfig, Digest: digestOf(cfg), Size: int64(len(cfg))},
-		Layers:        []descriptor{{MediaType: mediaTypeLayer, Digest: digestOf(layer), Size: int64(len(layer))}},
+		Layers:        []descriptor{{MediaType: layerType, Digest: digestOf(layer), Size: int64(len(layer))}},
 	})
 	if err != nil {
 		return Image{}, fmt.Errorf("build image %s: encode manifest: %w", s.name, err)
