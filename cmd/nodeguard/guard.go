@@ -42,7 +42,6 @@ import (
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
-	"github.com/nodeguard/nodeguard/pressure/psi"
 )
 
 // DefaultGuardConfigPath is read by nodeguard guard when it exists.
@@ -443,28 +442,17 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	log.Info("guard mode: the kubelet's pods found", "pods", len(actor.Found()))
 	g.Go("guard pods", actor.Run)
 
-	driver := st.driver
 	fwd := newEventForwarder(1024, st.layout.Memory.ID)
 	var evictMgr atomic.Pointer[oom.Manager]
 	var wire atomic.Pointer[podRootTripwire]
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{st.kube}, rootDir: cfg.RootDir,
 		imageFS: "/var/lib/containerd",
-		hot:     func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
-		calm:    func(rel string) bool { return kubepods.IsPod(driver, rel) },
 		noBPF:   !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: pressure.DefaultFullEvery, resolver: actor,
 		onEvent: fwd.send,
-		onWake: func(w psi.Wake) {
-			if m := evictMgr.Load(); m != nil {
-				m.Wake("psi:"+w.Trigger.String(), w.Time)
-			}
-		},
-		onSnapshot: func(snap *pressure.Snapshot) {
-			if w := wire.Load(); w != nil {
-				w.rearm(snap)
-			}
-		},
 	}
+	sf.podCgroups(st.driver)
+	sf.wakeEviction(&evictMgr, &wire)
 	n.status("starting sensing")
 	s, err := startSensing(ctx, sf, log)
 	if err != nil {

@@ -513,27 +513,12 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	// read by the sensor's observer goroutine.
 	var wire atomic.Pointer[podRootTripwire]
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{kube}, rootDir: cfg.RootDir,
-		// Pods and the cgroups above them every tick; containers' when
-		// a scrape asks (pressure.Config.Hot, Sensor.Scrape).
-		hot: func(rel string) bool { return !kubepods.BeneathPod(driver, rel) },
-		// ...and the pods' own only while memory is near a threshold
-		// (oom.Policy.Calm): far from every one, the eviction manager's
-		// ticks read them every 5th second with the containers'.
-		calm:  func(rel string) bool { return kubepods.IsPod(driver, rel) },
 		noBPF: !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
 		tick: time.Second, fullEvery: pressure.DefaultFullEvery, resolver: newPodResolver(mgr, cgm, layout), storage: storage,
 		onEvent: fwd.send, imageFSStats: disk.imageFS.FSStats,
-		onWake: func(w psi.Wake) {
-			if m := evictMgr.Load(); m != nil {
-				m.Wake("psi:"+w.Trigger.String(), w.Time)
-			}
-		},
-		onSnapshot: func(snap *pressure.Snapshot) {
-			if w := wire.Load(); w != nil {
-				w.rearm(snap)
-			}
-		},
 	}
+	sf.podCgroups(driver)
+	sf.wakeEviction(&evictMgr, &wire)
 	n.status("starting sensing")
 	s, err := startSensing(ctx, sf, log)
 	if err != nil {
@@ -684,4 +669,29 @@ func startEviction(g *group.Group, w evictionWiring) (*oom.Manager, *evictionObs
 	g.Go("eviction manager", em.Run)
 	log.Info("eviction manager running", "thresholds", len(w.policy.Thresholds), "psi_rules", len(w.policy.PSIRules), "dry_run", w.cfg.DryRun)
 	return em, obs, nil
+}
+
+// podCgroups makes the pods and the cgroups above them hot (read every
+// tick), the containers' read when a scrape asks (pressure.Config.Hot,
+// Sensor.Scrape), and the pods' own calm: read only while memory is near
+// a threshold (oom.Policy.Calm); far from every one, the eviction
+// manager's ticks read them every 5th second with the containers'.
+func (f *senseFlags) podCgroups(driver kubepods.Driver) {
+	f.hot = func(rel string) bool { return !kubepods.BeneathPod(driver, rel) }
+	f.calm = func(rel string) bool { return kubepods.IsPod(driver, rel) }
+}
+
+// wakeEviction hands PSI trigger wake-ups to the eviction manager and
+// every snapshot to the pod-root tripwire, once they exist.
+func (f *senseFlags) wakeEviction(em *atomic.Pointer[oom.Manager], wire *atomic.Pointer[podRootTripwire]) {
+	f.onWake = func(w psi.Wake) {
+		if m := em.Load(); m != nil {
+			m.Wake("psi:"+w.Trigger.String(), w.Time)
+		}
+	}
+	f.onSnapshot = func(snap *pressure.Snapshot) {
+		if w := wire.Load(); w != nil {
+			w.rearm(snap)
+		}
+	}
 }

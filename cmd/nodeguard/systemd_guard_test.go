@@ -2,14 +2,8 @@ package main
 
 import (
 	"bytes"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 )
 
 const guardUnitFile = "../../deploy/systemd/nodeguard-guard.service"
@@ -22,45 +16,7 @@ const guardUnitFile = "../../deploy/systemd/nodeguard-guard.service"
 // guard mode needs, and none of those that would make it start a kubelet
 // or hide the cgroups it writes.
 func TestSystemdGuardUnitVerifies(t *testing.T) {
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("systemd-analyze is missing on CI (scripts/deps.sh installs Debian's systemd package)")
-		}
-		cgtest.Need(t, false, "systemd-analyze is missing (scripts/deps.sh installs Debian's systemd package)")
-	}
-	unit, err := os.ReadFile(guardUnitFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const exec0 = "ExecStart=/usr/local/bin/nodeguard "
-	if !bytes.Contains(unit, []byte("\n"+exec0)) {
-		t.Fatalf("the unit does not start %q", exec0)
-	}
-	bin := buildBinary(t)
-	verify := func(t *testing.T, text []byte) string {
-		dir := t.TempDir()
-		path := filepath.Join(dir, filepath.Base(guardUnitFile))
-		text = bytes.Replace(text, []byte(exec0), []byte("ExecStart="+bin+" "), 1)
-		if err := os.WriteFile(path, text, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(analyze, "verify", path)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		var about []string
-		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if strings.Contains(line, "nodeguard") {
-				about = append(about, line)
-			} else if line != "" {
-				t.Logf("systemd-analyze, not about the unit: %s", line)
-			}
-		}
-		if err != nil && len(about) == 0 {
-			about = append(about, fmt.Sprintf("exit: %v: %s", err, out))
-		}
-		return strings.Join(about, "\n")
-	}
+	unit, verify := unitVerifier(t, guardUnitFile)
 	t.Run("the unit as shipped is clean", func(t *testing.T) {
 		if out := verify(t, unit); out != "" {
 			t.Errorf("systemd-analyze verify %s:\n%s", guardUnitFile, out)

@@ -25,16 +25,16 @@ import (
 
 const unitFile = "../../deploy/systemd/nodeguard.service"
 
-// TestTheSystemdUnitVerifies runs `systemd-analyze verify` on
-// deploy/systemd/nodeguard.service: any line it prints about the unit (an
-// unknown or misspelt directive, a directive this systemd does not have, a
-// bad value) fails the test. verify also checks that every Exec* binary
-// exists and is executable, and /usr/local/bin/nodeguard is not installed
-// here; --root does not help (systemd 252 then looks the unit up by name
-// beneath the root, not the file given), so the unit is copied, under its
-// own name, to a temporary directory with ExecStart pointing at the binary
-// built for the tests. Nothing else in the copy changes.
-func TestTheSystemdUnitVerifies(t *testing.T) {
+// unitVerifier reads the unit at file and returns it with a function that
+// runs `systemd-analyze verify` on a text of it: the lines it prints about
+// the unit, "" when none. The text is copied, under the unit's own name,
+// to a temporary directory with ExecStart pointing at the binary built for
+// the tests (verify checks that every Exec* binary exists, and
+// /usr/local/bin/nodeguard is not installed here; --root does not help:
+// systemd 252 then looks the unit up by name beneath the root, not the
+// file given). Nothing else in the copy changes.
+func unitVerifier(t *testing.T, file string) ([]byte, func(*testing.T, []byte) string) {
+	t.Helper()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -42,18 +42,18 @@ func TestTheSystemdUnitVerifies(t *testing.T) {
 		}
 		cgtest.Need(t, false, "systemd-analyze is missing (scripts/deps.sh installs Debian's systemd package)")
 	}
-	unit, err := os.ReadFile(unitFile)
+	unit, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const exec0 = "ExecStart=/usr/local/bin/nodeguard "
 	if !bytes.Contains(unit, []byte("\n"+exec0)) {
-		t.Fatalf("the unit does not start %q", exec0)
+		t.Fatalf("%s does not start %q", file, exec0)
 	}
 	bin := buildBinary(t)
-	verify := func(t *testing.T, text []byte) string {
+	return unit, func(t *testing.T, text []byte) string {
 		dir := t.TempDir()
-		path := filepath.Join(dir, "nodeguard.service")
+		path := filepath.Join(dir, filepath.Base(file))
 		text = bytes.Replace(text, []byte(exec0), []byte("ExecStart="+bin+" "), 1)
 		if err := os.WriteFile(path, text, 0o644); err != nil {
 			t.Fatal(err)
@@ -74,6 +74,19 @@ func TestTheSystemdUnitVerifies(t *testing.T) {
 		}
 		return strings.Join(about, "\n")
 	}
+}
+
+// TestTheSystemdUnitVerifies runs `systemd-analyze verify` on
+// deploy/systemd/nodeguard.service: any line it prints about the unit (an
+// unknown or misspelt directive, a directive this systemd does not have, a
+// bad value) fails the test. verify also checks that every Exec* binary
+// exists and is executable, and /usr/local/bin/nodeguard is not installed
+// here; --root does not help (systemd 252 then looks the unit up by name
+// beneath the root, not the file given), so the unit is copied, under its
+// own name, to a temporary directory with ExecStart pointing at the binary
+// built for the tests. Nothing else in the copy changes.
+func TestTheSystemdUnitVerifies(t *testing.T) {
+	unit, verify := unitVerifier(t, unitFile)
 	t.Run("the unit as shipped is clean", func(t *testing.T) {
 		if out := verify(t, unit); out != "" {
 			t.Errorf("systemd-analyze verify %s:\n%s", unitFile, out)
