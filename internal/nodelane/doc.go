@@ -266,6 +266,18 @@
 //     leaves (it removes the pod slices itself) are removed with its
 //     directories, the Node and the Lease; nodeguard starts again as it
 //     was;
+//   - the three-way OOM race (kuberace_test.go), on the same run, in the
+//     race mode (EnvRace; quick in make test's cluster run, full for the
+//     README with make bench-kube-race): withKubelet's kubelet restarted
+//     with systemReserved = MemTotal - 256Mi and its default evictionHard
+//     memory.available 100Mi (kubepods.slice memory.max 256Mi, allocatable
+//     156Mi, both checked), then `nodeguard bench eviction --kubeconfig`:
+//     the kubelet alone, the kubelet with nodeguard guard started beside
+//     it, then nodeguard in node mode from the node-mode check's
+//     configuration (the kubelet stopped), the hog a Deployment whose
+//     replacement is waited for; report, CSV, plot and logs to
+//     kube-race-<mode>/ on the output disk. A nodeguard trial lost to the
+//     kernel OOM killer or with a collateral eviction fails it;
 //   - nfs volumes (nfs_test.go): the check loads nfsd and nfs, makes a
 //     network namespace (ngnfs) linked to the guest's own by a veth pair
 //     (10.251.0.1/29 on the node, .2 in the namespace: the guest has no
