@@ -267,8 +267,9 @@
 //     directories, the Node and the Lease; nodeguard starts again as it
 //     was;
 //   - the three-way OOM race (kuberace_test.go), on the same run, in the
-//     race mode (EnvRace; quick in make test's cluster run, full for the
-//     README with make bench-kube-race): withKubelet's kubelet restarted
+//     race mode (EnvRace: make bench-kube-race, full for the README, or
+//     make test-cluster-node CLUSTER_NODE_RACE=quick; off in make test):
+//     withKubelet's kubelet restarted
 //     with systemReserved = MemTotal - 256Mi and its default evictionHard
 //     memory.available 100Mi (kubepods.slice memory.max 256Mi, allocatable
 //     156Mi, both checked), then `nodeguard bench eviction --kubeconfig`:
