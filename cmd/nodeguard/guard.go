@@ -369,13 +369,7 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 		}
 	}()
 	n := ctl.notify
-	g.Go("stop notice", func(ctx context.Context) error {
-		<-ctx.Done()
-		n.stopping()
-		return nil
-	})
-	setOwnOOMScoreAdj(log)
-	setDaemonGC(log)
+	daemonSelf(g, n, log)
 	lockMemory(log)
 	klog.SetSlogLogger(log.With("component", "k8s"))
 	n.status("connecting to the runtime at %s", cfg.RuntimeEndpoint)

@@ -229,13 +229,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		}
 	}()
 	n := ctl.notify
-	g.Go("stop notice", func(ctx context.Context) error {
-		<-ctx.Done()
-		n.stopping()
-		return nil
-	})
-	setOwnOOMScoreAdj(log)
-	setDaemonGC(log)
+	daemonSelf(g, n, log)
 	layout, err := cgroups.Discover()
 	if err != nil {
 		return fmt.Errorf("discover cgroups: %w", err)
@@ -694,4 +688,17 @@ func (f *senseFlags) wakeEviction(em *atomic.Pointer[oom.Manager], wire *atomic.
 			w.rearm(snap)
 		}
 	}
+}
+
+// daemonSelf is what every daemon of nodeguard does for itself at start:
+// STOPPING=1 to systemd once its group ends, the kubelet's own
+// oom_score_adj, the daemon's garbage-collection target.
+func daemonSelf(g *group.Group, n *notifier, log *slog.Logger) {
+	g.Go("stop notice", func(ctx context.Context) error {
+		<-ctx.Done()
+		n.stopping()
+		return nil
+	})
+	setOwnOOMScoreAdj(log)
+	setDaemonGC(log)
 }
