@@ -383,6 +383,10 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
 		return fmt.Errorf("root dir: %w", err)
 	}
+	store, err := openStateStore(cfg.RootDir, log)
+	if err != nil {
+		return err
+	}
 	policy, err := cfg.Eviction.policy()
 	if err != nil {
 		return err
@@ -455,6 +459,9 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	g.Cleanup(s.Close)
 	if ctl.logs != nil {
 		s.exporter.LogDropped(ctl.logs.Dropped)
+	}
+	if err := s.exporter.Registry().Register(store.Collector()); err != nil {
+		return fmt.Errorf("register the state store's metrics: %w", err)
 	}
 	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
 	s.exporter.Guard(func() metrics.GuardCounts {

@@ -299,6 +299,10 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
 		return fmt.Errorf("root dir: %w", err)
 	}
+	store, err := openStateStore(cfg.RootDir, log)
+	if err != nil {
+		return err
+	}
 	capacity := corev1.ResourceList{
 		corev1.ResourceMemory: *resource.NewQuantity(int64(mi.MemTotal), resource.BinarySI),
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(runtime.NumCPU())*1000, resource.DecimalSI),
@@ -521,6 +525,9 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	g.Cleanup(s.Close)
 	if ctl.logs != nil {
 		s.exporter.LogDropped(ctl.logs.Dropped)
+	}
+	if err := s.exporter.Registry().Register(store.Collector()); err != nil {
+		return fmt.Errorf("register the state store's metrics: %w", err)
 	}
 	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
 	s.exporter.ProbeResults(func() []metrics.ProbeSeries {
