@@ -70,24 +70,49 @@ func newAgent(t *testing.T, env *crienv.Env, stateDir string) *agent {
 
 func (a *agent) start() {
 	a.t.Helper()
+	if err := a.launch(30 * time.Second); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// launch starts the agent and waits until it serves its API, at most
+// within: an agent that exits first or does not answer in time is an
+// error that carries its log.
+func (a *agent) launch(within time.Duration) error {
 	a.log = &syncbuf.Buffer{}
 	a.cmd = exec.Command(a.bin, "run", "--config", a.config, "--runtime-endpoint", a.env.Endpoint(), "--cgroup-root", a.root,
 		"--root-dir", a.dir, "--api-socket", a.sock, "--metrics-addr", "", "--log-level", "warn")
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
-		a.t.Fatal(err)
+		a.cmd = nil
+		return fmt.Errorf("start the agent: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	for {
 		if _, err := a.client.List(ctx); err == nil {
-			return
+			return nil
+		}
+		if exited(a.cmd.Process.Pid) {
+			return fmt.Errorf("the agent exited before serving its API; log:\n%s", a.log.String())
 		}
 		if ctx.Err() != nil {
-			a.t.Fatalf("API never came up; log:\n%s", a.log.String())
+			return fmt.Errorf("API never came up within %v; log:\n%s", within, a.log.String())
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
+}
+
+// exited reports whether our child pid has exited (a zombie not yet
+// reaped), without reaping it: kill and stop still Wait for it.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command's closing parenthesis.
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // removeAll deletes every pod and waits, bounded, until none is left.
