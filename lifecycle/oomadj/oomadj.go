@@ -1,15 +1,10 @@
-// Package oomadj raises the oom_score_adj of a pod's processes (the next
-// victim's, so that the kernel OOM killer, if it fires before the
-// eviction, takes the pod the policy chose) and puts back the value each
-// process had. A process is named by its pid and its start time, since
-// pids are recycled: a value is only ever written back to the process it
-// was read from.
 package oomadj
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -17,41 +12,78 @@ import (
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeguard/nodeguard/internal/statestore"
 )
 
 // Proc is a process whose oom_score_adj Raise changed, and what it had.
 type Proc struct {
-	PID int
+	PID int `json:"pid"`
 	// PPID is its parent when it was raised: a process forked since
 	// inherits the raised value, and gets back its nearest raised
 	// ancestor's (Raiser.Was).
-	PPID int
+	PPID int `json:"ppid"`
 	// Start is the process's start time (/proc/<pid>/stat field 22):
 	// with the pid it names the process.
-	Start uint64
+	Start uint64 `json:"start"`
 	// Was is the value it had before the first Raise.
-	Was int
+	Was int `json:"was"`
 }
 
 // Raiser keeps, per pod, the processes it raised. The zero value is
-// ready; it is safe for concurrent use.
+// ready and keeps its records in memory only (tests); Persist or
+// NewRaiser make it write each pod's records to the agent's state store
+// before any process is raised. It is safe for concurrent use.
 type Raiser struct {
 	mu     sync.Mutex
 	raised map[types.UID]map[int]Proc
+	store  *statestore.Store // nil: in memory only
+	log    *slog.Logger
+}
+
+// NewRaiser returns a Raiser that persists its records in store (nil: in
+// memory only) and logs to log (nil: nowhere).
+func NewRaiser(store *statestore.Store, log *slog.Logger) *Raiser {
+	r := &Raiser{}
+	r.Persist(store, log)
+	return r
+}
+
+// Persist makes r keep its records in store (nil: in memory only) and log
+// to log (nil: nowhere). It is called before the first Raise.
+func (r *Raiser) Persist(store *statestore.Store, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r.mu.Lock()
+	r.store, r.log = store, log
+	r.mu.Unlock()
 }
 
 // Raise writes adj to every process of pids (the pod's, the sandbox's
 // included) and records what each had. Called again before Restore, it
 // keeps the values from before the first call; a process recorded before
 // and not in pids now has exited or left the pod, and is dropped.
+//
+// With a store, the pod's record is written (durably) after every
+// process's value was read and before any is raised: a raise is never
+// on a process without its original on disk. A store that cannot be
+// written fails the raise, and nothing is raised. A pod with no record
+// in memory but one in the store (left by an agent that died before it
+// restored it, and not repaired) is raised from that record's values,
+// not from the raised ones its processes still have.
 func (r *Raiser) Raise(uid types.UID, pids []int, adj int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	prev := r.raised[uid]
+	if prev == nil {
+		prev = r.loadLocked(uid)
+	}
 	recs := make(map[int]Proc, len(pids))
+	fresh := make([]Proc, 0, len(pids)) // observed now: to write
 	var errs []error
 	for _, pid := range pids {
-		p, ok, err := raise(pid, adj, prev)
+		p, ok, err := observe(pid, prev)
 		if err != nil {
 			errs = append(errs, err)
 			if p, ok := prev[pid]; ok {
@@ -60,6 +92,21 @@ func (r *Raiser) Raise(uid types.UID, pids []int, adj int) error {
 		}
 		if ok {
 			recs[pid] = p
+			fresh = append(fresh, p)
+		}
+	}
+	if r.store != nil && len(recs) > 0 {
+		if err := r.store.Put(RecordKind, string(uid), newRecord(adj, recs)); err != nil {
+			return fmt.Errorf("raise oom_score_adj of pod %s: %w", uid, err)
+		}
+	}
+	for _, p := range fresh {
+		if err := Write(p.PID, adj); Exited(err) {
+			delete(recs, p.PID)
+		} else if err != nil {
+			// Perhaps not raised: its record is kept all the same,
+			// and writes back the value it has.
+			errs = append(errs, err)
 		}
 	}
 	if r.raised == nil {
@@ -69,10 +116,10 @@ func (r *Raiser) Raise(uid types.UID, pids []int, adj int) error {
 	return errors.Join(errs...)
 }
 
-// raise writes adj to pid and returns what it had before (the value
-// recorded in prev when prev holds this very process). ok is false when
-// the process exited before it was written.
-func raise(pid, adj int, prev map[int]Proc) (p Proc, ok bool, err error) {
+// observe reads what pid has before a raise (the value recorded in prev
+// when prev holds this very process). ok is false when the process
+// exited.
+func observe(pid int, prev map[int]Proc) (p Proc, ok bool, err error) {
 	ppid, start, err := Stat(pid)
 	if Exited(err) {
 		return p, false, nil
@@ -92,11 +139,6 @@ func raise(pid, adj int, prev map[int]Proc) (p Proc, ok bool, err error) {
 	} else if err != nil {
 		return p, false, err
 	}
-	if err := Write(pid, adj); Exited(err) {
-		return p, false, nil
-	} else if err != nil {
-		return p, false, err
-	}
 	return p, true, nil
 }
 
@@ -104,13 +146,29 @@ func raise(pid, adj int, prev map[int]Proc) (p Proc, ok bool, err error) {
 // runs (same pid, same start time) gets back the value it had, through
 // clamp (nil: as it was). It returns the records it held, for the caller
 // to give processes that joined the pod since their due value, and the
-// pids it wrote.
+// pids it wrote. With a store, the pod's record is removed once every
+// value is back (kept, for the next start's Repair, when a write
+// failed); a record left by a dead agent is restored as this Raiser's.
 func (r *Raiser) Restore(uid types.UID, clamp func(int) int) (recs map[int]Proc, restored map[int]bool, err error) {
 	r.mu.Lock()
-	recs = r.raised[uid]
+	defer r.mu.Unlock()
+	recs, ok := r.raised[uid]
+	if !ok {
+		recs = r.loadLocked(uid)
+	}
 	delete(r.raised, uid)
-	r.mu.Unlock()
-	var errs []error
+	restored, errs := restoreProcs(recs, clamp)
+	if r.store != nil && len(errs) == 0 {
+		if err := r.store.Delete(RecordKind, string(uid)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return recs, restored, errors.Join(errs...)
+}
+
+// restoreProcs writes back to each process of recs that still runs what
+// it had, through clamp.
+func restoreProcs(recs map[int]Proc, clamp func(int) int) (restored map[int]bool, errs []error) {
 	restored = make(map[int]bool, len(recs))
 	for _, p := range recs {
 		_, start, err := Stat(p.PID)
@@ -131,7 +189,7 @@ func (r *Raiser) Restore(uid types.UID, clamp func(int) int) (recs map[int]Proc,
 		}
 		restored[p.PID] = true
 	}
-	return recs, restored, errors.Join(errs...)
+	return restored, errs
 }
 
 // MaxDepth bounds the ancestor walks of Was: a pod's process tree is
@@ -139,11 +197,16 @@ func (r *Raiser) Restore(uid types.UID, clamp func(int) int) (recs map[int]Proc,
 const MaxDepth = 16
 
 // Forget drops the pod's records without writing anything (the pod is
-// gone).
+// gone), its persisted record too.
 func (r *Raiser) Forget(uid types.UID) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	delete(r.raised, uid)
-	r.mu.Unlock()
+	if r.store != nil {
+		if err := r.store.Delete(RecordKind, string(uid)); err != nil {
+			r.log.Warn("oom_score_adj: remove the raise record of a pod gone", "uid", string(uid), "err", err)
+		}
+	}
 }
 
 // Was returns the value pid inherited from its nearest ancestor in recs

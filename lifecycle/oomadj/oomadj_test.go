@@ -108,8 +108,8 @@ func TestRestoreGivesEachRaisedProcessItsOwnValue(t *testing.T) {
 		if err := c.Run(); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok, err := raise(c.Process.Pid, 1000, nil); ok || err != nil {
-			t.Errorf("raise of an exited process: ok=%v, %v; want neither", ok, err)
+		if _, ok, err := observe(c.Process.Pid, nil); ok || err != nil {
+			t.Errorf("observe an exited process: ok=%v, %v; want neither", ok, err)
 		}
 	})
 	t.Run("forgotten, nothing is written back", func(t *testing.T) {
