@@ -258,9 +258,7 @@ func TestStaleBlockVolumeMountsAreRemovedAfterAKill(t *testing.T) {
 	if ms := r.podMounts(t); len(ms) == 0 {
 		t.Fatal("no volume mount beneath the pod directories after the stop: nothing to test")
 	}
-	if err := os.Remove(filepath.Join(r.root, "api-pods", string(p.UID)+".json")); err != nil {
-		t.Fatal(err)
-	}
+	r.forgetPersisted(t, p)
 
 	r.manager(t)
 	// The pod's directory goes last, after its unmount: waited for too

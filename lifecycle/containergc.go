@@ -130,6 +130,14 @@ func (m *Manager) DeleteAllUnusedContainers(ctx context.Context) (ContainerGCRes
 	for uid, st := range m.pods {
 		cur[uid] = st.sandboxID
 	}
+	// A pod kept because its source could not be loaded (sources.go) is
+	// treated as desired: its dead containers keep their last logs.
+	for _, sb := range sbs {
+		uid := types.UID(sb.GetMetadata().GetUid())
+		if _, ok := cur[uid]; !ok && m.unavailable.why(sb) != nil {
+			cur[uid] = ""
+		}
+	}
 	m.mu.Unlock()
 	desired := func(uid types.UID) bool { _, ok := cur[uid]; return ok }
 	sel := selectUnused(ctrs, sbs, desired, func(uid types.UID) string { return cur[uid] }, m.sourcesReady.Load())

@@ -46,8 +46,9 @@ func (m *Manager) endPastDeadline(st *podState) bool {
 	st.status.Phase = corev1.PodFailed
 	st.status.Reason, st.status.Message = ev.Reason, ev.Message
 	pod := st.pod
+	rec := *ev // a hard eviction may change st.evicted's Grace meanwhile
 	m.mu.Unlock()
-	if err := m.recordEviction(pod.UID, ev); err != nil {
+	if err := m.recordEviction(pod.UID, &rec); err != nil {
 		m.log.Warn("record the end of a pod past its deadline", "pod", key(pod), "err", err)
 	}
 	m.log.Info("pod active deadline exceeded", "pod", key(pod),

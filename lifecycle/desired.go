@@ -5,11 +5,8 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -26,68 +23,32 @@ import (
 
 // Apply validates pods and makes them desired. A pod with the name of a
 // desired pod but another spec replaces it (the old one is removed first,
-// as a static pod whose manifest changed).
+// as a static pod whose manifest changed). Until SourcesReady, a static
+// pod (the manifest directory's, loaded at start) that does not validate
+// or fit the node is not refused but kept, Failed with the reason, as at
+// the kubelet's re-admission after a restart (restore.go); after, it is
+// refused, and the file's pods keep running as they were.
 func (m *Manager) Apply(_ context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
 	return m.apply(pods, source)
 }
 
 func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
+	if staticSource(source) && !m.sourcesReady.Load() {
+		out := make([]*corev1.Pod, 0, len(pods))
+		for _, p := range pods {
+			p, err := m.restore(p, source)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	}
 	var out []*corev1.Pod
 	for _, p := range pods {
-		p = p.DeepCopy()
-		podspec.Default(p, source)
-		if prio, ferr := podspec.ResolvePriority(p, m.cfg.PodOptions); ferr != nil {
-			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, ferr.Error())
-		} else if p.Spec.Priority == nil {
-			p.Spec.Priority = &prio
-		}
-		warnings, errs := podspec.Validate(p, m.cfg.PodOptions)
-		// Bandwidth annotations are refused here, with their key, not by
-		// the runtime's RunPodSandbox later.
-		for _, k := range []string{netplumb.AnnotationIngressBandwidth, netplumb.AnnotationEgressBandwidth} {
-			if v, ok := p.Annotations[k]; ok {
-				if _, err := netplumb.BandwidthFromAnnotations(map[string]string{k: v}); err != nil {
-					errs = append(errs, field.Invalid(field.NewPath("metadata", "annotations").Key(k), v, err.Error()))
-				}
-			}
-		}
-		if m.cfg.Volumes != nil {
-			// What only this node can judge: the hostPath allowlist and
-			// types, traversal in paths.
-			errs = append(errs, m.cfg.Volumes.Validate(p)...)
-		} else {
-			// Without a volume manager, refusing beats starting
-			// containers without their volumes.
-			for i, v := range p.Spec.Volumes {
-				errs = append(errs, field.NotSupported(field.NewPath("spec", "volumes").Index(i), v.Name, []string{}))
-			}
-		}
-		if len(errs) > 0 {
-			return nil, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
-		}
-		if !m.desired(p.UID) {
-			if err := matchNodeSelector(p, m.cfg.NodeLabels); err != nil {
-				return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
-			}
-		}
-		if m.cfg.Admit != nil && !m.desired(p.UID) {
-			if err := m.cfg.Admit(p); err != nil {
-				return nil, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
-			}
-		}
-		warnings = append(warnings, m.unenforcedLocalStorage(p, source)...)
-		for _, w := range warnings {
-			if source == SourceAPIServer && (strings.Contains(w, "ignored: set by an API server") || strings.Contains(w, "nodeguard does no scheduling")) {
-				continue // the API server set them, and its scheduler placed the pod
-			}
-			m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
-		}
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[AnnotationSource] = source
-		if p.CreationTimestamp.IsZero() {
-			p.CreationTimestamp = metav1.NewTime(m.now())
+		p, err := m.admit(p, source)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}
@@ -98,9 +59,96 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			}
 		}
 	}
+	m.add(out, source, nil)
+	return out, nil
+}
+
+// admit returns pod defaulted, stamped with its source, and an error when
+// it does not validate (ErrInvalid) or the node does not admit it
+// (ErrRejected): its nodeSelector, Config.Admit. A pod already desired is
+// not admitted again, only validated.
+func (m *Manager) admit(p *corev1.Pod, source string) (*corev1.Pod, error) {
+	p = p.DeepCopy()
+	podspec.Default(p, source)
+	defer m.stamp(p, source)
+	if prio, ferr := podspec.ResolvePriority(p, m.cfg.PodOptions); ferr != nil {
+		return p, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, ferr.Error())
+	} else if p.Spec.Priority == nil {
+		p.Spec.Priority = &prio
+	}
+	warnings, errs := podspec.Validate(p, m.cfg.PodOptions)
+	// Bandwidth annotations are refused here, with their key, not by
+	// the runtime's RunPodSandbox later.
+	for _, k := range []string{netplumb.AnnotationIngressBandwidth, netplumb.AnnotationEgressBandwidth} {
+		if v, ok := p.Annotations[k]; ok {
+			if _, err := netplumb.BandwidthFromAnnotations(map[string]string{k: v}); err != nil {
+				errs = append(errs, field.Invalid(field.NewPath("metadata", "annotations").Key(k), v, err.Error()))
+			}
+		}
+	}
+	if m.cfg.Volumes != nil {
+		// What only this node can judge: the hostPath allowlist and
+		// types, traversal in paths.
+		errs = append(errs, m.cfg.Volumes.Validate(p)...)
+	} else {
+		// Without a volume manager, refusing beats starting
+		// containers without their volumes.
+		for i, v := range p.Spec.Volumes {
+			errs = append(errs, field.NotSupported(field.NewPath("spec", "volumes").Index(i), v.Name, []string{}))
+		}
+	}
+	if len(errs) > 0 {
+		return p, fmt.Errorf("%w: pod %s/%s: %s", ErrInvalid, p.Namespace, p.Name, errs.ToAggregate().Error())
+	}
+	if !m.desired(p.UID) {
+		if err := matchNodeSelector(p, m.cfg.NodeLabels); err != nil {
+			return p, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
+		}
+	}
+	if m.cfg.Admit != nil && !m.desired(p.UID) {
+		if err := m.cfg.Admit(p); err != nil {
+			return p, fmt.Errorf("%w: pod %s/%s: %w", ErrRejected, p.Namespace, p.Name, err)
+		}
+	}
+	warnings = append(warnings, m.unenforcedLocalStorage(p, source)...)
+	for _, w := range warnings {
+		if source == SourceAPIServer && (strings.Contains(w, "ignored: set by an API server") || strings.Contains(w, "nodeguard does no scheduling")) {
+			continue // the API server set them, and its scheduler placed the pod
+		}
+		m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
+	}
+	return p, nil
+}
+
+// stamp marks p with its source and, when it has none, its creation time.
+func (m *Manager) stamp(p *corev1.Pod, source string) {
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[AnnotationSource] = source
+	if p.CreationTimestamp.IsZero() {
+		p.CreationTimestamp = metav1.NewTime(m.now())
+	}
+}
+
+// add makes the admitted pods out desired, replacing desired pods of
+// their names. rejected, when set, ends them as soon as they are added
+// (restore.go). A pod recorded as evicted is added Failed.
+func (m *Manager) add(out []*corev1.Pod, source string, rejected *eviction) {
+	// The eviction records are read before the lock: a read may
+	// quarantine or rewrite one.
+	evs := make([]*eviction, len(out))
+	for i, p := range out {
+		if !m.desired(p.UID) {
+			evs[i] = m.loadEviction(p.UID)
+		}
+	}
 	var added []*corev1.Pod
 	m.mu.Lock()
-	for _, p := range out {
+	for i, p := range out {
+		if source == SourceAPI {
+			m.apiAvailable(apiPodKey(p.Namespace, p.Name)) // its sandbox of old is an orphan now
+		}
 		for uid, st := range m.pods {
 			if st.pod.Namespace == p.Namespace && st.pod.Name == p.Name && uid != p.UID && !st.deleting {
 				st.deleting = true
@@ -115,7 +163,12 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		}
 		st := &podState{pod: p, source: source, backoff: map[string]*backoff{}, created: m.now(), kick: make(chan struct{}, 1),
 			status: corev1.PodStatus{Phase: corev1.PodPending}}
-		if ev := m.loadEviction(p.UID); ev != nil {
+		ev := evs[i]
+		if ev == nil && rejected != nil {
+			ev = new(eviction)
+			*ev = *rejected
+		}
+		if ev != nil {
 			st.evicted = ev
 			st.status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: ev.reason(), Message: ev.Message}
 		}
@@ -129,27 +182,42 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		}
 	}
 	m.poke()
-	return out, nil
 }
 
 // Delete stops and removes a pod; it returns once the removal is queued.
+// An API pod's record goes at once. A pod kept because its persisted
+// record could not be read (sources.go) is no longer kept: its sandbox is
+// an orphan.
 func (m *Manager) Delete(_ context.Context, namespace, name string) error {
+	k := apiPodKey(namespace, name)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	var found *podState
 	for _, st := range m.pods {
 		if st.pod.Namespace == namespace && st.pod.Name == name && !st.deleting {
-			st.deleting = true
-			st.poke()
-			if st.source == SourceAPI {
-				if err := os.Remove(m.persistPath(st.pod.UID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					m.log.Warn("forget persisted pod", "pod", key(st.pod), "err", err)
-				}
-			}
-			m.poke()
-			return nil
+			found = st
+			break
 		}
 	}
-	return fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
+	unkept := m.apiAvailable(k)
+	if found != nil {
+		found.deleting = true
+		found.poke()
+	}
+	m.mu.Unlock()
+	if found == nil && !unkept {
+		return fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
+	}
+	switch {
+	case found != nil && found.source == SourceAPI:
+		m.unpersist(namespace, name, "")
+	case unkept:
+		// A record of a newer agent, left in place, goes with its pod.
+		if err := m.state.Delete(KindAPIPod, k); err != nil {
+			m.log.Warn("forget persisted pod", "pod", k, "err", err)
+		}
+	}
+	m.poke()
+	return nil
 }
 
 // Terminate stops and removes the pod uid within grace (an API

@@ -2,12 +2,9 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/oom"
@@ -26,14 +24,20 @@ import (
 // kubelet writes it.
 const ReasonEvicted = "Evicted"
 
+// KindEviction is the state store's kind of an eviction record, keyed by
+// the pod's UID: the pod ended by the eviction manager (or its active
+// deadline) is never started again, across restarts, until it is deleted.
+var KindEviction = statestore.Kind{Name: "eviction", Version: 1}
+
 // eviction is what is kept of an evicted pod: it is Failed, its
 // containers and sandbox gone, until it is deleted (the kubelet keeps
 // evicted pods for their controllers to see; nodeguard keeps them for
-// `pod ls`). It is persisted, so a restarted nodeguard does not run an
-// evicted pod again.
+// `pod ls`). It is persisted (KindEviction), so a restarted nodeguard does
+// not run an evicted pod again.
 //
 // A pod past its activeDeadlineSeconds ends the same way, with its own
-// Reason (deadline.go).
+// Reason (deadline.go); so does a pod rejected at its re-admission after a
+// restart (restore.go), which is not persisted and keeps its volumes.
 type eviction struct {
 	// Reason is the pod status reason; ReasonEvicted when empty (records
 	// written before there were others).
@@ -41,6 +45,21 @@ type eviction struct {
 	Message string        `json:"message"`
 	Grace   time.Duration `json:"grace"`
 	At      time.Time     `json:"at"`
+	// rejected: the pod was rejected at re-admission (restore.go): its
+	// containers are stopped, its volumes kept, nothing is recorded, and
+	// a restart admits it again.
+	rejected bool
+}
+
+// Validate refuses a record that no eviction wrote.
+func (e *eviction) Validate() error {
+	switch {
+	case e.Grace < 0:
+		return fmt.Errorf("negative grace period %s", e.Grace)
+	case e.At.IsZero():
+		return errors.New("no time")
+	}
+	return nil
 }
 
 // reason is the pod status reason of the ended pod.
@@ -51,32 +70,66 @@ func (e *eviction) reason() string {
 	return e.Reason
 }
 
-// recordEviction persists ev for the pod uid.
-func (m *Manager) recordEviction(uid types.UID, ev *eviction) error {
-	if err := os.MkdirAll(filepath.Dir(m.evictedPath(uid)), 0o700); err != nil {
-		return err
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(m.evictedPath(uid), b, 0o600)
-}
-
-func (m *Manager) evictedPath(uid types.UID) string {
-	return filepath.Join(m.cfg.RootDir, "evicted", string(uid)+".json")
-}
-
-func (m *Manager) loadEviction(uid types.UID) *eviction {
-	b, err := os.ReadFile(m.evictedPath(uid))
-	if err != nil {
-		return nil
-	}
+// decodeEviction decodes and validates one KindEviction record (what
+// loadEviction does with it, and what FuzzEvictionRecord drives).
+func decodeEviction(r statestore.Record) (*eviction, error) {
 	var e eviction
-	if json.Unmarshal(b, &e) != nil {
-		return nil
+	if err := statestore.Decode(r, &e); err != nil {
+		return nil, err
 	}
-	return &e
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("validate %s: %w", r.Key, err)
+	}
+	return &e, nil
+}
+
+// recordEviction persists ev for the pod uid, atomically and durably.
+func (m *Manager) recordEviction(uid types.UID, ev *eviction) error {
+	if err := m.state.Put(KindEviction, string(uid), ev); err != nil {
+		return fmt.Errorf("record the eviction of pod %s: %w", uid, err)
+	}
+	return nil
+}
+
+// forgetEviction removes the eviction record of the pod uid (deleted).
+func (m *Manager) forgetEviction(uid types.UID) {
+	if err := m.state.Delete(KindEviction, string(uid)); err != nil {
+		m.log.Warn("forget the eviction record", "uid", uid, "err", err)
+	}
+}
+
+// loadEviction reads the eviction record of the pod uid: nil when the pod
+// was not ended. A record that cannot be read is never taken for "not
+// evicted": the pod is kept stopped, Failed as evicted with a message that
+// says why (evicted is what the record most likely said, and a pod that
+// must not run costs less stopped than a pod killed for memory running
+// again), and a readable record saying so replaces the quarantined one,
+// so that the next start does not run it either. Deleting the pod (and
+// applying it again) runs it.
+func (m *Manager) loadEviction(uid types.UID) *eviction {
+	r, ok, err := m.state.Get(KindEviction, string(uid))
+	if err == nil && ok {
+		var ev *eviction
+		if ev, err = decodeEviction(r); err == nil {
+			return ev
+		}
+		err = m.state.Reject(KindEviction, string(uid), err)
+	}
+	if err == nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.legacyEvictions[uid] // one not migrated (statestore failed)
+	}
+	ev := &eviction{Reason: ReasonEvicted, At: m.now(),
+		Message: "The pod's eviction record could not be read; the pod is kept stopped as evicted: " + err.Error()}
+	m.log.Error("eviction record unreadable: the pod is kept stopped, as evicted", "uid", uid, "err", err)
+	if errors.Is(err, statestore.ErrCorrupt) {
+		// A record of a newer agent (ErrUnsupported) stays as it is.
+		if err := m.recordEviction(uid, ev); err != nil {
+			m.log.Error("eviction record not rewritten", "uid", uid, "err", err)
+		}
+	}
+	return ev
 }
 
 // EvictionActor is the lifecycle as the eviction manager acts through it.
@@ -305,8 +358,14 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 	st.status.Reason, st.status.Message = ReasonEvicted, d.Message
 	parent := st.parent
 	pod := st.pod
+	rec := *ev // st.evicted's Grace may change (a hard decision) while it is written
 	m.mu.Unlock()
 
+	// A hard eviction kills first: memory is what the node lacks, and a
+	// record takes an fsync, which under memory pressure may wait on
+	// writeback. The record is durable before the worker is told and
+	// before Evict returns (the eviction is reported done): a restart
+	// after that never runs the pod again.
 	var errs []error
 	killStart := time.Now()
 	if d.Hard && parent != "" {
@@ -315,8 +374,8 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 		}
 	}
 	killed := time.Now()
+	errs = append(errs, m.recordEviction(pod.UID, &rec))
 	st.poke()
-	errs = append(errs, m.recordEviction(pod.UID, ev))
 	// The stages of the eviction manager's kill_latency that are spent
 	// here: waiting for the pod manager's lock, the kill itself and
 	// recording the eviction.
@@ -330,7 +389,7 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 // syncEvicted tears an evicted pod down: its sandboxes (containers
 // stopped with the eviction's grace period), processes the runtime lost
 // track of, its cgroup and its volumes (a memory emptyDir's pages are
-// only freed once its tmpfs is unmounted). The pod is kept, Failed, until
+// only freed once its tmpfs is unmounted), except a rejected pod's. The pod is kept, Failed, until
 // it is deleted; its logs stay for `pod logs`.
 func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, sbs []*runtimeapi.PodSandbox) {
 	m.probes.RemovePod(uid)
@@ -346,6 +405,9 @@ func (m *Manager) syncEvicted(ctx context.Context, uid types.UID, st *podState, 
 	m.mu.Unlock()
 	if parent, err := m.cfg.Cgroups.Parent(st.pod); err == nil {
 		m.removePodCgroup(ctx, parent, true)
+	}
+	if st.evicted.rejected {
+		return // its volumes wait for its re-admission or its deletion (restore.go)
 	}
 	if err := m.teardownVolumes(ctx, uid); err != nil {
 		m.log.Warn("evicted pod: tear down volumes", "pod", key(st.pod), "err", err)

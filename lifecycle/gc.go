@@ -28,16 +28,27 @@ func (m *Manager) maybeGC(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // GC collects, once, what pods that no longer exist left behind: volume
-// directories and mounts, IP leases, veths and network namespaces.
+// directories and mounts, IP leases, veths and network namespaces, pod
+// cgroups. While a source or a persisted record could not be loaded
+// (sources.go), volumes and pod cgroups are left alone: what they belong
+// to cannot be told from an orphan's (a broken source's pod may have lost
+// its sandbox to a reboot and still own its emptyDir data). The network
+// is collected by the runtime's live sandboxes, which such pods keep.
 func (m *Manager) GC(ctx context.Context) {
-	if err := m.gcVolumes(ctx); err != nil {
-		m.log.Warn("gc", "err", err)
+	if m.anyUnavailable() {
+		m.log.Info("gc: volumes and pod cgroups not collected while a pod source could not be loaded")
+	} else {
+		if err := m.gcVolumes(ctx); err != nil {
+			m.log.Warn("gc", "err", err)
+		}
 	}
 	if err := m.gcNetwork(ctx); err != nil {
 		m.log.Warn("gc", "err", err)
 	}
-	if err := m.gcCgroups(ctx); err != nil {
-		m.log.Warn("gc", "err", err)
+	if !m.anyUnavailable() {
+		if err := m.gcCgroups(ctx); err != nil {
+			m.log.Warn("gc", "err", err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
@@ -68,6 +70,9 @@ const (
 	sandboxTimeout = 2 * callTimeout
 	// orphanGrace stops a container of a pod nobody wants any more.
 	orphanGrace = 2 * time.Second
+	// DefaultStateSubdir is where New opens the state store beneath the
+	// root dir when Config.State is nil: where the agent opens it.
+	DefaultStateSubdir = "state"
 )
 
 // Config wires a Manager.
@@ -155,9 +160,15 @@ type Config struct {
 	ContainerLogMonitorInterval time.Duration
 	// Events, when set, gets the kubelet's pod events (events.go): a
 	// failed probe's Warning Unhealthy, the Killing of a container that
-	// failed its liveness or startup probe, failed lifecycle hooks. They
-	// are logged all the same.
+	// failed its liveness or startup probe, failed lifecycle hooks, a
+	// pod rejected at its re-admission after a restart. They are logged
+	// all the same.
 	Events EventRecorder
+	// State is the agent's state store: the local API's pods
+	// (KindAPIPod) and eviction records (KindEviction) live there. When
+	// nil, New opens the store at RootDir/state (the agent's own place
+	// for it).
+	State *statestore.Store
 }
 
 // Manager runs pods. Its methods are safe for concurrent use.
@@ -222,6 +233,21 @@ type Manager struct {
 	// dial reaches the node's network namespace: the probes' dial, and
 	// the one to the runtime's streaming server (exec.go).
 	dial prober.DialFunc
+
+	// state is Config.State, or the store New opened.
+	state *statestore.Store
+	// persistMu serialises the writes of KindAPIPod records; apiRecords
+	// is, per record key, the UID of the pod its record holds (persist.go).
+	persistMu  sync.Mutex
+	apiRecords map[string]types.UID
+	// legacyEvictions: eviction records of an older agent that could
+	// not be moved into the store (migrate.go; guarded by mu).
+	legacyEvictions map[types.UID]*eviction
+	// unavailable: the sources that could not be loaded, and the API
+	// pods (by record key) and pod UIDs whose records could not be read,
+	// each with why: their sandboxes are not orphans (sources.go;
+	// guarded by mu).
+	unavailable unavailable
 }
 
 type podState struct {
@@ -321,8 +347,15 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new pod manager: %w", err)
 	}
+	state := cfg.State
+	if state == nil {
+		if state, err = statestore.Open(filepath.Join(cfg.RootDir, DefaultStateSubdir), statestore.Options{Log: log, Now: cfg.Now}); err != nil {
+			return nil, fmt.Errorf("new pod manager: %w", err)
+		}
+	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
-		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator}
+		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator,
+		state: state, apiRecords: map[string]types.UID{}, legacyEvictions: map[types.UID]*eviction{}, unavailable: newUnavailable()}
 	dial, closeDial, err := probeDialer(cfg.Network, cfg.ProbeNetNS)
 	if err != nil {
 		return nil, fmt.Errorf("new pod manager: %w", err)
@@ -333,10 +366,12 @@ func New(cfg Config) (*Manager, error) {
 	})
 	m.closeProbes, m.dial = closeDial, dial
 	m.hookHTTP = prober.Handlers{Dial: dial}
-	if err := m.loadPersisted(); err != nil {
-		closeDial()
-		return nil, err
-	}
+	// Nothing found here stops the agent: an older agent's files are
+	// moved into the store, and each persisted pod is admitted again on
+	// its own (a rejected one is kept, Failed; an unreadable record's
+	// sandboxes are kept as they are).
+	m.migrateLegacy()
+	m.loadPersisted()
 	return m, nil
 }
 

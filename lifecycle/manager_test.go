@@ -18,6 +18,7 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
@@ -127,6 +128,22 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 	stop := func() { cancel(); <-done }
 	t.Cleanup(stop)
 	return m, stop
+}
+
+// forgetPersisted removes the record of the API pod p, as if it had been
+// deleted while nodeguard was down.
+func (r *rig) forgetPersisted(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	st, err := statestore.Open(filepath.Join(r.root, lifecycle.DefaultStateSubdir), statestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := st.Get(lifecycle.KindAPIPod, p.Namespace+"/"+p.Name); !ok || err != nil {
+		t.Fatalf("no record of pod %s/%s to forget (%v)", p.Namespace, p.Name, err)
+	}
+	if err := st.Delete(lifecycle.KindAPIPod, p.Namespace+"/"+p.Name); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (r *rig) logWriter() io.Writer {

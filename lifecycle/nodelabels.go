@@ -42,10 +42,18 @@ func defaultNodeLabels() (map[string]string, error) {
 	return StandaloneNodeLabels(h), nil
 }
 
+// nodeAffinityError is a nodeSelector the node does not match; its text
+// starts with ReasonNodeAffinity and MessageNodeAffinity.
+type nodeAffinityError struct{ detail string }
+
+func (e *nodeAffinityError) Error() string {
+	return ReasonNodeAffinity + ": " + MessageNodeAffinity + ": " + e.detail
+}
+
 // matchNodeSelector is the kubelet's admission check of spec.nodeSelector
 // (the NodeAffinity predicate without affinity, which nodeguard ignores):
-// every key must be a node label with that value. The error names the
-// first mismatch, by key order.
+// every key must be a node label with that value. The error, a
+// *nodeAffinityError, names the first mismatch, by key order.
 func matchNodeSelector(pod *corev1.Pod, labels map[string]string) error {
 	keys := make([]string, 0, len(pod.Spec.NodeSelector))
 	for k := range pod.Spec.NodeSelector {
@@ -60,9 +68,9 @@ func matchNodeSelector(pod *corev1.Pod, labels map[string]string) error {
 		}
 		p := field.NewPath("spec", "nodeSelector").Key(k)
 		if !ok {
-			return fmt.Errorf("%s: %s: %s wants %q, and the node has no label %s", ReasonNodeAffinity, MessageNodeAffinity, p, want, k)
+			return &nodeAffinityError{fmt.Sprintf("%s wants %q, and the node has no label %s", p, want, k)}
 		}
-		return fmt.Errorf("%s: %s: %s wants %q, and the node's label is %q", ReasonNodeAffinity, MessageNodeAffinity, p, want, got)
+		return &nodeAffinityError{fmt.Sprintf("%s wants %q, and the node's label is %q", p, want, got)}
 	}
 	return nil
 }

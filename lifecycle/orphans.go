@@ -20,7 +20,8 @@ import (
 const orphanScanPasses = 10
 
 // removeOrphans finds nodeguard's sandboxes whose pod is not desired (only
-// once every source was loaded: a restarted nodeguard adopts) and hands
+// once every source was loaded: a restarted nodeguard adopts; and never
+// one whose source could not be loaded, sources.go) and hands
 // each such pod's to a worker, on wg: their containers' grace period must
 // not hold up the Run loop, whose passes are the relist and the watchdog's
 // heartbeat. A pod whose orphans are already being torn down is left to
@@ -43,17 +44,25 @@ func (m *Manager) removeOrphans(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	byPod := map[types.UID][]*runtimeapi.PodSandbox{}
+	kept := map[types.UID]keptSandbox{}
 	m.mu.Lock()
 	for _, sb := range sandboxes {
 		uid := types.UID(sb.GetMetadata().GetUid())
-		if _, desired := m.pods[uid]; !desired && !m.orphans[uid] {
-			byPod[uid] = append(byPod[uid], sb)
+		if _, desired := m.pods[uid]; desired || m.orphans[uid] {
+			continue
 		}
+		if why := m.unavailable.why(sb); why != nil {
+			// Its source could not be loaded: not an orphan.
+			kept[uid] = keptSandbox{sb: sb, why: why}
+			continue
+		}
+		byPod[uid] = append(byPod[uid], sb)
 	}
 	for uid := range byPod {
 		m.orphans[uid] = true
 	}
 	m.mu.Unlock()
+	m.tellKept(kept)
 	m.removeStaleHostsFiles(sandboxes)
 	for uid, sbs := range byPod {
 		wg.Add(1)

@@ -150,7 +150,7 @@ func TestTheRunLoopKeepsPassingWhileAnOrphanIsTornDown(t *testing.T) {
 	// nodeguard stops and comes back without the pod: its sandbox is an
 	// orphan.
 	stop1()
-	if err := os.RemoveAll(filepath.Join(r.root, "api-pods")); err != nil {
+	if err := os.RemoveAll(filepath.Join(r.root, lifecycle.DefaultStateSubdir, lifecycle.KindAPIPod.Name)); err != nil {
 		t.Fatal(err)
 	}
 

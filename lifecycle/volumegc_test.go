@@ -54,9 +54,7 @@ func TestVolumeGCLeavesTheVolumesOfARunningOrphan(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stop()
-	if err := os.Remove(filepath.Join(r.root, "api-pods", string(p.UID)+".json")); err != nil {
-		t.Fatal(err)
-	}
+	r.forgetPersisted(t, p)
 
 	// The next nodeguard finds the orphaned sandbox and holds in its
 	// container's stop: the sandbox, and its container, still run.

@@ -182,9 +182,7 @@ func TestVolumesInARealContainer(t *testing.T) {
 	// persisted file removed): the next nodeguard removes the sandbox and,
 	// at its first collection, the volumes; nothing is left.
 	stop()
-	if err := os.Remove(filepath.Join(r.root, "api-pods", string(p.UID)+".json")); err != nil {
-		t.Fatal(err)
-	}
+	r.forgetPersisted(t, p)
 	m2, _ := r.manager(t)
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -151,7 +151,12 @@ func (m *Manager) syncOne(ctx context.Context, uid types.UID, st *podState, dele
 	}
 	_ = os.RemoveAll(m.logDir(st.pod))
 	_ = os.Remove(m.hostsPath(uid))
-	_ = os.Remove(m.evictedPath(uid))
+	m.forgetEviction(uid)
+	if st.source == SourceAPI {
+		// Unless the name was applied again meanwhile (its record is
+		// the new pod's).
+		m.unpersist(st.pod.Namespace, st.pod.Name, uid)
+	}
 	m.mu.Lock()
 	delete(m.pods, uid)
 	var final *corev1.Pod

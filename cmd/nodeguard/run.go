@@ -449,7 +449,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		ImageCredentialsFile: cfg.ImageCredentialsFile, ClusterDomain: cfg.ClusterDomain, NodeLabels: nodeLabels,
 		LocalStorage: lifecycle.LocalStorageConfig{Disabled: cfg.Eviction.Disabled, DryRun: cfg.Eviction.DryRun,
 			Exempt: cfg.Eviction.Exempt, Observer: relay},
-		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, MemoryCapacity: int64(mi.MemTotal),
+		Runtime: client, Cgroups: cgm, RootDir: cfg.RootDir, State: store, MemoryCapacity: int64(mi.MemTotal),
 		DNS: lifecycle.NodeDNS(lifecycle.ResolvConf), PodOptions: podspec.Options{PriorityClasses: cfg.PriorityClasses, AllowPrivileged: cfg.AllowPrivileged, ImagePull: cfg.ImagePull,
 			AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls, AppArmorEnabled: appArmor,
 			SupplementalGroupsPolicy: features.GetSupplementalGroupsPolicy(),
@@ -466,12 +466,18 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		return err
 	}
 	var nodeRes func() (corev1.ResourceList, corev1.ResourceList)
+	// Nothing is torn down as an orphan until every source has loaded
+	// once (the kubelet's sources ready): the persisted API pods (New),
+	// the manifest directory (read once; a file that does not load is
+	// unavailable, its pods' sandboxes kept), the API server's pods.
+	var sourcesLoaded []<-chan struct{}
 	if cfg.PodManifestPath != "" {
 		files := filesource.New(filesource.Config{Dir: cfg.PodManifestPath, Pods: mgr, Log: log})
 		if err := files.Sync(ctx); err != nil {
 			log.Warn("manifest directory", "dir", cfg.PodManifestPath, "err", err)
 		}
 		g.Go("manifest directory", files.Run)
+		sourcesLoaded = append(sourcesLoaded, files.Loaded())
 	}
 	if kubeCS != nil {
 		nodeCap, nodeAlloc := nodeResources(capacity, node, cfg.Network.MaxPods, cfg, policy.Thresholds)
@@ -482,19 +488,21 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 		g.Go("API server pods", ps.Run)
 		nodeRes = func() (corev1.ResourceList, corev1.ResourceList) { return nodeCap, nodeAlloc }
 		// Sandboxes of the API server's pods are not orphans: nothing is
-		// removed until its pods are listed (the kubelet's sources ready).
-		g.Go("sources ready", func(ctx context.Context) error {
-			select {
-			case <-ps.Synced():
-				mgr.SourcesReady()
-			case <-ctx.Done():
-			}
-			<-ctx.Done() // a part of the group runs until the end
-			return nil
-		})
-	} else {
-		mgr.SourcesReady()
+		// removed until its pods are listed.
+		sourcesLoaded = append(sourcesLoaded, ps.Synced())
 	}
+	g.Go("sources ready", func(ctx context.Context) error {
+		for _, loaded := range sourcesLoaded {
+			select {
+			case <-loaded:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		mgr.SourcesReady()
+		<-ctx.Done() // a part of the group runs until the end
+		return nil
+	})
 	g.Go("pod lifecycle", func(ctx context.Context) error { mgr.Run(ctx); return nil })
 
 	// Sensing always runs (the eviction manager confirms every wake-up on

@@ -4,6 +4,9 @@
 // pod whose file went away is forgotten (stopped and removed).
 //
 // Invariants: a file that does not load or apply leaves the pods it had
-// running as they were, and the error names the file; a directory that
-// cannot be read forgets nothing.
+// running as they were, and the error names the file; so does a file that
+// does not load when nodeguard starts (its source is told unavailable, and
+// the Manager keeps its pods' sandboxes and volumes); a directory that
+// cannot be read forgets nothing, and until it has been read once
+// (Loaded) nothing is torn down on its word.
 package filesource

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,11 @@ type Pods interface {
 	Apply(ctx context.Context, pods []*corev1.Pod, source string) ([]*corev1.Pod, error)
 	List() []*corev1.Pod
 	Forget(source string, keep map[types.UID]bool)
+	// SourceUnavailable says that a file's pods could not be loaded
+	// (err), or are again (nil): until then its pods' sandboxes are not
+	// orphans, even those the Manager never learnt of (a file broken
+	// when nodeguard started).
+	SourceUnavailable(source string, err error)
 }
 
 // Config is a manifest directory and where its pods go.
@@ -52,6 +58,14 @@ const (
 // Source applies the manifests of one directory.
 type Source struct {
 	cfg Config
+	// loaded is closed once the directory was read (Loaded).
+	loaded     chan struct{}
+	loadedOnce sync.Once
+
+	mu sync.Mutex
+	// broken: the sources whose file did not load or apply at the last
+	// pass, as told to Pods.SourceUnavailable.
+	broken map[string]bool
 }
 
 // New returns the source of cfg.Dir; Run keeps it applied.
@@ -62,12 +76,20 @@ func New(cfg Config) *Source {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{cfg: cfg}
+	return &Source{cfg: cfg, loaded: make(chan struct{}), broken: map[string]bool{}}
 }
 
+// Loaded is closed once a Sync has read the directory: every file of it
+// is then applied, or told unavailable. Until then nothing says which
+// sandboxes are the directory's pods' (the kubelet's sources-ready rule:
+// lifecycle.Manager.SourcesReady waits for it).
+func (s *Source) Loaded() <-chan struct{} { return s.loaded }
+
 // Sync applies every manifest in the directory and forgets pods whose
-// file went away. A file that does not load or apply is reported and its
-// pods are left as they were: nothing running is lost to a typo.
+// file went away. A file that does not load or apply is reported, told
+// to Pods.SourceUnavailable, and its pods are left as they were: nothing
+// running is lost to a typo, nor, after a restart, to a file torn by a
+// crash (the Manager keeps the sandboxes of an unavailable source).
 func (s *Source) Sync(ctx context.Context) error {
 	dir := s.cfg.Dir
 	entries, err := os.ReadDir(dir)
@@ -87,20 +109,19 @@ func (s *Source) Sync(ctx context.Context) error {
 		path := filepath.Join(dir, name)
 		src := Prefix + path
 		pods, err := podspec.Load(path)
-		if err != nil {
-			errs = append(errs, err)
-			broken[src] = true
-			continue
+		if err == nil {
+			var applied []*corev1.Pod
+			if applied, err = s.cfg.Pods.Apply(ctx, pods, src); err == nil {
+				for _, p := range applied {
+					keep[p.UID] = true
+				}
+				continue
+			}
+			err = fmt.Errorf("%s: %w", path, err)
 		}
-		applied, err := s.cfg.Pods.Apply(ctx, pods, src)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
-			broken[src] = true
-			continue
-		}
-		for _, p := range applied {
-			keep[p.UID] = true
-		}
+		errs = append(errs, err)
+		broken[src] = true
+		s.cfg.Pods.SourceUnavailable(src, err)
 	}
 	sources := map[string]bool{}
 	for _, p := range s.cfg.Pods.List() {
@@ -116,6 +137,16 @@ func (s *Source) Sync(ctx context.Context) error {
 	for src := range sources {
 		s.cfg.Pods.Forget(src, keep)
 	}
+	// Files that load again, or are gone: their sources say so.
+	s.mu.Lock()
+	for src := range s.broken {
+		if !broken[src] {
+			s.cfg.Pods.SourceUnavailable(src, nil)
+		}
+	}
+	s.broken = broken
+	s.mu.Unlock()
+	s.loadedOnce.Do(func() { close(s.loaded) })
 	return errors.Join(errs...)
 }
 

@@ -26,6 +26,8 @@ type fakePods struct {
 	mu      sync.Mutex
 	pods    map[types.UID]*corev1.Pod
 	changed chan struct{} // a token after every Apply or Forget that changed something
+	// unavailable: the sources told unavailable, with why.
+	unavailable map[string]error
 }
 
 func newFakePods() *fakePods {
@@ -71,6 +73,19 @@ func (f *fakePods) Forget(source string, keep map[types.UID]bool) {
 			f.poke()
 		}
 	}
+}
+
+func (f *fakePods) SourceUnavailable(source string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unavailable == nil {
+		f.unavailable = map[string]error{}
+	}
+	if err == nil {
+		delete(f.unavailable, source)
+		return
+	}
+	f.unavailable[source] = err
 }
 
 func (f *fakePods) poke() {
