@@ -7,11 +7,17 @@
 //	pods/<uid>/volumes/<plugin>/<pv name>              persistentVolumeClaim (volumeMode Filesystem)
 //	pods/<uid>/volumeDevices/<plugin>/<pv name>        persistentVolumeClaim (volumeMode Block), a bind-mounted device node
 //	pods/<uid>/volume-subpaths/<volume>/<container>/<i> bind mounts of volumeMounts[i].subPath
+//	pods/<uid>/volumes/kubernetes.io~host-path/<name>  bind mounts of hostPath volumes (inline or PersistentVolumes)
 //
 // with plugin directories such as "kubernetes.io~empty-dir" and
-// "kubernetes.io~local-volume". hostPath volumes (inline or
-// PersistentVolumes) have no directory there: they are validated and
-// handed to the runtime as they are. Nor have image volumes: the runtime
+// "kubernetes.io~local-volume". A hostPath is checked beneath its
+// allowlist prefix and the object checked is bind mounted (recursively,
+// keeping its mount's propagation) through its descriptor; the runtime is
+// handed that bind, never the hostPath's path, which a pod writing in the
+// allowed tree could point elsewhere before the runtime resolves it. The
+// kubernetes.io~host-path directory is a bind mount of itself, unbindable,
+// so that no recursive bind copies the binds beneath it (setupHostPath).
+// Image volumes have no directory: the runtime
 // mounts the image itself (CRI Mount.image, read-only), so Setup makes
 // nothing for them and Teardown has nothing to remove; containerd unmounts
 // them when the sandbox stops.
@@ -81,7 +87,9 @@
 //     mountinfo, never stat'ed.
 //   - Teardown never deletes across a mount it could not unmount and never
 //     follows a symlink: it errs with ErrMountsRemain rather than lose data
-//     that is not the pod's.
+//     that is not the pod's. The hostPath binds are made slaves before they
+//     are unmounted: the copies of the host's mounts beneath them are peers
+//     of the host's, and their unmount must not reach the host.
 //
 // ConfigMap and Secret read the same SourceDir objects for a container's
 // env (envFrom, configMapKeyRef, secretKeyRef), with the same rules as a

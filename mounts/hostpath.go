@@ -8,62 +8,88 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // checkHostPath enforces the node's policy and the volume's type on the
-// hostPath p:
+// hostPath p (see openCheckedHostPath) and keeps no descriptor: Validate's
+// check, with create false.
+func (m *Manager) checkHostPath(p string, typ corev1.HostPathType, create bool) error {
+	fd, err := m.openCheckedHostPath(p, typ, create)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	return err
+}
+
+// openCheckedHostPath enforces the node's policy and the volume's type on
+// the hostPath p and returns an O_PATH descriptor of the object it checked
+// (-1 when p does not exist and that is allowed):
 //
 //   - p must lie beneath a Config.HostPathAllow prefix, and resolving it
-//     from that prefix (openat2 RESOLVE_BENEATH) must not leave it: a
-//     symlink inside an allowed tree cannot lend access to the rest of the
-//     host;
+//     from that prefix (openat2 RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS) must
+//     not leave it: a symlink inside an allowed tree cannot lend access to
+//     the rest of the host;
 //   - with create, DirectoryOrCreate makes the missing directories (0755)
-//     and FileOrCreate the missing parents (0755) and an empty file (0644);
+//     and FileOrCreate the missing parents (0755) and an empty file (0644),
+//     each with mkdirat/openat beneath the prefix; so does type "" make a
+//     missing directory, which the runtime would otherwise make by its
+//     path;
 //   - Directory, File, Socket, CharDevice and BlockDevice must exist with
 //     that type (the OrCreate types too, when create is false and the path
-//     exists); the type is read with fstat on the descriptor that the
-//     beneath-resolution opened, so it is the type of the object that was
-//     checked, never of a symlink's target elsewhere;
+//     exists); the type is read with fstat on the returned descriptor, so
+//     it is the type of the object that was checked, never of a symlink's
+//     target elsewhere;
 //   - type "" checks nothing beyond the allowlist (as the kubelet).
-func (m *Manager) checkHostPath(p string, typ corev1.HostPathType, create bool) error {
+//
+// The caller mounts the descriptor, never p again (setupHostPath).
+func (m *Manager) openCheckedHostPath(p string, typ corev1.HostPathType, create bool) (int, error) {
 	if !path.IsAbs(p) || slices.Contains(strings.Split(p, "/"), "..") {
-		return fmt.Errorf("%w: %q must be an absolute path without '..'", ErrUnsafePath, p)
+		return -1, fmt.Errorf("%w: %q must be an absolute path without '..'", ErrUnsafePath, p)
 	}
 	root, rel, ok := m.hostPathRoot(p)
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrHostPathNotAllowed, p)
+		return -1, fmt.Errorf("%w: %s", ErrHostPathNotAllowed, p)
 	}
 	orCreate := typ == corev1.HostPathDirectoryOrCreate || typ == corev1.HostPathFileOrCreate
 	if create && orCreate {
 		if err := createHostPath(root, rel, typ); err != nil {
-			return fmt.Errorf("create hostPath %s: %w", p, err)
+			return -1, fmt.Errorf("create hostPath %s: %w", p, err)
 		}
 	}
 
 	fd, err := m.openHostPath(p, unix.O_PATH)
-	if errors.Is(err, unix.ENOENT) {
-		if typ == corev1.HostPathUnset || orCreate && !create {
-			return nil // nothing to check; Setup creates the OrCreate types
+	if errors.Is(err, unix.ENOENT) && create && typ == corev1.HostPathUnset {
+		if err := createHostPath(root, rel, corev1.HostPathDirectoryOrCreate); err != nil {
+			return -1, fmt.Errorf("create hostPath %s: %w", p, err)
 		}
-		return fmt.Errorf("%w: %s does not exist", ErrHostPathType, p)
+		fd, err = m.openHostPath(p, unix.O_PATH)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		if !create && (typ == corev1.HostPathUnset || orCreate) {
+			return -1, nil // nothing to check; Setup creates them
+		}
+		return -1, fmt.Errorf("%w: %s does not exist", ErrHostPathType, p)
 	}
 	if err != nil {
-		return fmt.Errorf("check hostPath %s: %w", p, err)
+		return -1, fmt.Errorf("check hostPath %s: %w", p, err)
 	}
-	defer unix.Close(fd)
 	if typ == corev1.HostPathUnset {
-		return nil
+		return fd, nil
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("stat hostPath %s: %w", p, err)
+		unix.Close(fd)
+		return -1, fmt.Errorf("stat hostPath %s: %w", p, err)
 	}
 	if want, name := hostPathFileType(typ); st.Mode&unix.S_IFMT != want {
-		return fmt.Errorf("%w: %s is not a %s", ErrHostPathType, p, name)
+		unix.Close(fd)
+		return -1, fmt.Errorf("%w: %s is not a %s", ErrHostPathType, p, name)
 	}
-	return nil
+	return fd, nil
 }
 
 // openHostPath opens the hostPath p beneath the allowlist prefix that
@@ -162,4 +188,99 @@ func createFileBeneath(dirFd int, rel string) error {
 	default:
 		return fmt.Errorf("create %s: %w", rel, err)
 	}
+}
+
+// setupHostPath checks the hostPath h of the pod volume name
+// (openCheckedHostPath, making the OrCreate types) and bind mounts the
+// object it checked, through its descriptor, onto
+// RootDir/pods/<uid>/volumes/kubernetes.io~host-path/<name>, which is the
+// path handed to the runtime: a pod that can write in an allowed tree and
+// swaps a directory of it for a symlink after the check gets what was
+// checked, never the symlink's target, even though the runtime resolves the
+// path again when it creates a container.
+//
+// The bind is recursive, as the runtime's rbind of the path would be, and
+// keeps the propagation of the hostPath's mount (shared, slave or private,
+// as the table of the kernel's shared subtrees has it for a bind onto a
+// private mount), so that mountPropagation HostToContainer and
+// Bidirectional see the host's mounts as they would by the path. Its
+// directory, the pod's hostPath holder, is a bind mount of itself made
+// unbindable (ensureHostPathHolder).
+func (m *Manager) setupHostPath(pod *corev1.Pod, name string, h *corev1.HostPathVolumeSource, readOnly bool) (*volume, error) {
+	if !validComponent(name) {
+		return nil, volumeErr("set up", name, h.Path, fmt.Errorf("%w: volume name %q", ErrUnsafePath, name))
+	}
+	typ := corev1.HostPathUnset
+	if h.Type != nil {
+		typ = *h.Type
+	}
+	src, err := m.openCheckedHostPath(h.Path, typ, true)
+	if err != nil {
+		return nil, volumeErr("set up", name, h.Path, err)
+	}
+	defer unix.Close(src)
+	var st unix.Stat_t
+	if err := unix.Fstat(src, &st); err != nil {
+		return nil, volumeErr("set up", name, h.Path, fmt.Errorf("stat hostPath: %w", err))
+	}
+	holderRel, err := m.ensureHostPathHolder(pod.UID)
+	if err != nil {
+		return nil, volumeErr("set up", name, filepath.Join(m.podsDir, holderRel), err)
+	}
+	target, mounted, err := m.bindChecked(checkedBind{src: src, srcSt: &st, parentRel: holderRel, name: name, recursive: true})
+	if err != nil {
+		return nil, volumeErr("set up", name, target, fmt.Errorf("hostPath %s: %w", h.Path, err))
+	}
+	if mounted {
+		m.log.Info("mounted hostPath", "pod_uid", string(pod.UID), "volume", name, "host_path", h.Path, "path", target)
+	}
+	return &volume{name: name, plugin: PluginHostPath, path: target, readOnly: readOnly, createSubPaths: true}, nil
+}
+
+// ensureHostPathHolder makes RootDir/pods/<uid>/volumes/kubernetes.io~host-path
+// a bind mount of itself, unbindable, and returns its path relative to
+// RootDir/pods. The hostPath binds beneath it are then:
+//
+//   - never propagated to the peers of RootDir's mount (on a node whose
+//     root is shared, every mount namespace that is its slave would get a
+//     copy of each recursive bind);
+//   - never copied by a recursive bind of a tree that holds them: the
+//     runtime's rbind of a hostPath such as "/" (or another pod's
+//     hostPath bind of it) skips unbindable mounts, so the binds do not
+//     nest into each other and the mount table does not double with each
+//     such pod;
+//   - peers (or slaves) of the hostPath's own mount, which a private or
+//     unbindable parent leaves them.
+func (m *Manager) ensureHostPathHolder(uid types.UID) (string, error) {
+	rel := filepath.Join(string(uid), volumesDirName, PluginHostPath)
+	podsFd, err := m.openPodsDir()
+	if err != nil {
+		return rel, err
+	}
+	defer unix.Close(podsFd)
+	fd, err := mkdirAllBeneath(podsFd, rel, bindTargetMode)
+	if err != nil {
+		return rel, err
+	}
+	defer unix.Close(fd)
+	mounted, err := mountinfo.Mounted(filepath.Join(m.podsDir, rel))
+	if err != nil {
+		return rel, fmt.Errorf("hostPath holder: %w", err)
+	}
+	if !mounted {
+		if err := unix.Mount(fdPath(fd), fdPath(fd), "", unix.MS_BIND, ""); err != nil {
+			return rel, fmt.Errorf("hostPath holder: bind mount: %w", err)
+		}
+	}
+	// Made unbindable every time: an agent killed between the bind and
+	// this leaves a bindable holder for the next Setup to fix.
+	top, err := openBeneath(podsFd, rel, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return rel, fmt.Errorf("hostPath holder: %w", err)
+	}
+	defer unix.Close(top)
+	if err := unix.Mount("", fdPath(top), "", unix.MS_UNBINDABLE, ""); err != nil {
+		return rel, fmt.Errorf("hostPath holder: make unbindable: %w", err)
+	}
+	return rel, nil
 }

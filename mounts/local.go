@@ -115,8 +115,8 @@ func (l *localMounter) MountPV(ctx context.Context, req PVMount) error {
 //
 //   - volumeMode Filesystem: the volume's mounter (pvMounter) mounts it at
 //     RootDir/pods/<uid>/volumes/<plugin>/<pv name>, the kubelet's path; a
-//     hostPath volume is checked as an inline hostPath volume is (the
-//     node's allowlist, its type) and used in place;
+//     hostPath volume is checked and bind mounted as an inline hostPath
+//     volume is (setupHostPath: the node's allowlist, its type);
 //   - volumeMode Block: the local volume's block device is bind mounted on
 //     RootDir/pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv name>,
 //     which is handed to the runtime as the device (Devices), as the
@@ -143,16 +143,13 @@ func (m *Manager) setupClaim(ctx context.Context, podsFd int, pod *corev1.Pod, v
 }
 
 // claimedVolume returns the volume set up for key earlier, if it is still
-// in place: mounted, or a hostPath, which has no mount.
+// in place: mounted.
 func (m *Manager) claimedVolume(key claimKey) (*volume, bool) {
 	m.claimedMu.Lock()
 	vol, ok := m.claimed[key]
 	m.claimedMu.Unlock()
 	if !ok {
 		return nil, false
-	}
-	if vol.hostPath {
-		return vol, true
 	}
 	mounted, err := isMounted(vol.path)
 	return vol, err == nil && mounted
@@ -190,14 +187,11 @@ func (m *Manager) setupClaimOnce(ctx context.Context, podsFd int, pod *corev1.Po
 		return m.mapBlock(podsFd, pod, v, pv)
 	}
 	if h := s.HostPath; h != nil {
-		typ := corev1.HostPathUnset
-		if h.Type != nil {
-			typ = *h.Type
+		vol, err := m.setupHostPath(pod, v.Name, h, c.ReadOnly)
+		if err != nil {
+			return nil, fmt.Errorf("persistentvolume %q: spec.hostPath: %w", pv.Name, err)
 		}
-		if err := m.checkHostPath(h.Path, typ, true); err != nil {
-			return nil, volumeErr("set up", v.Name, h.Path, fmt.Errorf("persistentvolume %q: spec.hostPath: %w", pv.Name, err))
-		}
-		return &volume{name: v.Name, plugin: PluginHostPath, path: filepath.Clean(h.Path), readOnly: c.ReadOnly, hostPath: true, createSubPaths: true}, nil
+		return vol, nil
 	}
 	mounter, err := m.pvMounter(pv)
 	if err != nil {

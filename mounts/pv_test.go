@@ -283,9 +283,10 @@ func TestLocalDirectoryAndHostPathVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms[1].HostPath != src {
-		t.Errorf("hostPath PV handed as %s, want %s in place", ms[1].HostPath, src)
+	if want := filepath.Join(env.m.PodDir("dir1"), volumesDirName, PluginHostPath, "hp"); ms[1].HostPath != want {
+		t.Errorf("hostPath PV handed as %s, want the bind of %s at %s", ms[1].HostPath, src, want)
 	}
+	assertSameFile(t, ms[1].HostPath, src)
 	if err := env.m.Teardown(ctx, "dir1"); err != nil {
 		t.Fatal(err)
 	}

@@ -30,15 +30,12 @@ type volume struct {
 	name   string
 	plugin string
 	// path is the host path handed to the runtime: the volume directory,
-	// or the hostPath itself.
+	// or for a hostPath the bind mount of the object that was checked.
 	path string
 	// readOnly volumes are mounted read-only whatever the volumeMount says:
 	// the kubelet's API data volumes (configMap, secret, projected,
 	// downwardAPI), whose content the node owns.
 	readOnly bool
-	// hostPath volumes resolve subPaths beneath the allowlist prefix, the
-	// others beneath RootDir/pods.
-	hostPath bool
 	// createSubPaths: a missing subPath is made as a directory (as the
 	// kubelet does) only in volumes the pod writes; in API data volumes it
 	// is an error.
@@ -80,8 +77,9 @@ func volumePlugin(s *corev1.VolumeSource) string {
 //     error;
 //   - emptyDir: a 0777 directory; with medium Memory a tmpfs (nosuid,
 //     nodev) sized by memoryVolumeSize is mounted on it once;
-//   - hostPath: nothing is made beneath the pod; the path is checked
-//     against the allowlist and its type, and the OrCreate types are made;
+//   - hostPath: the path is checked against the allowlist and its type
+//     (the OrCreate types are made) and the object checked is bind
+//     mounted, through its descriptor, beneath the pod (setupHostPath);
 //   - nfs: the export mounted with mount(8) on a 0750 directory, from the
 //     node's network namespace, within NFSMountTimeout (setupNFS);
 //   - persistentVolumeClaim: the claim's bound volume, mounted (or mapped,
@@ -144,14 +142,7 @@ func (m *Manager) setupVolume(ctx context.Context, podsFd int, pod *corev1.Pod, 
 	}
 	plugin := volumePlugin(s)
 	if s.HostPath != nil {
-		typ := corev1.HostPathUnset
-		if s.HostPath.Type != nil {
-			typ = *s.HostPath.Type
-		}
-		if err := m.checkHostPath(s.HostPath.Path, typ, true); err != nil {
-			return nil, volumeErr("set up", v.Name, s.HostPath.Path, err)
-		}
-		return &volume{name: v.Name, plugin: plugin, path: filepath.Clean(s.HostPath.Path), hostPath: true, createSubPaths: true}, nil
+		return m.setupHostPath(pod, v.Name, s.HostPath, false)
 	}
 
 	if s.NFS != nil {

@@ -195,17 +195,18 @@ func TestHostPath(t *testing.T) {
 			t.Errorf("%s: mode %v, %v; want %v", p, fi.Mode(), err, want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(env.m.PodDir("host"), volumesDirName, PluginHostPath)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("hostPath volumes are materialised beneath the pod: %v", err)
-	}
 	ms, err := pv.Mounts(&pod.Spec.Containers[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) != 2 || ms[0].HostPath != dirPath || !ms[0].Readonly || ms[1].HostPath != filePath ||
+	// Handed over as binds of the checked objects beneath the pod.
+	holder := filepath.Join(env.m.PodDir("host"), volumesDirName, PluginHostPath)
+	if len(ms) != 2 || ms[0].HostPath != filepath.Join(holder, "d") || !ms[0].Readonly || ms[1].HostPath != filepath.Join(holder, "f") ||
 		ms[1].Propagation != runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER || ms[1].Readonly {
-		t.Errorf("Mounts = %v", ms)
+		t.Fatalf("Mounts = %v", ms)
 	}
+	assertSameFile(t, ms[0].HostPath, dirPath)
+	assertSameFile(t, ms[1].HostPath, filePath)
 	if err := env.m.Teardown(ctx, "host"); err != nil {
 		t.Fatal(err)
 	}

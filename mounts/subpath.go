@@ -6,18 +6,14 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// subPathTargetMode is the mode of the volume-subpaths directories: the
-// agent's own, like the pod directory.
-const subPathTargetMode = podDirMode
-
 // Mounts returns the CRI mounts of container c, one per volumeMount in
-// order: the volume's host path (or, with a subPath, a bind mount of it),
+// order: the volume's host path (for a hostPath volume, the bind mount of
+// the object Setup checked; with a subPath, a bind mount in the volume),
 // the container path, read-only when the volumeMount or the volume asks
 // (configMap, secret, projected and downwardAPI volumes always are), the
 // mount propagation, and no SELinux relabelling.
@@ -156,65 +152,29 @@ func (pv *PodVolumes) bindSubPath(v *volume, container string, index int, subPat
 		return fail(filepath.Join(v.path, subPath), err)
 	}
 
-	podsFd, err := pv.m.openPodsDir()
+	target, mounted, err := pv.m.bindChecked(checkedBind{
+		src:       src,
+		srcSt:     &srcSt,
+		parentRel: filepath.Join(string(pv.uid), volumeSubpathsDir, v.name, container),
+		name:      strconv.Itoa(index),
+	})
 	if err != nil {
-		return fail(pv.podDir, err)
-	}
-	defer unix.Close(podsFd)
-	parentRel := filepath.Join(string(pv.uid), volumeSubpathsDir, v.name, container)
-	parent, err := mkdirAllBeneath(podsFd, parentRel, subPathTargetMode)
-	if err != nil {
-		return fail(filepath.Join(pv.m.podsDir, parentRel), err)
-	}
-	defer unix.Close(parent)
-	name := strconv.Itoa(index)
-	target := filepath.Join(pv.m.podsDir, parentRel, name)
-
-	mounted, err := mountinfo.Mounted(target)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fail(target, err)
 	}
 	if mounted {
-		var st unix.Stat_t
-		if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fail(target, err)
-		}
-		if sameFile(&st, &srcSt) {
-			return target, nil
-		}
-		// The subPath now resolves to another object (the volume's
-		// content changed): replace the stale bind mount.
-		if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
-			return fail(target, fmt.Errorf("unmount stale subPath mount: %w", err))
-		}
+		pv.m.log.Info("mounted subPath", "pod_uid", string(pv.uid), "volume", v.name, "sub_path", subPath, "path", target)
 	}
-
-	tfd, err := makeTarget(parent, name, srcSt.Mode&unix.S_IFMT == unix.S_IFDIR)
-	if err != nil {
-		return fail(target, err)
-	}
-	defer unix.Close(tfd)
-	if err := unix.Mount(fdPath(src), fdPath(tfd), "", unix.MS_BIND, ""); err != nil {
-		return fail(target, fmt.Errorf("bind mount: %w", err))
-	}
-	// Check that what the target shows now is the object that was checked.
-	var st unix.Stat_t
-	if err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&st, &srcSt) {
-		uerr := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
-		return fail(target, errors.Join(fmt.Errorf("%w: bind mount shows another object", ErrUnsafePath), err, uerr))
-	}
-	pv.m.log.Info("mounted subPath", "pod_uid", string(pv.uid), "volume", v.name, "sub_path", subPath, "path", target)
 	return target, nil
 }
 
-// openVolumeRoot opens v's root directory: beneath its allowlist prefix for
-// a hostPath, beneath RootDir/pods for the others. The directory is v.path,
-// not one named after the pod's volume: a claim's volume is named after its
-// PersistentVolume (volumes/<plugin>/<pv name>), as the kubelet names it.
+// openVolumeRoot opens v's root directory beneath RootDir/pods: its
+// volume directory, or for a hostPath the bind mount of the checked
+// hostPath (setupHostPath), so that a subPath is resolved in the object
+// that was checked, not in what the hostPath's path names now. The
+// directory is v.path, not one named after the pod's volume: a claim's
+// volume is named after its PersistentVolume (volumes/<plugin>/<pv name>),
+// as the kubelet names it.
 func (pv *PodVolumes) openVolumeRoot(v *volume) (int, error) {
-	if v.hostPath {
-		return pv.m.openHostPath(v.path, unix.O_PATH|unix.O_DIRECTORY)
-	}
 	rel, err := filepath.Rel(pv.m.podsDir, v.path)
 	if err != nil || !filepath.IsLocal(rel) {
 		return -1, fmt.Errorf("volume %q: %w: its directory %s is not beneath %s", v.name, ErrUnsafePath, v.path, pv.m.podsDir)
@@ -225,39 +185,4 @@ func (pv *PodVolumes) openVolumeRoot(v *volume) (int, error) {
 	}
 	defer unix.Close(podsFd)
 	return openBeneath(podsFd, rel, unix.O_PATH|unix.O_DIRECTORY)
-}
-
-// makeTarget makes (or reuses) the bind mount target name in parent: a
-// directory for a directory source, an empty file for anything else, and
-// returns an O_PATH descriptor of it. A target of the wrong type, left by an
-// earlier mount of another object, is replaced.
-func makeTarget(parent int, name string, dir bool) (int, error) {
-	var st unix.Stat_t
-	err := unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	switch {
-	case err == nil && (st.Mode&unix.S_IFMT == unix.S_IFDIR) != dir:
-		flags := 0
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			flags = unix.AT_REMOVEDIR
-		}
-		if err := unix.Unlinkat(parent, name, flags); err != nil {
-			return -1, fmt.Errorf("replace target: %w", err)
-		}
-	case err != nil && !errors.Is(err, unix.ENOENT):
-		return -1, err
-	}
-	if dir {
-		if err := unix.Mkdirat(parent, name, subPathTargetMode); err != nil && !errors.Is(err, unix.EEXIST) {
-			return -1, err
-		}
-		return unix.Openat(parent, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	}
-	fd, err := unix.Openat(parent, name, unix.O_CREAT|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o640)
-	if err != nil {
-		return -1, err
-	}
-	// An O_PATH descriptor is all the mount needs.
-	pfd, err := unix.Openat(parent, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	unix.Close(fd)
-	return pfd, err
 }

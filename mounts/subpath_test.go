@@ -63,15 +63,16 @@ func TestSubPath(t *testing.T) {
 		t.Errorf("configMap key subPath reads %q (read-only %v)", got, ms[3].Readonly)
 	}
 	assertSameFile(t, ms[4].HostPath, filepath.Join(env.allowed, "tree/data"))
-	if n := len(mountsUnder(t, env.m.PodDir("sub"))); n != 5 {
-		t.Errorf("%d mounts beneath the pod, want 5", n)
+	// Five subPath binds, and the hostPath's bind and its holder.
+	if n := len(mountsUnder(t, env.m.PodDir("sub"))); n != 7 {
+		t.Errorf("%d mounts beneath the pod, want 7", n)
 	}
 	// Mounts again (a container restart) reuses the bind mounts.
 	if _, err := pv.Mounts(&pod.Spec.Containers[0]); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(mountsUnder(t, env.m.PodDir("sub"))); n != 5 {
-		t.Errorf("%d mounts beneath the pod after a second Mounts, want 5", n)
+	if n := len(mountsUnder(t, env.m.PodDir("sub"))); n != 7 {
+		t.Errorf("%d mounts beneath the pod after a second Mounts, want 7", n)
 	}
 	// The subPath directory replaced by a symlink to /etc: the next Mounts
 	// refuses it instead of mounting /etc.

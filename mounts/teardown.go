@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -76,6 +77,9 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("tear down pod %s: %w", uid, err)
 	}
+	if err := m.isolateHostPaths(uid, infos); err != nil {
+		return fmt.Errorf("tear down pod %s: %w: %w", uid, ErrMountsRemain, err)
+	}
 	for _, mi := range infos {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("tear down pod %s: %w", uid, err)
@@ -113,6 +117,30 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 	}
 	m.log.Info("removed pod volumes", "pod_uid", string(uid), "path", dir, "unmounted", len(infos))
 	return nil
+}
+
+// isolateHostPaths makes the pod's hostPath holder and every mount beneath
+// it slaves (isolateMount) before they are unmounted: the hostPath binds
+// are recursive and peers of the host's mounts, and unmounting one of the
+// copies beneath them would otherwise unmount the host's mount it was
+// copied from. infos are the pod's mounts: a pod without a holder among
+// them has nothing to isolate.
+func (m *Manager) isolateHostPaths(uid types.UID, infos []*mountinfo.Info) error {
+	holder := filepath.Join(m.PodDir(uid), volumesDirName, PluginHostPath)
+	if !slices.ContainsFunc(infos, func(mi *mountinfo.Info) bool { return mi.Mountpoint == holder }) {
+		return nil
+	}
+	podsFd, err := m.openPodsDir()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(podsFd)
+	volumes, err := openBeneath(podsFd, filepath.Join(string(uid), volumesDirName), unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(volumes)
+	return isolateMount(volumes, PluginHostPath)
 }
 
 // unmount unmounts the mount point p without following a symlink at it;
