@@ -149,6 +149,7 @@ FUZZ_TARGETS ?= \
 	./mounts:FuzzValidatePath \
 	./oom:FuzzParseThresholdList \
 	./oom:FuzzParsePSIRule \
+	./oom/tripwire:FuzzDecodeRecord \
 	./cmd/nodeguard:FuzzConfig
 
 # The cluster lane (issue 15): etcd, kube-apiserver, kube-scheduler,

@@ -14,12 +14,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oom/tripwire"
 	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
 // evictionConfig is the eviction section of the configuration: the
@@ -257,18 +259,52 @@ type podRootTripwire struct {
 }
 
 // newPodRootTripwire watches dir with the package's default mechanism (v1:
-// the usage threshold eventfd; v2: the working-set poll). stateDir
-// (beneath nodeguard's rootDir) keeps the original memory.high across
-// crashes where memory.high is written, and lets the working-set poll put
-// back one that a crashed older nodeguard left armed.
-func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, stateDir string, log *slog.Logger) (*podRootTripwire, error) {
-	opts := tripwire.Options{Logger: log, StateDir: stateDir}
+// the usage threshold eventfd; v2: the working-set poll). store, the
+// agent's state store, keeps the original memory.high across crashes where
+// memory.high is written (and lets the poll put back one a crashed
+// nodeguard left armed); legacyDir is where nodeguard kept it before the
+// store, moved into it once. A record that cannot be read is quarantined,
+// and memory.high goes back to "max" (the kubelet never sets memory.high
+// on kubepods) only when it holds a value the tripwire of thresholds th
+// could have written on a node of capacity bytes (tripwireWrites).
+func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, store *statestore.Store, legacyDir string, capacity uint64, log *slog.Logger) (*podRootTripwire, error) {
+	opts := tripwire.Options{Logger: log, Store: store, LegacyStateDir: legacyDir,
+		Unarmed: tripwire.DefaultUnarmed, Written: tripwireWrites(th, capacity)}
 	tw, err := tripwire.New(dir.Path, dir.Hierarchy.V2(), opts)
 	if err != nil {
 		return nil, err
 	}
 	chase := !dir.Hierarchy.V2() || opts.Mechanism == tripwire.KindMemoryHigh
 	return &podRootTripwire{tw: tw, log: log, policy: oom.NewTripwirePolicy(th, chase)}, nil
+}
+
+// tripwireWrites bounds the memory.high values the pod root's tripwire
+// can write with thresholds th on a node of capacity bytes (MemTotal, the
+// kubelet's memory capacity). Its line (oom.TripwirePolicy.Line) is where
+// a memory threshold is crossed: allocatable minus the threshold, or
+// capacity minus the threshold minus the node's memory outside the pods,
+// so never above capacity minus the threshold, and anywhere above zero as
+// the memory outside the pods grows. The working-set assist writes the
+// line plus the pod root's inactive_file, at least one charge batch
+// (256 KiB) above usage; the memory.high mechanism chases usage by as
+// much; inactive_file and usage are at most capacity. So: from 256 KiB to
+// the highest line plus capacity. Without a memory threshold or a
+// capacity the tripwire never arms, and nothing is recognised as its.
+func tripwireWrites(th []oom.Threshold, capacity uint64) tripwire.HighRange {
+	var top uint64
+	for _, t := range th {
+		if t.Signal != nodestats.SignalMemoryAvailable && t.Signal != nodestats.SignalAllocatableMemoryAvailable {
+			continue
+		}
+		thr := t.Value.Resolve(int64(capacity))
+		if thr >= 0 && uint64(thr) < capacity {
+			top = max(top, capacity-uint64(thr))
+		}
+	}
+	if top == 0 {
+		return tripwire.HighRange{}
+	}
+	return tripwire.HighRange{Min: 256 << 10, Max: top + capacity}
 }
 
 // rearm moves the wire after a snapshot, where the policy says. A failed

@@ -474,7 +474,7 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	events := api.NewEventLog(4096)
 	if !cfg.Eviction.Disabled {
 		em, _, err := startEviction(g, evictionWiring{cfg: cfg.Eviction.evictionConfig, policy: policy, actor: actor,
-			sensing: s, events: events, fwd: fwd, layout: st.layout, kube: st.kube, rootDir: cfg.RootDir,
+			sensing: s, events: events, fwd: fwd, layout: st.layout, kube: st.kube, rootDir: cfg.RootDir, store: store,
 			wire: &wire, beats: &beats, log: log})
 		if err != nil {
 			return err

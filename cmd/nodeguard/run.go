@@ -26,6 +26,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/host"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/kubenode"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
@@ -555,7 +556,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if !cfg.Eviction.Disabled {
 		var em *oom.Manager
 		em, obs, err = startEviction(g, evictionWiring{cfg: cfg.Eviction, policy: policy, actor: mgr.EvictionActor(cfg.Eviction.Exempt),
-			reclaim: disk.reclaim, sensing: s, events: events, fwd: fwd, layout: layout, kube: kube, rootDir: cfg.RootDir,
+			reclaim: disk.reclaim, sensing: s, events: events, fwd: fwd, layout: layout, kube: kube, rootDir: cfg.RootDir, store: store,
 			wire: &wire, beats: &beats, log: log})
 		if err != nil {
 			return err
@@ -641,6 +642,8 @@ type evictionWiring struct {
 	// kube is the pod root (kubepods) the tripwire arms on.
 	kube    string
 	rootDir string
+	// store is the agent's state store: the tripwire's records.
+	store *statestore.Store
 	// wire and beats receive the tripwire and the heartbeats it adds.
 	wire  *atomic.Pointer[podRootTripwire]
 	beats *[]heartbeat
@@ -665,10 +668,21 @@ func startEviction(g *group.Group, w evictionWiring) (*oom.Manager, *evictionObs
 		return nil, nil, err
 	}
 	if d, err := w.layout.Memory.Resolve(w.kube); err == nil {
-		if tw, err := newPodRootTripwire(d, w.policy.Thresholds, filepath.Join(w.rootDir, "tripwire"), log); err != nil {
+		var capacity uint64
+		if mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath); err != nil {
+			log.Warn("tripwire: no node capacity: an unreadable tripwire record leaves memory.high as found", "err", err)
+		} else {
+			capacity = mi.MemTotal
+		}
+		// <rootDir>/tripwire held the tripwire's state before the store.
+		if tw, err := newPodRootTripwire(d, w.policy.Thresholds, w.store, filepath.Join(w.rootDir, "tripwire"), capacity, log); err != nil {
 			log.Warn("no tripwire on the pod root: the safety tick and PSI triggers drive evictions", "err", err)
 		} else {
-			g.Cleanup(func() { tw.tw.Close() })
+			g.Cleanup(func() {
+				if err := tw.tw.Close(); err != nil {
+					log.Error("tripwire: close (memory.high of the pod root may not be restored; the next start repairs it)", "err", err)
+				}
+			})
 			w.wire.Store(tw)
 			*w.beats = append(*w.beats, tw.heartbeat())
 			g.Go("tripwire", func(ctx context.Context) error { return tw.run(ctx, em) })

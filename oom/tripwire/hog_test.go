@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 )
 
 // The hog is this test binary re-executed with hogEnv set to the usage
@@ -62,8 +63,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// armerEnv makes the test binary an armer: "DIR STATEDIR THRESHOLD": it
-// arms a v2 Tripwire on DIR with Options.StateDir STATEDIR, prints
+// armerEnv makes the test binary an armer: "DIR STOREDIR THRESHOLD": it
+// arms a v2 Tripwire on DIR with the state store at STOREDIR, prints
 // "armed", and waits (at most hogHold) for the test to SIGKILL it, the
 // crash that TestV2OriginalMemoryHighSurvivesASIGKILL recovers from.
 const armerEnv = "NODEGUARD_TRIPWIRE_ARMER"
@@ -79,7 +80,12 @@ func runArmer(spec string) int {
 		fmt.Fprintf(os.Stderr, "armer: %v\n", err)
 		return 2
 	}
-	tw, err := New(f[0], true, Options{Mechanism: KindMemoryHigh, StateDir: f[1]})
+	store, err := statestore.Open(f[1], statestore.Options{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "armer: %v\n", err)
+		return 1
+	}
+	tw, err := New(f[0], true, Options{Mechanism: KindMemoryHigh, Store: store})
 	if err == nil {
 		err = tw.Arm(th)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
@@ -203,7 +205,7 @@ func TestV2MemoryHighOnARealCgroup(t *testing.T) {
 
 // TestV2OriginalMemoryHighSurvivesASIGKILL arms a Tripwire in another
 // process, SIGKILLs it (no Close), and checks that the next Tripwire on the
-// same cgroup and state directory puts back the memory.high of before the
+// same cgroup and state store puts back the memory.high of before the
 // first Arm, not the threshold the killed one left. Without the record the
 // killed one's threshold is taken as the original and stays for good.
 func TestV2OriginalMemoryHighSurvivesASIGKILL(t *testing.T) {
@@ -264,7 +266,8 @@ func TestV2OriginalMemoryHighSurvivesASIGKILL(t *testing.T) {
 		t.Fatalf("memory.high = %q after the crash, want the armed 67108864 still there", got)
 	}
 
-	tw, err := New(dir, true, Options{Mechanism: KindMemoryHigh, StateDir: state})
+	store := openStore(t, state)
+	tw, err := New(dir, true, Options{Mechanism: KindMemoryHigh, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,9 +281,7 @@ func TestV2OriginalMemoryHighSurvivesASIGKILL(t *testing.T) {
 		if got := readFile(t, high); got != "201326592" {
 			t.Errorf("memory.high = %q after Close, want the original 201326592", got)
 		}
-		if left, _ := os.ReadDir(state); len(left) != 0 {
-			t.Errorf("state left behind: %v", left)
-		}
+		noRecords(t, store)
 	})
 }
 
@@ -293,7 +294,8 @@ func TestV2WorkingSetOnARealCgroup(t *testing.T) {
 	orig := readFile(t, filepath.Join(dir, fileHigh))
 	state := t.TempDir()
 
-	tw, err := New(dir, true, Options{StateDir: state})
+	store := openStore(t, state)
+	tw, err := New(dir, true, Options{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,9 +350,84 @@ func TestV2WorkingSetOnARealCgroup(t *testing.T) {
 		if got := readFile(t, filepath.Join(dir, fileHigh)); got != orig {
 			t.Errorf("memory.high = %q after Close, want %q", got, orig)
 		}
-		if left, _ := os.ReadDir(state); len(left) != 0 {
-			t.Errorf("state left behind: %v", left)
-		}
+		noRecords(t, store)
 		t.Logf("stats %+v", tw.Stats())
 	})
+}
+
+// TestProcessBeneathFindsAProcessInARealCgroup: the search that keeps the
+// assist off guard mode's own pod reads real cgroup.procs files (v1 and v2
+// alike): a process started in a child cgroup of the sandbox is found
+// there, in every hierarchy the sandbox has, and this test's own process,
+// outside the sandbox, is not.
+func TestProcessBeneathFindsAProcessInARealCgroup(t *testing.T) {
+	sb := cgtest.New(t)
+	pod := sb.Child(t, "pod-guard")
+	h := startHog(t, pod, filepath.Join(pod.MemoryDir(), usageFileOf(pod)), 1)
+	pid := h.cmd.Process.Pid
+	for _, d := range sb.Dirs() {
+		t.Run("in the hierarchy mounted at "+d.Hierarchy.Mount, func(t *testing.T) {
+			fd, err := openDir(d.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			where, in, err := processBeneath(fd, d.Path, pid)
+			if err != nil || !in || where != "pod-guard" {
+				t.Errorf("processBeneath(pid %d) = %q, %v, %v; want pod-guard", pid, where, in, err)
+			}
+			where, in, err = processBeneath(fd, d.Path, os.Getpid())
+			if err != nil || in {
+				t.Errorf("processBeneath(this test, outside the sandbox) = %q, %v, %v; want not found", where, in, err)
+			}
+		})
+	}
+}
+
+// usageFileOf is the memory usage file of the sandbox's memory hierarchy.
+func usageFileOf(sb *cgtest.Sandbox) string {
+	if _, err := os.Stat(filepath.Join(sb.MemoryDir(), fileCurrent)); err == nil {
+		return fileCurrent
+	}
+	return fileUsage
+}
+
+// TestV2WorkingSetNeverThrottlesItsOwnPod: with the agent's process in a
+// pod cgroup beneath the watched directory (guard mode's DaemonSet beneath
+// kubepods), the working-set poll never writes memory.high there, and a
+// hog in another pod crossing the line still fires.
+func TestV2WorkingSetNeverThrottlesItsOwnPod(t *testing.T) {
+	cgtest.RequireMode(t, cgroups.ModeV2)
+	sb := cgtest.New(t, cgtest.WithMemoryLimit(sandboxLimit))
+	dir := sb.MemoryDir()
+	usage := filepath.Join(dir, fileCurrent)
+	self := startHog(t, sb.Child(t, "pod-guard"), usage, 1)
+	h := startHog(t, sb.Child(t, "pod-hog"), usage, hogMiB)
+	orig := readFile(t, filepath.Join(dir, fileHigh))
+
+	tw, err := New(dir, true, Options{Store: openStore(t, t.TempDir()), SelfPID: self.cmd.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tw.Close() })
+	const threshold = 64 << 20
+	if err := tw.Arm(threshold); err != nil {
+		t.Fatal(err)
+	}
+	r := h.up(t, threshold+2<<20, threshold, 256<<10)
+	if r.Cross == 0 {
+		t.Fatalf("hog never saw memory.current reach the line: %+v", r)
+	}
+	if f := waitFire(t, tw); f.Kind != KindWorkingSet || f.Threshold != threshold {
+		t.Errorf("fire %+v", f)
+	}
+	if got := readFile(t, filepath.Join(dir, fileHigh)); got != orig {
+		t.Errorf("memory.high = %q with the agent's own pod beneath, want it untouched (%q)", got, orig)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, fileHigh)); got != orig {
+		t.Errorf("memory.high = %q after Close, want %q", got, orig)
+	}
 }

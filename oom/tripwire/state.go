@@ -8,37 +8,106 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeguard/nodeguard/internal/statestore"
 )
 
-// highRecord is the state file of one watched v2 directory: the
-// memory.high it had before a Tripwire first wrote it. It is written
-// (atomically, and synced) before that first write and removed once the
-// original is back, so that a Tripwire started after a crash restores the
-// real original instead of the threshold the crashed one left there.
+// RecordKind is the kind of the state store's records of the tripwire: one
+// per watched v2 directory, keyed by its path, holding the memory.high it
+// had before a Tripwire first wrote it.
+var RecordKind = statestore.Kind{Name: "tripwire-memory-high", Version: 1}
+
+// highRecord is the record of one watched v2 directory: the memory.high it
+// had before a Tripwire first wrote it. It is put in the store (atomically
+// and durably) before that first write and deleted once the original is
+// back, so that a Tripwire started after a crash restores the real
+// original instead of the threshold the crashed one left there.
 type highRecord struct {
-	// Dir is the watched directory, for people reading the file.
-	Dir string `json:"dir"`
 	// ID is the directory's inode number (the cgroup id on v2): a
 	// record of a removed and re-created cgroup at the same path does
 	// not match it.
 	ID uint64 `json:"id"`
-	// Original is memory.high as it read before the first write.
+	// Original is memory.high as it read before the first write: "max"
+	// or a number of bytes.
 	Original string `json:"original"`
 }
 
-// recordPath is where the record of dir lives in stateDir: one file per
-// watched path, named after it.
-func recordPath(stateDir, dir string) string {
+// Validate implements statestore.Validator: a record is only ever written
+// back to memory.high, so its original must be a value the file takes.
+func (r *highRecord) Validate() error {
+	if r.ID == 0 {
+		return fmt.Errorf("%w: id 0", ErrMalformed)
+	}
+	if !validHigh(r.Original) {
+		return fmt.Errorf("%w: original %q is neither max nor a byte count", ErrMalformed, r.Original)
+	}
+	return nil
+}
+
+// validHigh tells whether v is what memory.high reads: "max" or a decimal
+// byte count below 2^63.
+func validHigh(v string) bool {
+	if v == "max" {
+		return true
+	}
+	_, ok := highBytes(v)
+	return ok
+}
+
+// highBytes parses a numeric memory.high; ok is false for "max" and
+// anything else.
+func highBytes(v string) (uint64, bool) {
+	if v == "" || v[0] == '+' || len(v) > 1 && v[0] == '0' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 63)
+	return n, err == nil
+}
+
+// recordKey is the store key of the record of dir: its cleaned path.
+func recordKey(dir string) string { return filepath.Clean(dir) }
+
+// decodeRecord decodes one record file's bytes as the record of key: the
+// store's envelope and checksum, then the payload strictly, then
+// Validate. It is what reading a record does, without the I/O (and what
+// FuzzDecodeRecord drives).
+func decodeRecord(b []byte, key string) (highRecord, error) {
+	var r highRecord
+	rec, err := statestore.Parse(b, RecordKind, key)
+	if err != nil {
+		return r, err
+	}
+	if err := statestore.Decode(rec, &r); err != nil {
+		return r, fmt.Errorf("%w: %w", statestore.ErrCorrupt, err)
+	}
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("%w: %w", statestore.ErrCorrupt, err)
+	}
+	return r, nil
+}
+
+// legacyRecord is the state file of the Tripwire before the state store
+// (Options.LegacyStateDir): one JSON file per watched directory.
+type legacyRecord struct {
+	Dir      string `json:"dir"`
+	ID       uint64 `json:"id"`
+	Original string `json:"original"`
+}
+
+// legacyPath is where the old state file of dir lived in stateDir: one
+// file per watched path, named after it.
+func legacyPath(stateDir, dir string) string {
 	name := strings.ReplaceAll(strings.Trim(filepath.Clean(dir), "/"), "/", "_")
 	return filepath.Join(stateDir, "memory.high."+name+".json")
 }
 
-// loadRecord reads a record; ok is false when there is none. A record
+// loadLegacy reads an old state file; ok is false when there is none. One
 // that does not parse matches ErrMalformed.
-func loadRecord(path string) (r highRecord, ok bool, err error) {
+func loadLegacy(path string) (r highRecord, ok bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return r, false, nil
@@ -46,76 +115,17 @@ func loadRecord(path string) (r highRecord, ok bool, err error) {
 	if err != nil {
 		return r, false, fmt.Errorf("read tripwire state %s: %w", path, err)
 	}
+	var l legacyRecord
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if err := dec.Decode(&l); err != nil {
 		return r, false, fmt.Errorf("parse tripwire state %s: %w: %w", path, ErrMalformed, err)
 	}
-	if r.ID == 0 || r.Original == "" || strings.ContainsAny(r.Original, " \n") {
-		return r, false, fmt.Errorf("parse tripwire state %s: %w: id %d, original %q", path, ErrMalformed, r.ID, r.Original)
+	r = highRecord{ID: l.ID, Original: l.Original}
+	if err := r.Validate(); err != nil {
+		return r, false, fmt.Errorf("parse tripwire state %s: %w", path, err)
 	}
 	return r, true, nil
-}
-
-// saveRecord writes r to path atomically: a synced temporary file in the
-// same directory renamed over it, then the directory synced, so that after
-// a crash the file is either the old one or r, never partial.
-func saveRecord(path string, r highRecord) (retErr error) {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("write tripwire state %s: %w", path, err)
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("write tripwire state %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("write tripwire state %s: %w", path, err)
-	}
-	defer func() {
-		if retErr != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("write tripwire state %s: %w", f.Name(), err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync tripwire state %s: %w", f.Name(), err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close tripwire state %s: %w", f.Name(), err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("write tripwire state %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-// removeRecord removes path (and syncs its directory); a missing file is
-// not an error.
-func removeRecord(path string) error {
-	if err := os.Remove(path); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return fmt.Errorf("remove tripwire state %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // dirID returns the inode number of the open directory dirfd: the cgroup

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 )
 
 // Kinds of Fire.
@@ -195,18 +197,48 @@ type Options struct {
 	Coalesce time.Duration
 	// Buffer is C's capacity; 0 means DefaultBuffer.
 	Buffer int
-	// StateDir (v2 memory.high only) is where the memory.high found
-	// before the first Arm is recorded, durably and before that first
-	// write, in a small file keyed by the cgroup's inode: a Tripwire
-	// started after one that never closed (a crash) restores the real
-	// original on Close instead of the threshold left behind. Empty
-	// keeps the original in memory only, lost with the process.
-	StateDir string
+	// Store (v2: KindMemoryHigh, the working-set assist) is the agent's
+	// state store, where the memory.high found before the first write is
+	// recorded (kind RecordKind, keyed by the directory, holding the
+	// cgroup's inode) durably and before that first write: a Tripwire
+	// started after one that never closed (a crash) puts the real
+	// original back at New instead of keeping the threshold left behind.
+	// An unreadable record is quarantined by the store and memory.high
+	// repaired from Unarmed and Written. nil keeps the original in memory
+	// only, lost with the process.
+	Store *statestore.Store
+	// LegacyStateDir is the directory of the state files of the
+	// Tripwire before the state store: the file of the watched directory,
+	// if any, is moved into Store once (a malformed one is renamed aside
+	// with ".corrupt" and repaired from). "" reads none. Only with Store.
+	LegacyStateDir string
+	// Unarmed is the memory.high the watched directory has without a
+	// live agent, restored when the record of the original is unreadable
+	// and memory.high holds a value in Written; "" is DefaultUnarmed.
+	Unarmed string
+	// Written bounds the memory.high values a Tripwire of this
+	// configuration can have written (its lines, and the assist's
+	// allowance for page cache above them): after an unreadable record
+	// only a value within it is taken for the Tripwire's and replaced by
+	// Unarmed; anything else is left alone and logged. The zero value
+	// holds nothing: nothing is replaced.
+	Written HighRange
+	// SelfPID is the process memory.high must never throttle; 0 is this
+	// process. When it runs at or beneath the watched directory (guard
+	// mode's own pod, beneath kubepods), the working-set poll runs
+	// without the assist and KindMemoryHigh is refused (ErrUnsupported):
+	// memory.high throttles the whole subtree.
+	SelfPID int
 	// Logger receives the few lines that are not per event (a removed
 	// cgroup, a memory.high changed by someone else); nil discards.
 	Logger *slog.Logger
 	// Now is the clock of Fire.At and of coalescing; nil is time.Now.
 	Now func() time.Time
+
+	// assistMin: withDefaults chose DefaultAssistMinPeriod, which the
+	// working-set poll drops to DefaultMinPeriod when it runs without
+	// the assist after all (see withoutAssist).
+	assistMin bool
 }
 
 func (o Options) withDefaults() Options {
@@ -225,7 +257,7 @@ func (o Options) withDefaults() Options {
 	if o.MinPeriod <= 0 {
 		o.MinPeriod = DefaultMinPeriod
 		if o.Mechanism == KindWorkingSet && !o.NoAssist {
-			o.MinPeriod = DefaultAssistMinPeriod
+			o.MinPeriod, o.assistMin = DefaultAssistMinPeriod, true
 		}
 	}
 	if o.MaxPeriod <= 0 {
@@ -249,6 +281,20 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.SelfPID == 0 {
+		o.SelfPID = os.Getpid()
+	}
+	return o
+}
+
+// withoutAssist is o for a working-set poll that found it must not write
+// memory.high: NoAssist, and the shorter tick of the poll alone unless
+// the caller set one.
+func (o Options) withoutAssist() Options {
+	o.NoAssist = true
+	if o.assistMin {
+		o.MinPeriod, o.assistMin = DefaultMinPeriod, false
 	}
 	return o
 }

@@ -51,18 +51,31 @@ func newV2(dir string, opts Options) (_ *v2, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &v2{loop: l, dirfd: -1, ifd: -1, evfd: -1}
+	t := &v2{loop: l, dirfd: -1, ifd: -1, evfd: -1, hk: highKeeper{dirfd: -1}}
 	defer func() {
 		if retErr != nil {
+			// A memory.high left armed that load could not put back
+			// yet goes back before the directory is let go.
+			if err := t.hk.restore(); err != nil {
+				t.log.Warn("tripwire: restore memory.high after a failed start", "dir", dir, "err", err)
+			}
 			t.closeAll()
 		}
 	}()
 	if t.dirfd, err = openDir(dir); err != nil {
 		return nil, fmt.Errorf("new v2 tripwire: %w", err)
 	}
+	// memory.high throttles the whole subtree: never the process that
+	// runs the Tripwire.
+	if where, in, err := processBeneath(t.dirfd, dir, opts.SelfPID); err != nil || in {
+		if err == nil {
+			err = fmt.Errorf("%w: memory.high on %s would throttle pid %d, in %s beneath it", ErrUnsupported, dir, opts.SelfPID, where)
+		}
+		return nil, fmt.Errorf("new v2 tripwire: %w", err)
+	}
 	// memory.high must exist and be writable later; keep its value to
-	// restore.
-	t.hk = highKeeper{dir: dir, dirfd: t.dirfd, log: t.log, stateDir: opts.StateDir}
+	// restore (and put back what a Tripwire that did not close left).
+	t.hk = newHighKeeper(dir, t.dirfd, opts)
 	if err := t.hk.load(); err != nil {
 		return nil, fmt.Errorf("new v2 tripwire: %w", err)
 	}

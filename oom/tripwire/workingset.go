@@ -1,7 +1,6 @@
 package tripwire
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -76,10 +75,15 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, statBG: -1, tfd: -1, ifd: -1, assist: !opts.NoAssist,
+	t := &wsPoller{loop: l, dirfd: -1, current: -1, stat: -1, statBG: -1, tfd: -1, ifd: -1, assist: !opts.NoAssist, hk: highKeeper{dirfd: -1},
 		bgStop: make(chan struct{}), bgDone: make(chan struct{}), nearC: make(chan struct{}, 1)}
 	defer func() {
 		if retErr != nil {
+			// A memory.high left armed that load could not put back
+			// yet goes back before the directory is let go.
+			if err := t.hk.restore(); err != nil {
+				t.log.Warn("tripwire: restore memory.high after a failed start", "dir", dir, "err", err)
+			}
 			t.closeAll()
 		}
 	}()
@@ -95,21 +99,25 @@ func newWorkingSet(dir string, opts Options) (_ *wsPoller, retErr error) {
 	if t.statBG, err = openAt(t.dirfd, dir, fileStat, unix.O_RDONLY); err != nil {
 		return nil, fmt.Errorf("new working-set tripwire: %w", err)
 	}
-	switch {
-	case t.assist:
-		// memory.high is ours to write: keep the original (and, with
-		// StateDir, the one a crashed Tripwire recorded) to restore.
-		t.hk = highKeeper{dir: dir, dirfd: t.dirfd, log: t.log, stateDir: opts.StateDir}
+	if t.assist || opts.Store != nil {
+		// memory.high is ours to write: keep the original to restore.
+		// Without the assist too, with a store: what a Tripwire that
+		// did not close left armed goes back now.
+		t.hk = newHighKeeper(dir, t.dirfd, opts)
 		if err := t.hk.load(); err != nil {
 			return nil, fmt.Errorf("new working-set tripwire: %w", err)
 		}
-		if err := t.watchEvents(); err != nil {
-			return nil, fmt.Errorf("new working-set tripwire: %w", err)
+	}
+	if t.assist {
+		if why := t.assistDenied(); why != "" {
+			t.assist = false
+			t.opts = t.opts.withoutAssist()
+			t.log.Warn("tripwire: no memory.high assist on the pod root: "+why+"; the working-set poll alone wakes the manager",
+				"dir", dir, "min_period", t.opts.MinPeriod)
 		}
-	case opts.StateDir != "":
-		// A memory.high left armed by a Tripwire that never closed
-		// goes back now: this one will never write or restore it.
-		if err := restoreLeftover(t.dirfd, dir, opts); err != nil {
+	}
+	if t.assist {
+		if err := t.watchEvents(); err != nil {
 			return nil, fmt.Errorf("new working-set tripwire: %w", err)
 		}
 	}
@@ -477,19 +485,17 @@ func (t *wsPoller) read(threshold uint64, at time.Time) (uint64, error) {
 	return usage - min(usage, inactive), nil
 }
 
-// Close implements Tripwire; with the assist it restores memory.high.
+// Close implements Tripwire; it restores memory.high where the assist (or
+// a Tripwire that did not close) left it.
 func (t *wsPoller) Close() error {
 	if !t.shutdown(&t.mu, &t.closed, t.started) {
 		return nil
 	}
 	close(t.bgStop)
 	<-t.bgDone
-	var rerr error
-	if t.assist {
-		t.mu.Lock()
-		rerr = t.hk.restore()
-		t.mu.Unlock()
-	}
+	t.mu.Lock()
+	rerr := t.hk.restore() // nothing to do when memory.high was never written
+	t.mu.Unlock()
 	return errors.Join(rerr, t.closeAll())
 }
 
@@ -499,37 +505,22 @@ func (t *wsPoller) closeAll() error {
 	return t.closeWith(&t.ifd, &t.tfd, &t.statBG, &t.stat, &t.current, &t.dirfd)
 }
 
-// restoreLeftover puts back the memory.high recorded in opts.StateDir for
-// this very cgroup by a memory.high Tripwire that never closed, and
-// removes the record.
-func restoreLeftover(dirfd int, dir string, opts Options) error {
-	path := recordPath(opts.StateDir, dir)
-	r, ok, err := loadRecord(path)
-	if err != nil || !ok {
-		return err
+// assistDenied says why the assist must not write memory.high on the
+// directory ("" when it may): the process it must never throttle runs
+// beneath it (memory.high throttles the whole subtree: guard mode's own
+// pod beneath kubepods), or that cannot be told, or the record of the
+// original cannot be read (a write could not be undone after a crash).
+// Callers own t alone.
+func (t *wsPoller) assistDenied() string {
+	if t.hk.refuse != nil {
+		return t.hk.refuse.Error()
 	}
-	id, err := dirID(dirfd, dir)
-	if err != nil {
-		return err
+	where, in, err := processBeneath(t.dirfd, t.dir, t.opts.SelfPID)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("whether pid %d runs beneath it cannot be told: %v", t.opts.SelfPID, err)
+	case in:
+		return fmt.Sprintf("pid %d (this agent) runs beneath it, in %s, and memory.high would throttle it with the pods", t.opts.SelfPID, where)
 	}
-	if r.ID == id {
-		fd, err := openAt(dirfd, dir, fileHigh, unix.O_RDONLY)
-		if err != nil {
-			return err
-		}
-		var buf [64]byte
-		raw, err := pread(fd, buf[:])
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("read %s/%s: %w", dir, fileHigh, err)
-		}
-		if now := string(bytes.TrimSpace(raw)); now != r.Original {
-			if err := writeValue(dirfd, dir, fileHigh, r.Original); err != nil {
-				return fmt.Errorf("restore memory.high left armed: %w", err)
-			}
-			opts.Logger.Info("memory.high left armed by a tripwire that did not close, restored",
-				"dir", dir, "found", now, "original", r.Original, "state", path)
-		}
-	}
-	return removeRecord(path)
+	return ""
 }

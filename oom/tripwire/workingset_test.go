@@ -87,40 +87,10 @@ func TestWorkingSetFiresOnTheWorkingSetNotOnPageCache(t *testing.T) {
 	})
 }
 
-func TestWorkingSetRestoresAMemoryHighLeftArmed(t *testing.T) {
-	t.Run("without the assist at New", func(t *testing.T) {
-		dir := fakeV2(t, "max", 0)
-		state := t.TempDir()
-		crashed(t, dir, state, "max", "67108864")
-		mustNew(t, dir, true, Options{NoAssist: true, StateDir: state})
-		if got := readFake(t, dir, fileHigh); got != "max" {
-			t.Errorf("memory.high = %q after New, want the recorded original max", got)
-		}
-		if _, ok, _ := loadRecord(recordPath(state, dir)); ok {
-			t.Error("the record is still there")
-		}
-	})
-	t.Run("with the assist on Close", func(t *testing.T) {
-		dir := fakeV2(t, "max", 0)
-		state := t.TempDir()
-		crashed(t, dir, state, "max", "67108864")
-		tw := mustNew(t, dir, true, Options{StateDir: state})
-		if err := tw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if got := readFake(t, dir, fileHigh); got != "max" {
-			t.Errorf("memory.high = %q after Close, want the recorded original max", got)
-		}
-		if _, ok, _ := loadRecord(recordPath(state, dir)); ok {
-			t.Error("the record is still there")
-		}
-	})
-}
-
 func TestWorkingSetAssistKeepsMemoryHighAboveUsage(t *testing.T) {
 	dir := fakeV2(t, "max", 0)
-	state := t.TempDir()
-	tw := mustNew(t, dir, true, Options{StateDir: state, MinPeriod: time.Millisecond, MaxPeriod: 2 * time.Millisecond, Floor: time.Millisecond})
+	store := openStore(t, t.TempDir())
+	tw := mustNew(t, dir, true, Options{Store: store, MinPeriod: time.Millisecond, MaxPeriod: 2 * time.Millisecond, Floor: time.Millisecond})
 	const th = 64 << 20
 	usage := func(u, inactive uint64) {
 		writeFake(t, dir, fileStat, stat(inactive))
@@ -149,8 +119,8 @@ func TestWorkingSetAssistKeepsMemoryHighAboveUsage(t *testing.T) {
 	}
 	t.Run("without page cache memory.high is the line", func(t *testing.T) {
 		waitHigh("no cache", th)
-		if _, ok, _ := loadRecord(recordPath(state, dir)); !ok {
-			t.Error("no record of the original before the write")
+		if r, ok := recordOf(t, store, dir); !ok || r.Original != "max" {
+			t.Errorf("record %+v, %v: want the original max recorded before the write", r, ok)
 		}
 	})
 	t.Run("page cache above the line moves memory.high above usage by the working set's headroom", func(t *testing.T) {
@@ -169,9 +139,7 @@ func TestWorkingSetAssistKeepsMemoryHighAboveUsage(t *testing.T) {
 		if got := readFake(t, dir, fileHigh); got != "max" {
 			t.Errorf("memory.high = %q after Close", got)
 		}
-		if _, ok, _ := loadRecord(recordPath(state, dir)); ok {
-			t.Error("the record is still there")
-		}
+		noRecords(t, store)
 	})
 }
 
