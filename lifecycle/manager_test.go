@@ -59,6 +59,15 @@ type rig struct {
 	// pulls: registry_integration_test.go).
 	podOptions           podspec.Options
 	imageCredentialsFile string
+	// nodeLabels is the manager's Config.NodeLabels (this machine's when
+	// nil).
+	nodeLabels map[string]string
+	// state is the managers' state store, opened at the first manager
+	// and kept across restarts (its quarantine counter with it).
+	state *statestore.Store
+	// deferReady: the test calls SourcesReady itself (a source it loads
+	// first).
+	deferReady bool
 }
 
 func newRig(t *testing.T) *rig {
@@ -109,6 +118,14 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 	if r.runtime != nil {
 		rt = r.runtime(rt)
 	}
+	log := slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if r.state == nil {
+		st, err := statestore.Open(filepath.Join(r.root, lifecycle.DefaultStateSubdir), statestore.Options{Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.state = st
+	}
 	m, err := lifecycle.New(lifecycle.Config{
 		Runtime: rt, Cgroups: r.cg, Workers: r.workers, RootDir: r.root, MemoryCapacity: 8 << 30,
 		BackoffInitial: bi, BackoffMax: bm, Resync: resync, SteadyResync: steady,
@@ -116,12 +133,14 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 		Volumes: r.volumes(t), Network: r.network(), GCInterval: time.Hour,
 		ContainerLogs: r.containerLogs, ContainerLogMonitorInterval: r.logInterval, Node: r.node, Events: r.events,
 		PodOptions: r.podOptions, ImageCredentialsFile: r.imageCredentialsFile,
-		Logger: slog.New(slog.NewTextHandler(r.logWriter(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+		NodeLabels: r.nodeLabels, State: r.state, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SourcesReady() // the persisted API pods are the only source here
+	if !r.deferReady {
+		m.SourcesReady() // the persisted API pods are the only source here
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { m.Run(ctx); close(done) }()
@@ -134,10 +153,7 @@ func (r *rig) manager(t *testing.T) (*lifecycle.Manager, context.CancelFunc) {
 // deleted while nodeguard was down.
 func (r *rig) forgetPersisted(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	st, err := statestore.Open(filepath.Join(r.root, lifecycle.DefaultStateSubdir), statestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := r.state
 	if _, ok, err := st.Get(lifecycle.KindAPIPod, p.Namespace+"/"+p.Name); !ok || err != nil {
 		t.Fatalf("no record of pod %s/%s to forget (%v)", p.Namespace, p.Name, err)
 	}

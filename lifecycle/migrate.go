@@ -93,6 +93,9 @@ func (m *Manager) migrateAPIPods(dir string) {
 		if p.UID == "" {
 			p.UID = legacyUID(path)
 		}
+		if p.Namespace == "" {
+			p.Namespace = corev1.NamespaceDefault // as applied
+		}
 		k := apiPodKey(p.Namespace, p.Name)
 		byName[k] = append(byName[k], found{p, path})
 	}
