@@ -248,7 +248,7 @@ the Eviction API, which PodDisruptionBudgets may refuse.`,
 		f.StringVar(&flags.CgroupRoot, "cgroup-root", "/", "the kubelet's cgroupRoot")
 		f.StringVar(&flags.Kubeconfig, "kubeconfig", "", "the API server's kubeconfig (default: the service account in a pod; none otherwise)")
 		f.StringVar(&flags.NodeName, "node-name", "", "the node's name (default: the lower-cased hostname)")
-		f.StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard-guard", "state directory (the tripwire's)")
+		f.StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard-guard", "state directory (the state store beneath it, state/)")
 		f.StringVar(&flags.MetricsAddr, "metrics-addr", DefaultMetricsAddr, "address to serve /metrics on (empty: off)")
 	}
 	pods.Flags().StringVarP(&output, "output", "o", "table", "table or json")

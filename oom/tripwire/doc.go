@@ -61,8 +61,9 @@
 //     growth that reaches memory.high costs one event and a move up. While
 //     the working set is above the line memory.high stays where the
 //     crossing put it, which slows the allocators while the consumer acts.
-//     Close restores the original memory.high (recorded with StateDir, see
-//     below).
+//     Close restores the original memory.high (recorded in Options.Store,
+//     see "State and crash repair"). Not when the agent's own process runs
+//     beneath the directory: see "The agent's own pod".
 //
 // It fires when the working set reaches the line (Fire.WorkingSet), once:
 // again only after the working set has come back below the line minus
@@ -73,8 +74,8 @@
 // not wake it again while the working set stays there, and page cache
 // above the line never wakes it. Page cache that grew by more than the
 // working set's headroom within the 100 ms since the last refresh can
-// cost one early fire, corrected on the next tick. With NoAssist and
-// StateDir it puts back, at New, a memory.high recorded there by a
+// cost one early fire, corrected on the next tick. With NoAssist and a
+// Store it still puts back, at New, a memory.high left armed by a
 // Tripwire of the same cgroup that never closed. BenchmarkV2Mechanisms
 // measures it (with and without the assist) against memory.high and PSI;
 // the README has the figures.
@@ -100,15 +101,75 @@
 // limit, skip the reclaim" and older ones ignore). Close writes back the
 // memory.high that was there before the first Arm (usually "max"), unless
 // someone else changed it since, which is logged and left alone. With
-// Options.StateDir that original is recorded durably before the first
-// write (a JSON file named after the path and holding the cgroup's inode,
-// written to a synced temporary file and renamed), so that a Tripwire
-// started after one that was killed takes the recorded original, not the
-// threshold left behind, and restores it on Close; a record of another
-// cgroup that had the same path (another inode) is ignored and removed;
-// the record is removed once the original is back. Its costs (every pod
+// Options.Store that original is recorded durably before the first write
+// (see "State and crash repair"). New refuses it (ErrUnsupported) when the
+// agent's own process runs beneath the directory. Its costs (every pod
 // below the cgroup throttled while page cache holds usage above the line,
 // a "high" event per charge batch) are why it is not the default.
+//
+// # State and crash repair
+//
+// With Options.Store (the agent's state store, package
+// internal/statestore), the memory.high found before the first write is
+// put as a record of kind RecordKind ("tripwire-memory-high"), keyed by
+// the directory's path and holding the cgroup's inode, atomically and
+// durably before that first write, and deleted once the original is back
+// (Close). At New, a Tripwire finds what one that never closed (a crash, a
+// SIGKILL) left:
+//
+//   - A record of this very cgroup (same inode): its original is put back
+//     at once, over the threshold left there, and the record deleted; a
+//     write that fails leaves it to Close.
+//   - A record of another cgroup that had the same path: deleted, unused.
+//   - A record that cannot be read (torn, bad checksum, a payload that
+//     does not decode or validate): the store quarantines it (moved to
+//     quarantine/tripwire-memory-high/, logged, counted in
+//     nodeguard_state_records_quarantined_total). The record is put before
+//     the first write, so a Tripwire was writing memory.high: what is
+//     there now is what it left, or what someone wrote since. Only a
+//     value within Options.Written (the values a Tripwire of the agent's
+//     configuration can write: its lines, plus the assist's allowance for
+//     page cache) is taken for the Tripwire's and replaced by
+//     Options.Unarmed, the value without an agent ("max" by default: the
+//     kubelet never writes memory.high on kubepods). Anything else ("max"
+//     where the configuration says otherwise, a value above every line) is
+//     left alone, and logged: the agent never tears down what it does not
+//     recognise. New does not fail; the Tripwire runs.
+//   - A record of a newer agent (ErrUnsupported, left in place for it) or
+//     a store that cannot be read: nothing recorded can be trusted and no
+//     write could be undone after a crash, so memory.high is left as found
+//     and never written (the working-set poll runs without the assist,
+//     KindMemoryHigh's Arm fails), logged once.
+//
+// Options.LegacyStateDir names the directory of the JSON state file of
+// the Tripwire before the store; the file of the watched directory is
+// moved into the store once (read, put, removed). One that does not parse
+// is renamed aside (".corrupt") and repaired from as an unreadable
+// record. A failed New puts back what it could not yet, and Close
+// restores on every stop; a stop that restores nothing (SIGKILL, a
+// failed write) leaves the record for the next New.
+//
+// # The agent's own pod
+//
+// memory.high throttles every task of the directory's whole subtree. Guard
+// mode's DaemonSet runs the agent in a pod beneath kubepods: an assist on
+// kubepods would throttle the agent together with the pods it must save,
+// right when it must act. New therefore looks for the agent's own process
+// (Options.SelfPID, this process by default) at or beneath the directory,
+// by the pids in each cgroup's cgroup.procs (in a container with a cgroup
+// namespace of its own /proc/self/cgroup reads "/", which names nothing on
+// the host's tree; cgroup.procs lists pids in the reader's pid namespace,
+// where the process's own pid is its own). When it is there (or the
+// search fails), the working-set poll runs without the assist, at the
+// poll's own shortest tick (DefaultMinPeriod, 1 ms near the line, inside
+// the 10 ms detection target), logged once; KindMemoryHigh is refused. The
+// alternative, the assist on each QoS and pod cgroup but the agent's own,
+// was rejected: a memory.high per child cannot tell the sum of the pods'
+// working sets reaching the line (each child's share would have to be
+// guessed), it would write cgroups the kubelet creates and removes with
+// every pod, and a Burstable agent shares its QoS cgroup with the pods.
+// The assist's other gain, throttling the allocators while the consumer
+// acts, is given up there; the PSI triggers and the poll still wake it.
 //
 // With Options.LeaveHigh or Mechanism KindPoll (v2), the Tripwire polls
 // memory.current every Options.PollEvery (Kind "poll") and fires on each
@@ -127,14 +188,18 @@
 //   - Files are opened beneath the directory by fixed names (openat on a
 //     directory descriptor); nothing is written but cgroup.event_control
 //     (v1) and memory.high (v2: KindMemoryHigh, the working-set assist,
-//     and restoring an original) of that one directory, and the record in
-//     Options.StateDir.
+//     and restoring an original) of that one directory, and its record in
+//     Options.Store. New reads the cgroup.procs of the directory's subtree
+//     (directories opened beneath it, never by symlink), once.
 //   - The working-set assist never writes a memory.high below usage plus
 //     one charge batch, so it never makes the writer reclaim and never
 //     throttles page cache held above the line.
-//   - With StateDir, the original memory.high is on disk before the first
+//   - With a Store, the original memory.high is on disk before the first
 //     write to memory.high, and a record is only ever used for the cgroup
-//     whose inode it names.
+//     whose inode it names. A bad record never fails New; after one, only
+//     a memory.high within Options.Written is replaced.
+//   - memory.high is never written on a directory the agent's own process
+//     runs beneath.
 //   - The working-set poll delivers a line once per crossing: again only
 //     after the working set went below threshold - Hysteresis, and never
 //     two fires within Floor. Its tick is never shorter than MinPeriod,
