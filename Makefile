@@ -150,6 +150,8 @@ FUZZ_TARGETS ?= \
 	./oom:FuzzParseThresholdList \
 	./oom:FuzzParsePSIRule \
 	./oom/tripwire:FuzzDecodeRecord \
+	./lifecycle:FuzzAPIPodRecord \
+	./lifecycle:FuzzEvictionRecord \
 	./cmd/nodeguard:FuzzConfig
 
 # The cluster lane (issue 15): etcd, kube-apiserver, kube-scheduler,
