@@ -193,7 +193,7 @@ func TestEnforceLocalStorage(t *testing.T) {
 			obs := &decisions{}
 			c.cfg.Observer = obs
 			m := &Manager{cfg: Config{RootDir: t.TempDir(), LocalStorage: c.cfg}, log: slog.New(slog.DiscardHandler), now: time.Now,
-				pods: map[types.UID]*podState{}, ls: newLocalStorage(c.cfg)}
+				pods: map[types.UID]*podState{}, ls: newLocalStorage(c.cfg), state: testStore(t)}
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "p", UID: "u1"},
 				Spec: corev1.PodSpec{Volumes: []corev1.Volume{emptyDir("scratch", "", "4Mi")}, Containers: []corev1.Container{ctr("main", "")},
 					Priority: &c.priority}}

@@ -141,7 +141,8 @@ func TestEndPastDeadline(t *testing.T) {
 	secs := int64(2)
 	grace := int64(3)
 	newManager := func(t *testing.T) *Manager {
-		return &Manager{cfg: Config{RootDir: t.TempDir()}, log: slog.New(slog.DiscardHandler), now: func() time.Time { return now }}
+		return &Manager{cfg: Config{RootDir: t.TempDir()}, log: slog.New(slog.DiscardHandler), now: func() time.Time { return now },
+			state: testStore(t)}
 	}
 	newState := func() *podState {
 		return &podState{

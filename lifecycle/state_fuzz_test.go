@@ -14,13 +14,20 @@ import (
 	"github.com/nodeguard/nodeguard/internal/statestore"
 )
 
-// storedRecord is the file a store writes for v as record key of kind k.
-func storedRecord(t testing.TB, k statestore.Kind, key string, v any) []byte {
+// testStore is a state store of its own for a Manager made by hand.
+func testStore(t testing.TB) *statestore.Store {
 	t.Helper()
 	s, err := statestore.Open(t.TempDir(), statestore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// storedRecord is the file a store writes for v as record key of kind k.
+func storedRecord(t testing.TB, k statestore.Kind, key string, v any) []byte {
+	t.Helper()
+	s := testStore(t)
 	if err := s.Put(k, key, v); err != nil {
 		t.Fatal(err)
 	}
