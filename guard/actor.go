@@ -28,6 +28,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/metrics"
@@ -96,7 +97,15 @@ type Config struct {
 	// RetryInitial and RetryMax bound the back-off of API calls that
 	// failed or were refused (defaults 500 ms and 30 s).
 	RetryInitial, RetryMax time.Duration
-	Log                    *slog.Logger
+	// State is the agent's state store: the evicted pods' holds and
+	// pending removals (KindRemoval) and the oom_score_adj raise records
+	// are kept there, and New resumes them. nil: in memory only.
+	State *statestore.Store
+	// MemoryCapacity is the node's memory in bytes, for the kubelet's
+	// oom_score_adj of a Burstable pod whose raise record was lost
+	// (RepairOOMScoreAdj); 0: unknown.
+	MemoryCapacity int64
+	Log            *slog.Logger
 }
 
 // Counts are what the actor did, for the metrics.
@@ -146,8 +155,12 @@ type Actor struct {
 	// pending: hard evictions whose API call is still to succeed.
 	pending map[types.UID]*removal
 	wakeAPI chan struct{}
+	// recorded: the pods with a KindRemoval record in the store.
+	recorded map[types.UID]bool
+	// storeMu orders the writes of the records (persist).
+	storeMu sync.Mutex
 
-	raiser oomadj.Raiser
+	raiser *oomadj.Raiser
 
 	killed, evictions, deletes, refused, apiErrors, kubeletEvicting atomic.Uint64
 }
@@ -166,6 +179,7 @@ type retryKey struct {
 }
 
 type evictedPod struct {
+	pod     Pod
 	sandbox string
 	at      time.Time
 }
@@ -218,10 +232,12 @@ func New(cfg Config) (*Actor, error) {
 	}
 	a := &Actor{cfg: cfg, log: cfg.Log, exempt: map[string]bool{}, refresh: make(chan struct{}, 1),
 		cgs: map[types.UID]*podCgroup{}, byID: map[uint64]metrics.PodLabels{}, evicted: map[types.UID]evictedPod{},
-		retryAt: map[retryKey]retry{}, pending: map[types.UID]*removal{}, wakeAPI: make(chan struct{}, 1)}
+		retryAt: map[retryKey]retry{}, pending: map[types.UID]*removal{}, wakeAPI: make(chan struct{}, 1),
+		recorded: map[types.UID]bool{}, raiser: oomadj.NewRaiser(cfg.State, cfg.Log)}
 	for _, e := range cfg.Exempt {
 		a.exempt[e] = true
 	}
+	a.resume()
 	return a, nil
 }
 
@@ -362,6 +378,15 @@ func (a *Actor) Sync(ctx context.Context) error {
 		return err
 	}
 	a.found.Store(&found)
+	for _, uid := range a.syncFound(found) {
+		a.persist(uid)
+	}
+	return nil
+}
+
+// syncFound updates what the actor keeps of the pods to those found, and
+// returns the pods whose record may be removed now (persist decides).
+func (a *Actor) syncFound(found []Pod) (done []types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	seen := make(map[types.UID]bool, len(found))
@@ -407,7 +432,12 @@ func (a *Actor) Sync(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	for uid := range a.recorded {
+		if !a.keepRecordLocked(uid) {
+			done = append(done, uid)
+		}
+	}
+	return done
 }
 
 func (a *Actor) close() {
@@ -625,11 +655,14 @@ func (a *Actor) Evict(ctx context.Context, d oom.Decision) error {
 		}
 		a.killed.Add(1)
 		a.mu.Lock()
-		a.evicted[uid] = evictedPod{sandbox: p.SandboxID, at: time.Now()}
+		a.evicted[uid] = evictedPod{pod: p, sandbox: p.SandboxID, at: time.Now()}
 		if !kubelet && a.cfg.Client != nil {
 			a.pending[uid] = &removal{pod: p, message: d.Message, at: time.Now()}
 		}
 		a.mu.Unlock()
+		// After the kill, not before: the memory comes first, and a
+		// crash in between (one fsync) loses only the record.
+		a.persist(uid)
 		a.log.Info("guard: pod cgroup killed", "pod", p.Namespace+"/"+p.Name, "uid", uid, "cgroup", p.Cgroup,
 			"kill", time.Since(start), "kubelet_stopping", kubelet, "api", a.cfg.Client != nil)
 		if !kubelet {
@@ -654,8 +687,9 @@ func (a *Actor) Evict(ctx context.Context, d oom.Decision) error {
 		return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	a.mu.Lock()
-	a.evicted[uid] = evictedPod{sandbox: p.SandboxID, at: time.Now()}
+	a.evicted[uid] = evictedPod{pod: p, sandbox: p.SandboxID, at: time.Now()}
 	a.mu.Unlock()
+	a.persist(uid)
 	a.log.Info("guard: pod evicted through the Eviction API", "pod", p.Namespace+"/"+p.Name, "uid", uid, "grace", d.GracePeriod)
 	a.event(p, d.Message)
 	return nil
@@ -793,6 +827,11 @@ func (a *Actor) runAPI(ctx context.Context) {
 // removePending makes the API call of every pending hard eviction whose
 // back-off is over, and returns when the next one is due (zero: none).
 func (a *Actor) removePending(ctx context.Context) time.Time {
+	if a.cfg.Client == nil {
+		// Removals resumed from the store of an agent that had an API
+		// server: kept, for one that has.
+		return time.Time{}
+	}
 	a.mu.Lock()
 	var due []*removal
 	var next time.Time
@@ -821,6 +860,9 @@ func (a *Actor) removePending(ctx context.Context) time.Time {
 			next = rt.at
 		}
 		a.mu.Unlock()
+		if err == nil {
+			a.persist(r.pod.UID)
+		}
 	}
 	return next
 }
