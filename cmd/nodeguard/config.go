@@ -445,6 +445,13 @@ func loadRunConfig(path string) (runConfig, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("read config: %w", err)
 	}
+	return parseRunConfig(b, path)
+}
+
+// parseRunConfig decodes the configuration file b over the defaults; path
+// names the file in errors. It reads nothing else: FuzzConfig runs it.
+func parseRunConfig(b []byte, path string) (runConfig, error) {
+	cfg := defaultRunConfig()
 	// Quantities first, so that a bad one is named with its field (the
 	// decoder's own error names neither).
 	var raw map[string]any
