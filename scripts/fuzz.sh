@@ -4,6 +4,16 @@
 # set, is the number of fuzzing workers (go test -parallel; GOMAXPROCS
 # otherwise): make test fuzzes with one beside a node-lane guest.
 #
+# FUZZ_MINIMIZE (default 200x: runs, not time) bounds how long Go spends
+# minimizing an input (go test -fuzzminimizetime). Go minimizes every input
+# that finds new coverage before it counts or mutates anything more, for
+# up to 60 s by default, with a number of runs that grows with the square
+# of the input's length: one worker minimizing a pod spec or a
+# configuration of a few hundred bytes spent a target's whole budget
+# doing so, and counted none of it. A failing input is written all the same, minimized as far as the
+# bound went; go test -run=FuzzX/<input> reproduces it and go test -fuzz
+# without the bound minimizes it further.
+#
 # Each package's test binary is built once, as go test -fuzz builds it
 # (go test -c -fuzz: instrumented for coverage-guided fuzzing), and run
 # for each of its targets as go test -fuzz runs it: from the package's
@@ -44,10 +54,11 @@ echo "fuzz: built the test binaries of $npkg packages in $(($(date +%s) - start)
 
 parallel=()
 [ -z "${FUZZ_PARALLEL:-}" ] || parallel=(-test.parallel "$FUZZ_PARALLEL")
+minimize=${FUZZ_MINIMIZE:-200x}
 
 run() { # pkg name
 	(cd "${dir[$1]}" && "${bin[$1]}" -test.paniconexit0 -test.run '^$' -test.fuzz "^$2\$" -test.fuzztime "$fuzztime" \
-		-test.fuzzcachedir "${fuzzcache[$1]}" "${parallel[@]}") >"$log" 2>&1
+		-test.fuzzminimizetime "$minimize" -test.fuzzcachedir "${fuzzcache[$1]}" "${parallel[@]}") >"$log" 2>&1
 }
 
 coordinator_race() { # the log shows go.dev/issue/75804 and nothing else

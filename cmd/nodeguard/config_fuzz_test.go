@@ -17,7 +17,7 @@ import (
 // Seeds stay small and few. The fuzzing engine minimizes every input that
 // finds new coverage, for up to -fuzzminimizetime (60 s), with a number
 // of runs that grows with the square of its length: seeded with the whole
-// example file (15 KB, mostly comments) the worker spent make fuzz's
+// example file (mostly comments) the worker spent make fuzz's
 // budget minimizing. And each seed's baseline run ships this package's
 // coverage counters (all of its dependencies are instrumented) between
 // the worker and the coordinator.
