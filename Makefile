@@ -152,6 +152,8 @@ FUZZ_TARGETS ?= \
 	./oom/tripwire:FuzzDecodeRecord \
 	./lifecycle:FuzzAPIPodRecord \
 	./lifecycle:FuzzEvictionRecord \
+	./lifecycle/oomadj:FuzzRaiseRecord \
+	./guard:FuzzRemovalRecord \
 	./cmd/nodeguard:FuzzConfig
 
 # The cluster lane (issue 15): etcd, kube-apiserver, kube-scheduler,

@@ -8,9 +8,65 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
 	"github.com/nodeguard/nodeguard/lifecycle/qos"
+	"github.com/nodeguard/nodeguard/oom"
 )
+
+// RepairOOMScoreAdj makes the actor keep its oom_score_adj raise records
+// in store (oomadj.RecordKind), then puts back what an agent that died
+// left raised (oomadj.Raiser.Repair). It is called once at start, before
+// the eviction manager runs, with or without eviction: the processes a
+// dead agent raised are owed their values either way. A pod whose record
+// could not be read gets the kubelet's value (restoreLost).
+func (a *EvictionActor) RepairOOMScoreAdj(store *statestore.Store) (oomadj.Repaired, error) {
+	m := a.m
+	a.raiser.Persist(store, m.log)
+	return a.raiser.Repair(a.clamp, a.restoreLost)
+}
+
+func (a *EvictionActor) clamp(v int) int {
+	v, _ = qos.ClampForCapability(v, a.m.cfg.HasCapSysResource, a.m.cfg.MinOOMScoreAdj)
+	return v
+}
+
+// restoreLost is the fallback for a pod whose raise record could not be
+// read: each of its processes that still has the raised value gets the
+// highest value the kubelet's policy gives its containers (oomadj.Due).
+// A pod the manager does not know (yet) with its cgroup is left, logged.
+func (a *EvictionActor) restoreLost(uid types.UID) error {
+	m := a.m
+	m.mu.Lock()
+	st, ok := m.pods[uid]
+	var parent string
+	var pod *corev1.Pod
+	if ok {
+		parent, pod = st.parent, st.pod
+	}
+	m.mu.Unlock()
+	if pod == nil || parent == "" {
+		m.log.Warn("oom_score_adj: a raise record could not be read and its pod is not known here: its processes keep the raised value",
+			"uid", string(uid), "raised", oom.NextVictimOOMScoreAdj)
+		return nil
+	}
+	due, err := oomadj.Due(pod, m.cfg.MemoryCapacity)
+	if err != nil {
+		return fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err)
+	}
+	due = a.clamp(due)
+	pids, err := m.cfg.Cgroups.Procs(parent)
+	if err != nil {
+		return fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err)
+	}
+	n, err := oomadj.Unraise(pids, oom.NextVictimOOMScoreAdj, due)
+	m.log.Warn("oom_score_adj: a raise record could not be read; the pod's raised processes get the kubelet's value",
+		"pod", key(pod), "uid", string(uid), "oom_score_adj", due, "written", n)
+	if err != nil {
+		return fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err)
+	}
+	return nil
+}
 
 // SetOOMScoreAdj writes adj to every process of the pod, the sandbox's
 // included (raising the next victim, so that the kernel OOM killer, if it
@@ -46,11 +102,7 @@ func (a *EvictionActor) SetOOMScoreAdj(uid types.UID, adj int) error {
 // below the runtime's minimum cannot be written back, and is clamped as
 // when the container was created (qos.ClampForCapability).
 func (a *EvictionActor) RestoreOOMScoreAdj(uid types.UID) error {
-	m := a.m
-	_, restored, err := a.raiser.Restore(uid, func(v int) int {
-		v, _ = qos.ClampForCapability(v, m.cfg.HasCapSysResource, m.cfg.MinOOMScoreAdj)
-		return v
-	})
+	_, restored, err := a.raiser.Restore(uid, a.clamp)
 	var errs []error
 	if err != nil {
 		errs = append(errs, fmt.Errorf("restore oom_score_adj of pod %s: %w", uid, err))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle"
 )
 
@@ -92,7 +93,14 @@ func TestRestoreOOMScoreAdjPutsBackWhatWasRaised(t *testing.T) {
 		}
 	}
 
+	store, err := statestore.Open(t.TempDir(), statestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := m.EvictionActor(nil)
+	if _, err := a.RepairOOMScoreAdj(store); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.SetOOMScoreAdj(pods[0].UID, 1000); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +119,21 @@ func TestRestoreOOMScoreAdjPutsBackWhatWasRaised(t *testing.T) {
 		}
 		if got := oomScoreAdjOf(t, pid); got != before[pid] {
 			t.Errorf("%s %d restored to %d, want %d, what it had", what, pid, got, before[pid])
+		}
+	}
+
+	// Raised again, and the agent dies before it restores: the next
+	// one's actor, on the same store, puts back what each had.
+	if err := a.SetOOMScoreAdj(pods[0].UID, 1000); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := m.EvictionActor(nil).RepairOOMScoreAdj(store)
+	if err != nil || rep.Pods != 1 || rep.Restored != len(all) {
+		t.Errorf("repair after the agent: %+v, %v; want the pod's %d processes restored", rep, err, len(all))
+	}
+	for _, pid := range all {
+		if got := oomScoreAdjOf(t, pid); got != before[pid] {
+			t.Errorf("pid %d repaired to %d, want %d, what it had", pid, got, before[pid])
 		}
 	}
 }

@@ -415,10 +415,20 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 		rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeguard-guard", Host: st.node})
 	}
 	hard, _ := guard.ParseHardAction(cfg.Eviction.HardAction)
+	// The node's memory: the kubelet's oom_score_adj of a Burstable pod
+	// whose raise record was lost (guard.Actor.RepairOOMScoreAdj).
+	var memCapacity int64
+	if mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath); err == nil {
+		memCapacity = int64(mi.MemTotal)
+	} else {
+		log.Warn("guard mode: the node's memory is unknown", "err", err)
+	}
+	// New resumes the evicted pods' holds and pending removals a guard
+	// that died left in the store.
 	actor, err := guard.New(guard.Config{
 		Finder: &guard.Finder{Runtime: st.client, Layout: st.layout, Driver: st.driver, Root: cfg.CgroupRoot},
 		Client: st.kcs, NodeName: st.node, Recorder: rec, Exempt: cfg.Eviction.Exempt, HardAction: hard,
-		Log: log.With("component", "guard"),
+		State: store, MemoryCapacity: memCapacity, Log: log.With("component", "guard"),
 	})
 	if err != nil {
 		return err
@@ -438,6 +448,13 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 		}
 	}
 	log.Info("guard mode: the kubelet's pods found", "pods", len(actor.Found()))
+	// Before anything raises: what a guard that died left raised.
+	if rep, err := actor.RepairOOMScoreAdj(); err != nil {
+		log.Warn("guard mode: put back the oom_score_adj a previous guard raised", "repaired", rep, "err", err)
+	} else if rep.Pods > 0 || len(rep.Lost) > 0 {
+		log.Info("guard mode: the oom_score_adj a previous guard raised put back", "pods", rep.Pods, "restored", rep.Restored,
+			"forked", rep.Forked, "lost", len(rep.Lost))
+	}
 	g.Go("guard pods", actor.Run)
 
 	fwd := newEventForwarder(1024, st.layout.Memory.ID)

@@ -552,10 +552,19 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	g.Go("sensing", s.Serve)
 	beats := s.heartbeats()
 
+	// Before anything raises: the oom_score_adj an agent that died left
+	// raised, put back with or without eviction.
+	evictionActor := mgr.EvictionActor(cfg.Eviction.Exempt)
+	if rep, err := evictionActor.RepairOOMScoreAdj(store); err != nil {
+		log.Warn("put back the oom_score_adj a previous agent raised", "repaired", rep, "err", err)
+	} else if rep.Pods > 0 || len(rep.Lost) > 0 {
+		log.Info("the oom_score_adj a previous agent raised put back", "pods", rep.Pods, "restored", rep.Restored,
+			"forked", rep.Forked, "lost", len(rep.Lost))
+	}
 	var obs *evictionObserver
 	if !cfg.Eviction.Disabled {
 		var em *oom.Manager
-		em, obs, err = startEviction(g, evictionWiring{cfg: cfg.Eviction, policy: policy, actor: mgr.EvictionActor(cfg.Eviction.Exempt),
+		em, obs, err = startEviction(g, evictionWiring{cfg: cfg.Eviction, policy: policy, actor: evictionActor,
 			reclaim: disk.reclaim, sensing: s, events: events, fwd: fwd, layout: layout, kube: kube, rootDir: cfg.RootDir, store: store,
 			wire: &wire, beats: &beats, log: log})
 		if err != nil {
