@@ -154,11 +154,12 @@ func inServerNS(args ...string) []string {
 	return append([]string{"nsenter", "--net=" + nfsNetNSFile, "--"}, args...)
 }
 
-// ensureAgent starts nodeguard with the node's values unless it runs
-// (the NFS check may run alone: make test-node NODE_FLAGS='-run TestNode/nfs').
+// ensureAgent starts nodeguard with the node's values unless it runs, once
+// a reload or restart under way has ended (the NFS check may run alone:
+// make test-node NODE_FLAGS='-run TestNode/nfs').
 func (n *node) ensureAgent(t *testing.T) {
 	t.Helper()
-	if active, sub, pid, err := agent(); err == nil && active == "active" && sub == "running" && pid != 0 {
+	if active, sub, pid, _, err := settledAgent(settleBound); err == nil && active == "active" && sub == "running" && pid != 0 {
 		if n.current == nil {
 			n.current, _ = os.ReadFile(ConfigPath)
 		}

@@ -46,6 +46,12 @@ const (
 	restartBound = 60 * time.Second
 	// adoptBound: the restarted agent lists every pod Running again.
 	adoptBound = 90 * time.Second
+	// settleBound: nodeguard.service active/running again after a reload,
+	// restart or daemon-reload. A reload (Type=notify) lasts until the
+	// agent has re-read its configuration and sent READY=1 again; on a
+	// freshly booted CI machine the check after a reload found the unit
+	// still reloading.
+	settleBound = 60 * time.Second
 	// adoptSettle is how long the adopted pods are watched for a
 	// duplicate sandbox or a restart after they look adopted.
 	adoptSettle = 10 * time.Second
@@ -161,16 +167,39 @@ func agent() (active, sub string, pid int, err error) {
 	return p["ActiveState"], p["SubState"], pid, nil
 }
 
-// requireAgent fails t at once unless nodeguard is active and running.
+// requireAgent fails t unless nodeguard is active and running, waiting up
+// to settleBound while the unit is in a transition (see settledAgent).
 func requireAgent(t *testing.T) int {
 	t.Helper()
-	active, sub, pid, err := agent()
+	active, sub, pid, waited, err := settledAgent(settleBound)
 	if err != nil || active != "active" || sub != "running" || pid == 0 {
 		props, _ := unitProps("nodeguard.service", "Result", "ExecMainCode", "ExecMainStatus", "NRestarts")
-		t.Fatalf("precondition: nodeguard.service is not running (%s/%s, main pid %d, %v; %v); see the start check. Last journal lines:\n%s\nkernel:\n%s",
-			active, sub, pid, err, props, journalText("nodeguard", 40), kernelTail(20))
+		t.Fatalf("precondition: nodeguard.service is not running (%s/%s after %s, main pid %d, %v; %v); see the start check. Last journal lines:\n%s\nkernel:\n%s",
+			active, sub, waited.Round(time.Millisecond), pid, err, props, journalText("nodeguard", 40), kernelTail(20))
 	}
 	return pid
+}
+
+// settledAgent polls the unit's state until it is active/running with a
+// main pid, or settled elsewhere (inactive or failed: nothing will start
+// it), or bound has passed; it returns the last state seen and how long
+// it waited. Any other state is a transition systemd is still making:
+// reloading, activating (a start or an auto-restart), deactivating.
+func settledAgent(bound time.Duration) (active, sub string, pid int, waited time.Duration, err error) {
+	start := time.Now()
+	for {
+		active, sub, pid, err = agent()
+		waited = time.Since(start)
+		switch {
+		case err == nil && active == "active" && sub == "running" && pid != 0:
+			return active, sub, pid, waited, nil
+		case err == nil && (active == "inactive" || active == "failed"):
+			return active, sub, pid, waited, nil
+		case waited >= bound:
+			return active, sub, pid, waited, err
+		}
+		time.Sleep(poll)
+	}
 }
 
 // requirePods fails t at once unless the start check's pods run.
@@ -549,7 +578,7 @@ func (n *node) reload(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; journal:\n%s", err, journalText("nodeguard", 15))
 	}
-	if _, _, after, _ := agent(); after != pid {
+	if after := requireAgent(t); after != pid {
 		t.Errorf("the reload restarted the agent: main pid %d, was %d", after, pid)
 	}
 	t.Logf("applied without a restart: %q", e["MESSAGE"])
