@@ -153,7 +153,11 @@ func TestHostPathTypesAreBindMountedBeneathThePod(t *testing.T) {
 	}
 	holder := filepath.Join(env.m.PodDir("types"), volumesDirName, PluginHostPath)
 	for i, c := range cases {
-		t.Run(c.name+" is a bind of the checked "+string(c.typ), func(t *testing.T) {
+		typ := string(c.typ)
+		if typ == "" {
+			typ = "path of type unset"
+		}
+		t.Run(c.name+" is a bind of the checked "+typ, func(t *testing.T) {
 			if want := filepath.Join(holder, c.name); ms[i].HostPath != want {
 				t.Errorf("host path %s, want %s", ms[i].HostPath, want)
 			}
@@ -243,6 +247,43 @@ func TestHostPathBindKeepsTheHostsMountsAndTheirPropagation(t *testing.T) {
 		if mounted, err := mountinfo.Mounted(p); err != nil || !mounted {
 			t.Errorf("the host's mount %s is gone after Teardown (mounted %v, %v): the unmount of its copy propagated", p, mounted, err)
 		}
+	}
+}
+
+// A hostPath replaced on the host by another directory that is still
+// allowed (a node's administrator recreating it) is bound anew at the next
+// Setup, as the runtime would resolve the path anew; the old bind is
+// unmounted, not stacked.
+func TestHostPathReplacedByAnAllowedDirectoryIsBoundAnew(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := testCtx(t)
+	dir := filepath.Join(env.allowed, "d")
+	mustWrite(t, filepath.Join(dir, "which"), "first")
+	pod := newPod("renew", []corev1.Volume{hostPathVol("d", dir, corev1.HostPathDirectory)},
+		mountAll(corev1.Container{Name: "app"}, corev1.VolumeMount{Name: "d", MountPath: "/d"}))
+	if _, err := env.m.Setup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "which"), "second")
+	pv, err := env.m.Setup(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := pv.Mounts(&pod.Spec.Containers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, filepath.Join(ms[0].HostPath, "which")); got != "second" {
+		t.Errorf("after the hostPath was replaced the bind shows %q, want %q", got, "second")
+	}
+	if n := len(mountsUnder(t, env.m.PodDir("renew"))); n != 2 {
+		t.Errorf("%d mounts beneath the pod, want 2 (the holder and one bind)", n)
+	}
+	if err := env.m.Teardown(ctx, "renew"); err != nil {
+		t.Fatal(err)
 	}
 }
 
