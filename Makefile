@@ -154,6 +154,11 @@ FUZZ_TARGETS ?= \
 	./lifecycle:FuzzEvictionRecord \
 	./lifecycle/oomadj:FuzzRaiseRecord \
 	./guard:FuzzRemovalRecord \
+	./lifecycle/logs:FuzzParseRecord \
+	./lifecycle/credentials:FuzzParseFile \
+	./netplumb:FuzzParseLease \
+	./netplumb:FuzzRender \
+	./internal/statestore:FuzzParse \
 	./cmd/nodeguard:FuzzConfig
 
 # The cluster lane (issue 15): etcd, kube-apiserver, kube-scheduler,

@@ -361,6 +361,15 @@ func readLease(path string) (lease, error) {
 	if err != nil {
 		return lease{}, fmt.Errorf("netplumb: gc: read lease %s: %w", path, err)
 	}
+	return parseLease(b, path)
+}
+
+// parseLease is readLease's parser: b is the content of the file at path.
+// The container id and interface must be ones libcni would have passed to
+// host-local (it refuses others before ADD): GC runs DEL with them and
+// names libcni's cache file after them, so a foreign or corrupt lease
+// must not reach beyond that directory.
+func parseLease(b []byte, path string) (lease, error) {
 	id, ifName, ok := bytes.Cut(b, []byte("\r\n"))
 	l := lease{path: path, id: string(bytes.TrimSpace(id)), ifName: string(bytes.TrimSpace(ifName))}
 	if !ok || l.ifName == "" {
@@ -368,6 +377,12 @@ func readLease(path string) (lease, error) {
 	}
 	if l.id == "" {
 		return lease{}, fmt.Errorf("netplumb: gc: lease %s names no container: %w", path, ErrInvalidConfig)
+	}
+	if !cniName.MatchString(l.id) {
+		return lease{}, fmt.Errorf("netplumb: gc: lease %s: container id %.80q is not a CNI container id: %w", path, l.id, ErrInvalidConfig)
+	}
+	if err := validIfName(l.ifName); err != nil {
+		return lease{}, fmt.Errorf("netplumb: gc: lease %s: interface %.80q: %v: %w", path, l.ifName, err, ErrInvalidConfig)
 	}
 	return l, nil
 }

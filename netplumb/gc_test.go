@@ -183,15 +183,21 @@ func TestReadLease(t *testing.T) {
 			}
 		})
 	}
-	t.Run("an empty lease is malformed", func(t *testing.T) {
-		p := filepath.Join(dir, "10.88.0.3")
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := readLease(p); !errors.Is(err, ErrInvalidConfig) {
-			t.Fatalf("readLease = %v", err)
-		}
-	})
+	for _, tc := range []struct{ name, content string }{
+		{"an empty lease is malformed", ""},
+		{"a container id that climbs out of libcni's cache is malformed", "x/../../../../etc/passwd\r\neth0"},
+		{"an interface that is a path is malformed", "abc\r\n../../x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, "10.88.0.3")
+			if err := os.WriteFile(p, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if l, err := readLease(p); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("readLease = %+v, %v; want ErrInvalidConfig", l, err)
+			}
+		})
+	}
 }
 
 // natRules returns iptables-save's nat table of the namespace at nsPath.

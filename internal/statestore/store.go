@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -162,6 +163,11 @@ func fileName(key string) (string, error) {
 	if key == "" {
 		return "", errors.New("empty state key")
 	}
+	if !utf8.ValidString(key) {
+		// JSON would write it with U+FFFD in place of the bad bytes: the
+		// record would not match its own file when read back.
+		return "", fmt.Errorf("state key %.40q: not UTF-8", key)
+	}
 	name := url.PathEscape(key)
 	name = strings.ReplaceAll(name, ".", "%2E")
 	if len(name)+len(suffix) > 255 {
@@ -214,27 +220,37 @@ func (s *Store) Put(k Kind, key string, v any) (retErr error) {
 	if err != nil {
 		return fmt.Errorf("write %s record: %w", k.Name, err)
 	}
-	data, err := json.Marshal(v)
+	b, err := encode(k, key, v, s.now())
 	if err != nil {
 		return fmt.Errorf("write %s record %s: %w", k.Name, key, err)
-	}
-	b, err := json.Marshal(envelope{
-		Format: Format, Kind: k.Name, Key: key, Version: k.Version,
-		Written: s.now().UTC(), Checksum: crc32.Checksum(data, castagnoli), Data: data,
-	})
-	if err != nil {
-		return fmt.Errorf("write %s record %s: %w", k.Name, key, err)
-	}
-	if len(b) > maxRecord {
-		return fmt.Errorf("write %s record %s: %d bytes, more than %d", k.Name, key, len(b), maxRecord)
 	}
 	if err := s.ensureKindDir(k); err != nil {
 		return fmt.Errorf("write %s record %s: %w", k.Name, key, err)
 	}
-	if err := WriteFileAtomic(filepath.Join(s.kindDir(k), name), append(b, '\n'), 0o600); err != nil {
+	if err := WriteFileAtomic(filepath.Join(s.kindDir(k), name), b, 0o600); err != nil {
 		return fmt.Errorf("write %s record %s: %w", k.Name, key, err)
 	}
 	return nil
+}
+
+// encode is the file Put writes for v as the record key of kind k,
+// written at now.
+func encode(k Kind, key string, v any, now time.Time) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(envelope{
+		Format: Format, Kind: k.Name, Key: key, Version: k.Version,
+		Written: now.UTC(), Checksum: crc32.Checksum(data, castagnoli), Data: data,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRecord {
+		return nil, fmt.Errorf("%d bytes, more than %d", len(b), maxRecord)
+	}
+	return append(b, '\n'), nil
 }
 
 // Delete removes the record key of kind k, durably; a missing record is

@@ -147,6 +147,11 @@ func ReadFile(path string) (*Keyring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read registry credentials: %w", err)
 	}
+	return parseFile(b, path)
+}
+
+// parseFile is ReadFile's parser: b is the content of the file at path.
+func parseFile(b []byte, path string) (*Keyring, error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return nil, fmt.Errorf("read registry credentials %s: %w: %w", path, ErrMalformed, err)
