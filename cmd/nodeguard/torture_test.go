@@ -36,7 +36,7 @@ import (
 const (
 	// tortureSteps is the default number of steps
 	// (NODEGUARD_TORTURE_STEPS overrides it).
-	tortureSteps = 24
+	tortureSteps = 90
 	// tortureBudget is the wall-clock time after which no new step is
 	// taken (NODEGUARD_TORTURE_BUDGET, a Go duration, overrides it); the
 	// final checks follow.
@@ -112,9 +112,10 @@ type modelPod struct {
 	// mayEvict: the hog, before its eviction was seen.
 	mayEvict bool
 
-	uid         string // last observed
-	containerID string // baseline: seen at the last check, unchanged since
-	marker      string // written into its volumes; "" none
+	uid         string          // last observed
+	uids        map[string]bool // every UID observed: records of any may be left
+	containerID string          // baseline: seen at the last check, unchanged since
+	marker      string          // written into its volumes; "" none
 	// static only
 	file string
 	torn bool // the file holds half a manifest; the pod keeps its last parsed spec
@@ -469,6 +470,20 @@ func (tt *torture) manifest(p *modelPod, gen int) []byte {
 	return b
 }
 
+// namedIn reports whether a state record's bytes name the pod: its name
+// (alone or in a namespace/name key) or one of its UIDs.
+func (p *modelPod) namedIn(b []byte) bool {
+	if bytes.Contains(b, []byte(`"`+p.name+`"`)) || bytes.Contains(b, []byte(`/`+p.name+`"`)) {
+		return true
+	}
+	for uid := range p.uids {
+		if bytes.Contains(b, []byte(uid)) {
+			return true
+		}
+	}
+	return false
+}
+
 // changed forgets what a new spec (or an unknown outcome) invalidates:
 // the container baseline and the volume marker.
 func (p *modelPod) changed() {
@@ -681,8 +696,7 @@ func (tt *torture) opCorrupt() bool {
 	}
 	var named []string
 	for _, p := range tt.pods {
-		if bytes.Contains(b, []byte(`"`+p.name+`"`)) || bytes.Contains(b, []byte(`/`+p.name+`"`)) ||
-			(p.uid != "" && bytes.Contains(b, []byte(p.uid))) {
+		if p.namedIn(b) {
 			p.anyState = true
 			p.changed()
 			named = append(named, p.name)
@@ -871,12 +885,14 @@ func (tt *torture) opRaise() bool {
 }
 
 // restartChecks starts the agent and runs the checks; false when the
-// agent did not come up or a check failed.
+// agent did not come up or the pods diverged from the model (a failed
+// check that leaves the model right does not stop the steps).
 func (tt *torture) restartChecks(why string) bool {
 	if !tt.up(why) {
 		return false
 	}
-	return tt.check(why)
+	tt.check(why)
+	return !tt.diverged
 }
 
 // check waits until the pods match the model, then checks what a restart
@@ -914,6 +930,10 @@ func (tt *torture) check(why string) bool {
 		p.alts, p.anyState = nil, false
 		if listed {
 			p.uid = s.uid
+			if p.uids == nil {
+				p.uids = map[string]bool{}
+			}
+			p.uids[s.uid] = true
 		}
 		if p.want.state != wantRunning {
 			p.changed()
@@ -1064,7 +1084,7 @@ func (tt *torture) raisedPods() map[string][]int {
 	for uid, dirs := range tt.podCgroupDirs() {
 		name := uid
 		for _, p := range tt.pods {
-			if p.uid == uid {
+			if p.uids[uid] {
 				name = p.name
 			}
 		}
@@ -1228,8 +1248,7 @@ func (tt *torture) podRecords() []string {
 			continue
 		}
 		for _, p := range tt.pods {
-			if bytes.Contains(b, []byte(`"`+p.name+`"`)) || bytes.Contains(b, []byte(`/`+p.name+`"`)) ||
-				(p.uid != "" && bytes.Contains(b, []byte(p.uid))) {
+			if p.namedIn(b) {
 				rel, _ := filepath.Rel(tt.a.dir, r)
 				out = append(out, "state record "+rel+" of "+p.name)
 				break
