@@ -46,7 +46,20 @@
 //     probes and the kills they cause are the kubelet's pod events
 //     (Unhealthy, Killing) in Config.Events, through its spam filter;
 //   - a sandbox whose pod is no longer desired is stopped (containers with
-//     their grace period first) and removed, with its cgroups;
+//     their grace period first) and removed, with its cgroups; only once
+//     every source has loaded (SourcesReady), and never one whose source
+//     could not be loaded (a manifest file that does not parse, a
+//     persisted record that could not be read): that pod keeps its
+//     sandbox, containers and volumes, with a SourceUnavailable event
+//     (sources.go);
+//   - the local API's pods and the eviction records are in the state
+//     store (internal/statestore), one record per pod name and per evicted
+//     pod, written durably; at start each persisted pod is admitted again
+//     on its own, as the kubelet's re-admission: one that no longer
+//     validates or fits is kept Failed with the kubelet's reason and an
+//     event, its containers stopped, its record and volumes kept
+//     (restore.go); nothing found at start makes New fail; an eviction
+//     record that cannot be read keeps its pod stopped;
 //   - after a restart of nodeguard, running sandboxes of desired pods are
 //     adopted, never duplicated; extra sandboxes of one pod are removed;
 //   - a pod is admitted only if its nodeSelector matches Config.NodeLabels
@@ -106,7 +119,10 @@
 //
 // Where things are, one concern a file: manager.go (Config, Manager, New);
 // desired.go (what the sources want: Apply, Delete, Forget, List, Get,
-// Wait) and persist.go (API pods kept across restarts); runloop.go (the
+// Wait), persist.go (API pods kept across restarts), restore.go (their
+// re-admission at start), migrate.go (an older agent's files moved into
+// the state store) and sources.go (sources that could not be loaded);
+// runloop.go (the
 // run loop and relist); worker.go (per-pod workers), slots.go (the work and
 // stop slots); sandbox.go, containers.go, sidecars.go and status.go (one
 // pod's sync: its sandbox, its containers, its init sequence and stop
