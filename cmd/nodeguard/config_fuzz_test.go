@@ -11,8 +11,8 @@ import (
 // FuzzConfig feeds arbitrary bytes to the configuration parser and
 // validator: they never panic, a file that parses either validates or
 // fails naming a field, and one that does not parse says it is the
-// configuration. Seeds are the example configuration's sections, a few
-// to a seed, the broken corpus, and testdata/fuzz/FuzzConfig.
+// configuration. Seeds are the example configuration in pieces of a few
+// keys, the broken corpus, and testdata/fuzz/FuzzConfig.
 //
 // Seeds stay small and few. The fuzzing engine minimizes every input that
 // finds new coverage, for up to -fuzzminimizetime (60 s), with a number
@@ -26,7 +26,10 @@ func FuzzConfig(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, seed := range yamlSeeds(example, 256) {
+	for _, seed := range yamlSeeds(example, 64) {
+		if _, err := parseRunConfig(seed, "config.example.yaml"); err != nil {
+			f.Fatalf("a piece of the example configuration does not parse: %v\n%s", err, seed)
+		}
 		f.Add(seed)
 	}
 	bad, err := filepath.Glob("testdata/config/bad/*.yaml")
@@ -58,34 +61,58 @@ func FuzzConfig(f *testing.F) {
 	})
 }
 
-// yamlSeeds splits a YAML file into its top-level keys, each with the
-// lines beneath it, without comment and blank lines, and groups
-// consecutive keys into seeds of at most limit bytes (a longer key is a seed
-// of its own).
+// yamlSeeds splits a YAML file, without its comment and blank lines, into
+// seeds of at most limit bytes where it can: consecutive top-level keys
+// share a seed, and a longer key is split between its second-level keys,
+// each piece under the key's own line.
 func yamlSeeds(b []byte, limit int) [][]byte {
-	var sections [][]byte
-	var cur []byte
+	var lines [][]byte
 	for line := range bytes.Lines(b) {
-		trimmed := bytes.TrimSpace(line)
-		if len(trimmed) == 0 || trimmed[0] == '#' {
-			continue
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			lines = append(lines, line)
 		}
-		if line[0] != ' ' && line[0] != '-' && len(cur) > 0 {
-			sections = append(sections, cur)
-			cur = nil
-		}
-		cur = append(cur, line...)
-	}
-	if len(cur) > 0 {
-		sections = append(sections, cur)
 	}
 	var seeds [][]byte
-	for _, s := range sections {
-		if n := len(seeds); n > 0 && len(seeds[n-1])+len(s) <= limit {
-			seeds[n-1] = append(seeds[n-1], s...)
+	merged := false // the last seed holds whole top-level keys only
+	for _, sec := range groupYAML(lines, 0) {
+		whole := bytes.Join(sec, nil)
+		if len(whole) <= limit || len(sec) < 2 {
+			if n := len(seeds); merged && len(seeds[n-1])+len(whole) <= limit {
+				seeds[n-1] = append(seeds[n-1], whole...)
+			} else {
+				seeds = append(seeds, whole)
+			}
+			merged = true
 			continue
 		}
-		seeds = append(seeds, s)
+		indent := len(sec[1]) - len(bytes.TrimLeft(sec[1], " "))
+		var cur []byte
+		for _, g := range groupYAML(sec[1:], indent) {
+			sub := bytes.Join(g, nil)
+			if cur != nil && len(cur)+len(sub) > limit {
+				seeds, cur = append(seeds, cur), nil
+			}
+			if cur == nil {
+				cur = bytes.Clone(sec[0])
+			}
+			cur = append(cur, sub...)
+		}
+		seeds = append(seeds, cur)
+		merged = false
 	}
 	return seeds
+}
+
+// groupYAML groups lines at each key indented by exactly indent spaces;
+// a list item at that depth belongs to the key before it.
+func groupYAML(lines [][]byte, indent int) [][][]byte {
+	var groups [][][]byte
+	for _, l := range lines {
+		rest := bytes.TrimLeft(l, " ")
+		if len(l)-len(rest) == indent && !bytes.HasPrefix(rest, []byte("- ")) || len(groups) == 0 {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], l)
+	}
+	return groups
 }
