@@ -152,6 +152,7 @@ FUZZ_TARGETS ?= \
 	./oom/tripwire:FuzzDecodeRecord \
 	./lifecycle:FuzzAPIPodRecord \
 	./lifecycle:FuzzEvictionRecord \
+	./lifecycle:FuzzStaticPodsRecord \
 	./lifecycle/oomadj:FuzzRaiseRecord \
 	./guard:FuzzRemovalRecord \
 	./lifecycle/logs:FuzzParseRecord \

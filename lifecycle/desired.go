@@ -42,6 +42,7 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 			}
 			out = append(out, p)
 		}
+		m.rememberStatic(source, pods)
 		return out, nil
 	}
 	var out []*corev1.Pod
@@ -60,6 +61,11 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		}
 	}
 	m.add(out, source, nil)
+	if staticSource(source) {
+		// The file loads: whatever kept it unavailable is over.
+		m.SourceUnavailable(source, nil)
+	}
+	m.rememberStatic(source, pods)
 	return out, nil
 }
 
@@ -246,14 +252,24 @@ func (m *Manager) Terminate(uid types.UID, grace time.Duration) bool {
 // directory lost a file); keep are the UIDs still there.
 func (m *Manager) Forget(source string, keep map[types.UID]bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	kept := false
 	for uid, st := range m.pods {
-		if st.source == source && !keep[uid] && !st.deleting {
+		if st.source != source {
+			continue
+		}
+		if keep[uid] {
+			kept = true
+		} else if !st.deleting {
 			st.deleting = true
 			st.poke()
 		}
 	}
+	_, broken := m.unavailable.sources[source]
+	m.mu.Unlock()
 	m.poke()
+	if !kept && !broken {
+		m.forgetStatic(source) // the file is gone
+	}
 }
 
 // desiredPods are the pod specs the node runs, unevicted: what the QoS
@@ -324,6 +340,7 @@ func (st *podState) view() *corev1.Pod {
 // persisted API pods) has been loaded: from now on a nodeguard sandbox
 // whose pod is not desired is removed.
 func (m *Manager) SourcesReady() {
+	m.pruneRecords()
 	m.sourcesReady.Store(true)
 	m.orphanScan.Store(true)
 	m.poke()

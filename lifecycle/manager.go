@@ -236,10 +236,13 @@ type Manager struct {
 
 	// state is Config.State, or the store New opened.
 	state *statestore.Store
-	// persistMu serialises the writes of KindAPIPod records; apiRecords
-	// is, per record key, the UID of the pod its record holds (persist.go).
-	persistMu  sync.Mutex
-	apiRecords map[string]types.UID
+	// persistMu serialises the writes of KindAPIPod and KindStaticPods
+	// records; apiRecords is, per record key, the UID of the pod its
+	// record holds (persist.go); staticRecords, per manifest source, the
+	// checksum of the pods its record holds (staticpods.go).
+	persistMu     sync.Mutex
+	apiRecords    map[string]types.UID
+	staticRecords map[string]uint32
 	// legacyEvictions: eviction records of an older agent that could
 	// not be moved into the store (migrate.go; guarded by mu).
 	legacyEvictions map[types.UID]*eviction
@@ -355,7 +358,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
 		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator,
-		state: state, apiRecords: map[string]types.UID{}, legacyEvictions: map[types.UID]*eviction{}, unavailable: newUnavailable()}
+		state: state, apiRecords: map[string]types.UID{}, staticRecords: map[string]uint32{}, legacyEvictions: map[types.UID]*eviction{}, unavailable: newUnavailable()}
 	dial, closeDial, err := probeDialer(cfg.Network, cfg.ProbeNetNS)
 	if err != nil {
 		return nil, fmt.Errorf("new pod manager: %w", err)

@@ -264,6 +264,8 @@ func TestRestartWithATornManifestKeepsItsPod(t *testing.T) {
 	if e := podEvents(t, events, "static")[0]; e.Reason != lifecycle.ReasonSourceUnavailable || !strings.Contains(e.Message, file) {
 		t.Errorf("event %+v, want reason %s naming %s", e, lifecycle.ReasonSourceUnavailable, file)
 	}
+	// It runs as last accepted (the static-pods record): listed, managed.
+	waitPod(t, m2, "static", "ran as last accepted with its manifest torn", running)
 	m2.GC(context.Background()) // volumes are not collected either
 	if s, c := r.podRuntime(t, p.UID); !slices.Equal(s, sandboxes) || !slices.Equal(c, ctrs) {
 		t.Errorf("after the restart sandboxes %v and containers %v run, before it %v and %v", s, c, sandboxes, ctrs)
@@ -282,6 +284,68 @@ func TestRestartWithATornManifestKeepsItsPod(t *testing.T) {
 	waitPod(t, m2, "static", "ran after the file was mended", running)
 	if s, c := r.podRuntime(t, p.UID); !slices.Equal(s, sandboxes) || !slices.Equal(c, ctrs) {
 		t.Errorf("after the mend sandboxes %v and containers %v run, before %v and %v", s, c, sandboxes, ctrs)
+	}
+
+	// Removed, the file's pod goes, and so does its record.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := filesource.New(filesource.Config{Dir: dir, Pods: m2}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, m2, "static")
+	recs, _ := filepath.Glob(filepath.Join(r.root, lifecycle.DefaultStateSubdir, lifecycle.KindStaticPods.Name, "*.rec"))
+	if len(recs) != 0 {
+		t.Errorf("static pods records left after the file was removed: %v", recs)
+	}
+}
+
+func TestRestartWithATornManifestAndNoRecordKeepsItsSandbox(t *testing.T) {
+	r := newRig(t)
+	r.deferReady = true
+	dir := t.TempDir()
+	file := filepath.Join(dir, "static.yaml")
+	manifest := []byte(strings.ReplaceAll(tornPod, "BUSYBOX", r.env.BusyboxImage()))
+	if err := os.WriteFile(file, manifest, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, stop := r.manager(t)
+	if err := filesource.New(filesource.Config{Dir: dir, Pods: m}).Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m.SourcesReady()
+	p := waitPod(t, m, "static", "ran", running)
+	sandboxes, ctrs := r.podRuntime(t, p.UID)
+	stop()
+	// An older agent kept no record of the file's pods.
+	if err := os.RemoveAll(filepath.Join(r.root, lifecycle.DefaultStateSubdir, lifecycle.KindStaticPods.Name)); err != nil {
+		t.Fatal(err)
+	}
+	torn := manifest[:strings.LastIndex(string(manifest), "{}")+1]
+	if err := os.WriteFile(file, torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	events := api.NewEventLog(0)
+	r.events = events
+	m2, _ := r.manager(t)
+	if err := filesource.New(filesource.Config{Dir: dir, Pods: m2}).Sync(context.Background()); err == nil {
+		t.Fatal("the torn manifest loaded")
+	}
+	m2.SourcesReady()
+	// The orphan scan finds the pod's sandbox and keeps it, saying why.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(podEvents(t, events, "static")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no event says why the torn manifest's pod is kept")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if e := podEvents(t, events, "static")[0]; e.Reason != lifecycle.ReasonSourceUnavailable || !strings.Contains(e.Message, file) {
+		t.Errorf("event %+v, want reason %s naming %s", e, lifecycle.ReasonSourceUnavailable, file)
+	}
+	m2.GC(context.Background())
+	if s, c := r.podRuntime(t, p.UID); !slices.Equal(s, sandboxes) || !slices.Equal(c, ctrs) {
+		t.Errorf("after the restart sandboxes %v and containers %v run, before it %v and %v", s, c, sandboxes, ctrs)
 	}
 }
 

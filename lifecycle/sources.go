@@ -67,6 +67,10 @@ func (u *unavailable) why(sb *runtimeapi.PodSandbox) error {
 // pod cgroups are not collected. The manifest directory's source says it
 // of each file (filesource).
 func (m *Manager) SourceUnavailable(source string, err error) {
+	if err != nil && !m.sourcesReady.Load() && !m.hasSource(source) {
+		// At start: the file's last accepted pods run (staticpods.go).
+		m.restoreStatic(source, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
@@ -147,4 +151,16 @@ func (m *Manager) tellKept(kept map[types.UID]keptSandbox) {
 		m.event(pod, "", corev1.EventTypeWarning, ReasonSourceUnavailable,
 			fmt.Sprintf("The pod's source could not be loaded (%v); its sandbox, containers and volumes are kept as they are until it loads or the pod is deleted", k.why))
 	}
+}
+
+// hasSource reports whether some pod of source is desired.
+func (m *Manager) hasSource(source string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, st := range m.pods {
+		if st.source == source {
+			return true
+		}
+	}
+	return false
 }

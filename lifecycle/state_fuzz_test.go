@@ -114,3 +114,45 @@ func FuzzEvictionRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStaticPodsRecord drives what restoreStatic does with a manifest
+// file's record: the envelope, then decodeStaticPods. What decodes is a
+// non-empty list of named pods that decodes the same once written again.
+func FuzzStaticPodsRecord(f *testing.F) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox"}}}}
+	const src = "file:/etc/nodeguard/manifests/web.yaml"
+	f.Add(storedRecord(f, KindStaticPods, src, staticPodsRecord{Pods: []*corev1.Pod{pod}}), src)
+	f.Add(storedRecord(f, KindStaticPods, src, staticPodsRecord{Pods: []*corev1.Pod{pod, nil}}), src)
+	f.Add(storedRecord(f, KindStaticPods, src, staticPodsRecord{}), src)
+	f.Add([]byte(`{"format":1,"kind":"static-pods","key":"file:/x","version":1,"crc32c":0,"data":{"pods":[{}]}}`), "file:/x")
+	f.Fuzz(func(t *testing.T, b []byte, key string) {
+		r, err := statestore.Parse(b, KindStaticPods, key)
+		if err != nil {
+			return
+		}
+		pods, err := decodeStaticPods(r)
+		if err != nil {
+			return
+		}
+		if len(pods) == 0 {
+			t.Fatal("decoded no pods")
+		}
+		for _, p := range pods {
+			if p == nil || p.Name == "" {
+				t.Fatalf("decoded a pod without a name: %+v", p)
+			}
+		}
+		data, err := json.Marshal(staticPodsRecord{Pods: pods})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := decodeStaticPods(statestore.Record{Key: key, Data: data})
+		if err != nil {
+			t.Fatalf("decoded pods written again do not decode: %v", err)
+		}
+		if d2, _ := json.Marshal(staticPodsRecord{Pods: again}); !bytes.Equal(data, d2) {
+			t.Fatalf("written again the pods changed:\n%s\n%s", data, d2)
+		}
+	})
+}
