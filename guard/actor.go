@@ -238,6 +238,9 @@ func New(cfg Config) (*Actor, error) {
 		a.exempt[e] = true
 	}
 	a.resume()
+	if cfg.State != nil {
+		cfg.State.Prepare(KindRemoval) // the first kill's record, staged through it
+	}
 	return a, nil
 }
 
@@ -650,19 +653,37 @@ func (a *Actor) Evict(ctx context.Context, d oom.Decision) error {
 	}
 	if d.Hard {
 		start := time.Now()
+		// The hold and the removal are recorded before the kill, staged
+		// (no fsync: an agent that dies after the kill finds them), and
+		// made durable after it: the memory comes first.
+		a.mu.Lock()
+		prevHeld, held := a.evicted[uid]
+		prevPending := a.pending[uid]
+		a.evicted[uid] = evictedPod{pod: p, sandbox: p.SandboxID, at: start}
+		if !kubelet && a.cfg.Client != nil {
+			a.pending[uid] = &removal{pod: p, message: d.Message, at: start}
+		}
+		a.mu.Unlock()
+		durable := a.stage(uid)
 		if err := a.kill(p); err != nil {
+			// Nothing was killed: the actor and its record as they were.
+			a.mu.Lock()
+			if held {
+				a.evicted[uid] = prevHeld
+			} else {
+				delete(a.evicted, uid)
+			}
+			if prevPending != nil {
+				a.pending[uid] = prevPending
+			} else {
+				delete(a.pending, uid)
+			}
+			a.mu.Unlock()
+			a.persist(uid)
 			return fmt.Errorf("evict %s/%s: %w", p.Namespace, p.Name, err)
 		}
 		a.killed.Add(1)
-		a.mu.Lock()
-		a.evicted[uid] = evictedPod{pod: p, sandbox: p.SandboxID, at: time.Now()}
-		if !kubelet && a.cfg.Client != nil {
-			a.pending[uid] = &removal{pod: p, message: d.Message, at: time.Now()}
-		}
-		a.mu.Unlock()
-		// After the kill, not before: the memory comes first, and a
-		// crash in between (one fsync) loses only the record.
-		a.persist(uid)
+		durable()
 		a.log.Info("guard: pod cgroup killed", "pod", p.Namespace+"/"+p.Name, "uid", uid, "cgroup", p.Cgroup,
 			"kill", time.Since(start), "kubelet_stopping", kubelet, "api", a.cfg.Client != nil)
 		if !kubelet {

@@ -120,21 +120,8 @@ func (a *Actor) persist(uid types.UID) {
 	a.storeMu.Lock()
 	defer a.storeMu.Unlock()
 	a.mu.Lock()
-	keep := a.keepRecordLocked(uid)
+	r, keep := a.recordLocked(uid)
 	was := a.recorded[uid]
-	var r removalRecord
-	if keep {
-		e, held := a.evicted[uid]
-		p := e.pod
-		if rm := a.pending[uid]; rm != nil {
-			r.Pending, r.Message = true, rm.message
-			if !held {
-				p, e.sandbox, e.at = rm.pod, rm.pod.SandboxID, rm.at
-			}
-		}
-		r.Namespace, r.Name, r.QOS, r.Cgroup, r.Static = p.Namespace, p.Name, p.QOS, p.Cgroup, p.Static
-		r.Sandbox, r.At = e.sandbox, e.at
-	}
 	a.mu.Unlock()
 	var err error
 	switch {
@@ -156,6 +143,58 @@ func (a *Actor) persist(uid types.UID) {
 		delete(a.recorded, uid)
 	}
 	a.mu.Unlock()
+}
+
+// recordLocked is the pod's record as the actor holds it now, and whether
+// one is needed. a.mu is held.
+func (a *Actor) recordLocked(uid types.UID) (removalRecord, bool) {
+	var r removalRecord
+	if !a.keepRecordLocked(uid) {
+		return r, false
+	}
+	e, held := a.evicted[uid]
+	p := e.pod
+	if rm := a.pending[uid]; rm != nil {
+		r.Pending, r.Message = true, rm.message
+		if !held {
+			p, e.sandbox, e.at = rm.pod, rm.pod.SandboxID, rm.at
+		}
+	}
+	r.Namespace, r.Name, r.QOS, r.Cgroup, r.Static = p.Namespace, p.Name, p.QOS, p.Cgroup, p.Static
+	r.Sandbox, r.At = e.sandbox, e.at
+	return r, true
+}
+
+// stage writes the pod's record as persist does, staged
+// (statestore.Store.Stage: tens of microseconds, no fsync): before the
+// kill, so that an agent that dies right after it still finds the
+// removal and the hold. The func it returns makes the record durable; it
+// is called after the kill (the memory comes first).
+func (a *Actor) stage(uid types.UID) (durable func()) {
+	if a.cfg.State == nil {
+		return func() {}
+	}
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	a.mu.Lock()
+	r, keep := a.recordLocked(uid)
+	a.mu.Unlock()
+	if !keep {
+		return func() {}
+	}
+	sync, err := a.cfg.State.Stage(KindRemoval, string(uid), r)
+	if err != nil {
+		a.log.Warn("guard: the evicted pod's record not staged before the kill; written after it", "uid", uid, "err", err)
+		return func() { a.persist(uid) }
+	}
+	a.mu.Lock()
+	a.recorded[uid] = true
+	a.mu.Unlock()
+	return func() {
+		if err := sync(); err != nil {
+			a.log.Warn("guard: the evicted pod's record not made durable", "uid", uid, "err", err)
+		}
+	}
 }
 
 // RepairOOMScoreAdj puts back the oom_score_adj an agent that died left

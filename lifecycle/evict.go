@@ -361,12 +361,17 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 	rec := *ev // st.evicted's Grace may change (a hard decision) while it is written
 	m.mu.Unlock()
 
-	// A hard eviction kills first: memory is what the node lacks, and a
-	// record takes an fsync, which under memory pressure may wait on
-	// writeback. The record is durable before the worker is told and
-	// before Evict returns (the eviction is reported done): a restart
-	// after that never runs the pod again.
+	// The record is staged before the kill (written and renamed into
+	// place, tens of microseconds: an agent that dies after the kill
+	// finds it) and made durable after it (an fsync, which under memory
+	// pressure may wait on writeback: the memory comes first). It is
+	// durable before the worker is told and before Evict returns (the
+	// eviction is reported done).
 	var errs []error
+	durable, err := m.state.Stage(KindEviction, string(pod.UID), &rec)
+	if err != nil {
+		m.log.Warn("eviction record not staged before the kill; written after it", "pod", key(pod), "err", err)
+	}
 	killStart := time.Now()
 	if d.Hard && parent != "" {
 		if _, err := m.cfg.Cgroups.Kill(parent); err != nil {
@@ -374,7 +379,13 @@ func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
 		}
 	}
 	killed := time.Now()
-	errs = append(errs, m.recordEviction(pod.UID, &rec))
+	if durable != nil {
+		if err := durable(); err != nil {
+			errs = append(errs, fmt.Errorf("record the eviction of pod %s: %w", pod.UID, err))
+		}
+	} else {
+		errs = append(errs, m.recordEviction(pod.UID, &rec))
+	}
 	st.poke()
 	// The stages of the eviction manager's kill_latency that are spent
 	// here: waiting for the pod manager's lock, the kill itself and

@@ -375,6 +375,9 @@ func New(cfg Config) (*Manager, error) {
 	// sandboxes are kept as they are).
 	m.migrateLegacy()
 	m.loadPersisted()
+	// The first eviction's record is staged through a file made now,
+	// not on the kill's path.
+	m.state.Prepare(KindEviction)
 	return m, nil
 }
 

@@ -387,6 +387,7 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	if err != nil {
 		return err
 	}
+	g.Cleanup(store.Close)
 	policy, err := cfg.Eviction.policy()
 	if err != nil {
 		return err

@@ -256,6 +256,61 @@ func TestStrayFilesAreQuarantined(t *testing.T) {
 	}
 }
 
+func TestStagedRecordsReadBackBeforeAndAfterTheyAreDurable(t *testing.T) {
+	s, _ := open(t)
+	durable, err := s.Stage(kindPod, "default/web", payload{Name: "staged"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a restarted agent reads before the sync: the record.
+	got, ok, err := GetOf[payload](s, kindPod, "default/web")
+	if !ok || err != nil || got.Name != "staged" {
+		t.Fatalf("staged record read back as %+v %v %v", got, ok, err)
+	}
+	if err := durable(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(kindPod, "default/web"); err != nil {
+		t.Fatal(err)
+	}
+	durable2, err := s.Stage(kindPod, "default/web", payload{Name: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Delete(kindPod, "default/web")
+	if err := durable2(); err != nil {
+		t.Fatalf("making a record removed since durable: %v", err)
+	}
+	if all, _ := s.List(kindPod); len(all) != 0 {
+		t.Fatalf("records left: %v", all)
+	}
+	// durable prepared the next Stage's file; Close removes it.
+	if spare, _ := filepath.Glob(filepath.Join(s.Dir(), kindPod.Name, sparePrefix+"*")); len(spare) != 1 {
+		t.Fatalf("prepared files: %v", spare)
+	}
+	s.Close()
+	if left, _ := filepath.Glob(filepath.Join(s.Dir(), kindPod.Name, ".*")); len(left) != 0 {
+		t.Fatalf("files left after Close: %v", left)
+	}
+}
+
+// BenchmarkStage is what a staged write costs before the act it precedes
+// (BenchmarkPut: a durable one).
+func BenchmarkStage(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range b.N {
+		b.StopTimer()
+		s.Prepare(kindPod) // what durable does after the act
+		b.StartTimer()
+		if _, err := s.Stage(kindPod, fmt.Sprint(i), payload{Name: "n", Count: i}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkPut(b *testing.B) {
 	s, err := Open(b.TempDir(), Options{})
 	if err != nil {
