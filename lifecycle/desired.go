@@ -33,7 +33,7 @@ func (m *Manager) Apply(_ context.Context, pods []*corev1.Pod, source string) ([
 }
 
 func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error) {
-	if staticSource(source) && !m.sourcesReady.Load() {
+	if staticSource(source) && !m.sourcesReady.Load() && m.firstLoad(source) {
 		out := make([]*corev1.Pod, 0, len(pods))
 		for _, p := range pods {
 			p, err := m.restore(p, source)
@@ -215,12 +215,14 @@ func (m *Manager) Delete(_ context.Context, namespace, name string) error {
 	}
 	switch {
 	case found != nil && found.source == SourceAPI:
-		m.unpersist(namespace, name, "")
+		// Only this pod's record: a pod applied under the name since
+		// keeps its own.
+		m.unpersist(namespace, name, found.pod.UID)
 	case unkept:
-		// A record of a newer agent, left in place, goes with its pod.
-		if err := m.state.Delete(KindAPIPod, k); err != nil {
-			m.log.Warn("forget persisted pod", "pod", k, "err", err)
-		}
+		// A record that could not be read (its placeholder) or of a
+		// newer agent goes with its pod, unless the name was applied
+		// since.
+		m.unpersistUnread(k)
 	}
 	m.poke()
 	return nil
@@ -340,8 +342,8 @@ func (st *podState) view() *corev1.Pod {
 // persisted API pods) has been loaded: from now on a nodeguard sandbox
 // whose pod is not desired is removed.
 func (m *Manager) SourcesReady() {
-	m.pruneRecords()
 	m.sourcesReady.Store(true)
+	m.pruneRecords()
 	m.orphanScan.Store(true)
 	m.poke()
 }

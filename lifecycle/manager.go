@@ -243,6 +243,8 @@ type Manager struct {
 	persistMu     sync.Mutex
 	apiRecords    map[string]types.UID
 	staticRecords map[string]uint32
+	// loadedSources: the static sources applied once this run (mu).
+	loadedSources map[string]bool
 	// legacyEvictions: eviction records of an older agent that could
 	// not be moved into the store (migrate.go; guarded by mu).
 	legacyEvictions map[types.UID]*eviction
@@ -358,7 +360,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
 		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator,
-		state: state, apiRecords: map[string]types.UID{}, staticRecords: map[string]uint32{}, legacyEvictions: map[types.UID]*eviction{}, unavailable: newUnavailable()}
+		state: state, apiRecords: map[string]types.UID{}, staticRecords: map[string]uint32{}, loadedSources: map[string]bool{}, legacyEvictions: map[types.UID]*eviction{}, unavailable: newUnavailable()}
 	dial, closeDial, err := probeDialer(cfg.Network, cfg.ProbeNetNS)
 	if err != nil {
 		return nil, fmt.Errorf("new pod manager: %w", err)

@@ -38,13 +38,25 @@ func staticSource(source string) bool { return source != SourceAPI && source != 
 
 // apiPodRecord is KindAPIPod's payload, version 1.
 type apiPodRecord struct {
-	Pod *corev1.Pod `json:"pod"`
+	Pod *corev1.Pod `json:"pod,omitempty"`
+	// Unreadable marks a placeholder: the name's record could not be
+	// read (it was quarantined, and this says why). It keeps the name's
+	// sandboxes from being taken for orphans at every later start, until
+	// the name is applied again or deleted.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
+// errUnreadRecord is a placeholder's: the pod's record was lost.
+var errUnreadRecord = errors.New("the pod's record could not be read and was quarantined")
+
 // Validate refuses a record without a pod, a name or a UID: nothing could
-// be run from it, nor its sandbox recognised.
+// be run from it, nor its sandbox recognised; a placeholder holds no pod.
 func (r *apiPodRecord) Validate() error {
 	switch {
+	case r.Unreadable != "" && r.Pod != nil:
+		return errors.New("a placeholder with a pod")
+	case r.Unreadable != "":
+		return nil
 	case r.Pod == nil:
 		return errors.New("no pod")
 	case r.Pod.Name == "":
@@ -68,6 +80,9 @@ func decodeAPIPod(r statestore.Record) (*corev1.Pod, error) {
 	}
 	if err := rec.Validate(); err != nil {
 		return nil, fmt.Errorf("validate %s: %w", r.Key, err)
+	}
+	if rec.Unreadable != "" {
+		return nil, fmt.Errorf("%w: %s", errUnreadRecord, rec.Unreadable)
 	}
 	if k := apiPodKey(rec.Pod.Namespace, rec.Pod.Name); k != r.Key {
 		return nil, fmt.Errorf("validate %s: the record holds pod %s", r.Key, k)
@@ -105,6 +120,20 @@ func (m *Manager) unpersist(namespace, name string, uid types.UID) {
 	delete(m.apiRecords, k)
 }
 
+// unpersistUnread removes the record k that this agent could not read
+// (its placeholder, or a newer agent's record), unless a pod was applied
+// under the name since (its record is the one there now).
+func (m *Manager) unpersistUnread(k string) {
+	m.persistMu.Lock()
+	defer m.persistMu.Unlock()
+	if _, ok := m.apiRecords[k]; ok {
+		return
+	}
+	if err := m.state.Delete(KindAPIPod, k); err != nil {
+		m.log.Warn("forget persisted pod", "pod", k, "err", err)
+	}
+}
+
 // loadPersisted admits the API pods of an earlier run, one at a time, as
 // the kubelet re-admits its pods at restart (HandlePodAdditions): a pod
 // that no longer validates or fits the node is kept, Failed with the
@@ -140,15 +169,41 @@ func (m *Manager) loadPersisted() {
 }
 
 // readAPIPod reads the record k; nil without one. A record that does not
-// decode is quarantined.
+// decode is quarantined and a placeholder written in its place.
 func (m *Manager) readAPIPod(k string) (*corev1.Pod, error) {
 	r, ok, err := m.state.Get(KindAPIPod, k)
-	if err != nil || !ok {
+	if err != nil {
+		m.placehold(k, err)
 		return nil, err
 	}
+	if !ok {
+		return nil, nil
+	}
 	p, err := decodeAPIPod(r)
+	if errors.Is(err, errUnreadRecord) {
+		return nil, err // the placeholder stays
+	}
 	if err != nil {
-		return nil, m.state.Reject(KindAPIPod, k, err)
+		err = m.state.Reject(KindAPIPod, k, err)
+		m.placehold(k, err)
+		return nil, err
 	}
 	return p, nil
+}
+
+// placehold writes a placeholder in place of the record k just
+// quarantined (why), so that the next start too keeps the name's
+// sandboxes and volumes instead of taking them for orphans.
+func (m *Manager) placehold(k string, why error) {
+	if !errors.Is(why, statestore.ErrCorrupt) {
+		return // a newer agent's record is left in place: it says as much
+	}
+	m.persistMu.Lock()
+	defer m.persistMu.Unlock()
+	if _, ok := m.apiRecords[k]; ok {
+		return // applied since
+	}
+	if err := m.state.Put(KindAPIPod, k, apiPodRecord{Unreadable: why.Error()}); err != nil {
+		m.log.Error("placeholder of an unreadable pod record not written: its sandboxes are kept this run only", "pod", k, "err", err)
+	}
 }

@@ -465,3 +465,63 @@ func writeJSON(t *testing.T, path string, v any) {
 		t.Fatal(err)
 	}
 }
+
+func TestRestartWithACorruptAPIPodRecordKeepsItsPodAtEveryStart(t *testing.T) {
+	r := newRig(t)
+	m, stop := r.manager(t)
+	p := apply(t, m, r.versioned(t, "web", "1"), lifecycle.SourceAPI)
+	waitPod(t, m, "web", "ran", running)
+	sandboxes, ctrs := r.podRuntime(t, p.UID)
+	stop()
+	// A bit flipped in the record's payload: its checksum fails.
+	path := filepath.Join(r.root, lifecycle.DefaultStateSubdir, lifecycle.KindAPIPod.Name, "default%2Fweb.rec")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), `"VERSION"`)
+	if i < 0 {
+		t.Fatalf("record without the pod's env: %s", b)
+	}
+	b[i+1] ^= 0x20
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Two starts: the first quarantines the record and writes a
+	// placeholder, the second reads the placeholder. Neither takes the
+	// pod's sandbox for an orphan.
+	for start := 1; start <= 2; start++ {
+		events := api.NewEventLog(0)
+		r.events = events
+		m2, stop2 := r.manager(t)
+		deadline := time.Now().Add(30 * time.Second)
+		for len(podEvents(t, events, "web")) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("start %d: no event says why the pod of the unreadable record is kept", start)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if e := podEvents(t, events, "web")[0]; e.Reason != lifecycle.ReasonSourceUnavailable {
+			t.Errorf("start %d: event %+v, want reason %s", start, e, lifecycle.ReasonSourceUnavailable)
+		}
+		m2.GC(context.Background())
+		if s, c := r.podRuntime(t, p.UID); !slices.Equal(s, sandboxes) || !slices.Equal(c, ctrs) {
+			t.Fatalf("start %d: sandboxes %v and containers %v run, before %v and %v", start, s, c, sandboxes, ctrs)
+		}
+		if n := r.state.Quarantined(lifecycle.KindAPIPod.Name); start == 1 && n != 1 {
+			t.Errorf("start 1: %d records quarantined, want 1", n)
+		}
+		if start == 2 {
+			// Deleting the name removes the placeholder, and the pod's
+			// sandbox is an orphan then.
+			if err := m2.Delete(context.Background(), "default", "web"); err != nil {
+				t.Fatal(err)
+			}
+			if keys := r.apiRecords(t); len(keys) != 0 {
+				t.Errorf("records after the delete: %v", keys)
+			}
+			r.waitRuntime(t, p.UID, "was removed", func(ready, running []string) bool { return len(ready)+len(running) == 0 })
+		}
+		stop2()
+	}
+}

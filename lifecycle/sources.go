@@ -67,24 +67,40 @@ func (u *unavailable) why(sb *runtimeapi.PodSandbox) error {
 // pod cgroups are not collected. The manifest directory's source says it
 // of each file (filesource).
 func (m *Manager) SourceUnavailable(source string, err error) {
-	if err != nil && !m.sourcesReady.Load() && !m.hasSource(source) {
-		// At start: the file's last accepted pods run (staticpods.go).
-		m.restoreStatic(source, err)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err != nil {
+		// Only what runs with no desired pod behind it needs keeping: a
+		// source whose pods are desired (its file broke during this run;
+		// they run as they were) or that loaded since the sources were
+		// ready (nothing of it runs unknown) is not marked, so that one
+		// broken file does not hold up collection on the whole node.
+		if m.sourcesReady.Load() || m.hasSource(source) {
+			return
+		}
+		// At start: the file's last accepted pods run (staticpods.go).
+		if m.restoreStatic(source, err) {
+			return
+		}
+		m.mu.Lock()
 		m.unavailable.sources[source] = err
+		m.mu.Unlock()
 		return
 	}
+	m.mu.Lock()
 	if _, ok := m.unavailable.sources[source]; !ok {
+		m.mu.Unlock()
 		return
 	}
 	delete(m.unavailable.sources, source)
 	// What it kept may be orphans now; each is told again if kept again.
 	clear(m.unavailable.told)
 	m.orphanScan.Store(true)
+	m.mu.Unlock()
 	m.poke()
+	if m.sourcesReady.Load() {
+		// Records left while it was unavailable (its file removed, or
+		// others' files) may be nobody's now.
+		m.pruneRecords()
+	}
 }
 
 func (m *Manager) sourceUnavailable(source string, err error) {
@@ -163,4 +179,18 @@ func (m *Manager) hasSource(source string) bool {
 		}
 	}
 	return false
+}
+
+// firstLoad reports whether source is applied for the first time in this
+// run, and marks it applied: only a first load is a re-admission (a pod
+// that no longer fits is kept, Failed); a later edit goes through the
+// ordinary admission, whose refusal leaves the running pods as they are.
+func (m *Manager) firstLoad(source string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.loadedSources[source] {
+		return false
+	}
+	m.loadedSources[source] = true
+	return true
 }

@@ -133,15 +133,14 @@ func (m *Manager) restoreStatic(source string, why error) bool {
 	return len(restored) > 0
 }
 
-// pruneRecords removes, once every source has loaded and none is
-// unavailable, the records no pod owns any more: static pods of a file
-// removed while nodeguard was down, eviction records of pods deleted or
-// replaced in an instant the agent died in. While a source is unavailable
-// nothing is pruned: a record may be all that is left of its pods.
+// pruneRecords removes the records no pod owns any more, once every
+// source has loaded: the static pods of a file removed while nodeguard was
+// down (a source with no pod that is not unavailable: its file neither
+// loads nor fails), and, while no source or record is unavailable,
+// eviction records of pods deleted or replaced in an instant the agent
+// died in (a quarantined API pod record may be the only one that names an
+// eviction's pod, so none is pruned then).
 func (m *Manager) pruneRecords() {
-	if m.anyUnavailable() {
-		return
-	}
 	m.mu.Lock()
 	uids := make(map[types.UID]bool, len(m.pods))
 	sources := map[string]bool{}
@@ -149,19 +148,55 @@ func (m *Manager) pruneRecords() {
 		uids[uid] = true
 		sources[st.source] = true
 	}
+	for src := range m.unavailable.sources {
+		sources[src] = true
+	}
+	whole := !m.unavailable.any()
 	m.mu.Unlock()
+	if keys, err := m.state.Keys(KindStaticPods); err == nil {
+		for _, k := range keys {
+			if !sources[k] {
+				m.forgetUnownedStatic(k)
+			}
+		}
+	}
+	if !whole {
+		return
+	}
 	if keys, err := m.state.Keys(KindEviction); err == nil {
 		for _, k := range keys {
-			if !uids[types.UID(k)] {
+			// Looked at again: a pod applied (and evicted) since the
+			// snapshot owns its record.
+			if !uids[types.UID(k)] && !m.desired(types.UID(k)) {
 				m.forgetEviction(types.UID(k))
 			}
 		}
 	}
-	if keys, err := m.state.Keys(KindStaticPods); err == nil {
-		for _, k := range keys {
-			if !sources[k] {
-				m.forgetStatic(k)
-			}
+}
+
+// forgetUnownedStatic removes the record of source unless a pod of it was
+// applied since the caller looked (rememberStatic writes under persistMu
+// after the pods are added, so a record written before this check has its
+// pods desired).
+func (m *Manager) forgetUnownedStatic(source string) {
+	m.persistMu.Lock()
+	defer m.persistMu.Unlock()
+	m.mu.Lock()
+	_, broken := m.unavailable.sources[source]
+	owned := broken
+	for _, st := range m.pods {
+		if st.source == source {
+			owned = true
+			break
 		}
 	}
+	m.mu.Unlock()
+	if owned {
+		return
+	}
+	if err := m.state.Delete(KindStaticPods, source); err != nil {
+		m.log.Warn("static pods record not removed", "source", source, "err", err)
+		return
+	}
+	delete(m.staticRecords, source)
 }

@@ -26,6 +26,7 @@ func (s *Store) Keys(k Kind) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s records: %w", k.Name, err)
 	}
+	s.sweep(k, entries)
 	var out []string
 	for _, e := range entries {
 		if e.IsDir() || strings.HasPrefix(e.Name(), tmpPrefix) {

@@ -530,23 +530,11 @@ func (s *Store) List(k Kind) ([]Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s records: %w", k.Name, err)
 	}
-	// Temporary files are a crashed agent's: removed at the first listing
-	// of the kind, before this agent writes any (its own spare among them).
-	s.mu.Lock()
-	first := !s.listed[k.Name]
-	s.listed[k.Name] = true
-	var own string
-	if f := s.spare[k.Name]; f != nil {
-		own = filepath.Base(f.Name())
-	}
-	s.mu.Unlock()
+	s.sweep(k, entries)
 	var out []Record
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, tmpPrefix) {
-			if first && name != own {
-				os.Remove(filepath.Join(s.kindDir(k), name))
-			}
 			continue
 		}
 		if e.IsDir() {
@@ -566,6 +554,28 @@ func (s *Store) List(k Kind) ([]Record, error) {
 	}
 	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
+}
+
+// sweep removes, at the first listing of kind k (List or Keys), the
+// temporary files of a crashed agent's writes among entries, its
+// directory's; the file Prepare made for this agent is kept.
+func (s *Store) sweep(k Kind, entries []os.DirEntry) {
+	s.mu.Lock()
+	first := !s.listed[k.Name]
+	s.listed[k.Name] = true
+	var own string
+	if f := s.spare[k.Name]; f != nil {
+		own = filepath.Base(f.Name())
+	}
+	s.mu.Unlock()
+	if !first {
+		return
+	}
+	for _, e := range entries {
+		if name := e.Name(); strings.HasPrefix(name, tmpPrefix) && name != own {
+			os.Remove(filepath.Join(s.kindDir(k), name))
+		}
+	}
 }
 
 // Reject quarantines the record key of kind k whose payload the caller

@@ -7,10 +7,14 @@
 //
 // Invariants:
 //   - With a state store (NewRaiser, Persist), a pod's raise record (every
-//     raised process and what it had) is on disk, written atomically and
-//     durably, before any of its processes is raised, and is removed only
-//     once every value is back. An agent that dies between the two (a
+//     raised process and what it had) is in place, written and renamed
+//     atomically, before any of its processes is raised, and is removed
+//     only once every value is back. An agent that dies between the two (a
 //     SIGKILL, the watchdog's abort) leaves the record for the next one.
+//     The record is staged (unsynced) before the raise and fsynced after
+//     it, outside the Raiser's lock: the raise happens under memory
+//     pressure, when an fsync waits on writeback. A power loss before the
+//     fsync may lose the record, and ends the pods it describes too.
 //   - Repair, at start and before anything raises, puts back what such
 //     records hold: each process that still runs (same pid and start
 //     time) gets its own value, and a process forked from one since (which

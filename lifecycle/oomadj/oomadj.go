@@ -39,6 +39,11 @@ type Raiser struct {
 	raised map[types.UID]map[int]Proc
 	store  *statestore.Store // nil: in memory only
 	log    *slog.Logger
+
+	// beforeDurable, when set (tests), is called by Raise after the
+	// processes are raised and r.mu released, before the record is made
+	// durable.
+	beforeDurable func(uid types.UID)
 }
 
 // NewRaiser returns a Raiser that persists its records in store (nil: in
@@ -50,10 +55,14 @@ func NewRaiser(store *statestore.Store, log *slog.Logger) *Raiser {
 }
 
 // Persist makes r keep its records in store (nil: in memory only) and log
-// to log (nil: nowhere). It is called before the first Raise.
+// to log (nil: nowhere). It is called before the first Raise, and makes
+// the file the first Raise stages its record through (Store.Prepare).
 func (r *Raiser) Persist(store *statestore.Store, log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if store != nil {
+		store.Prepare(RecordKind)
 	}
 	r.mu.Lock()
 	r.store, r.log = store, log
@@ -65,14 +74,42 @@ func (r *Raiser) Persist(store *statestore.Store, log *slog.Logger) {
 // keeps the values from before the first call; a process recorded before
 // and not in pids now has exited or left the pod, and is dropped.
 //
-// With a store, the pod's record is written (durably) after every
-// process's value was read and before any is raised: a raise is never
-// on a process without its original on disk. A store that cannot be
-// written fails the raise, and nothing is raised. A pod with no record
-// in memory but one in the store (left by an agent that died before it
-// restored it, and not repaired) is raised from that record's values,
-// not from the raised ones its processes still have.
+// With a store, the pod's record is staged (statestore.Store.Stage:
+// written and renamed into place, unsynced) after every process's value
+// was read and before any is raised: a raise is never on a process
+// without its original on disk, and an agent that dies after it finds the
+// record. It is made durable (an fsync) after the raise and outside r.mu:
+// the next victim is raised under memory pressure, when an fsync waits on
+// writeback, and neither the raise nor a Restore or Forget of another
+// pod waits for it. A store that cannot be written fails the raise, and
+// nothing is raised; a record that could not be made durable is an error
+// of the raise done (a power loss before the next Raise syncs it ends
+// the pods it describes anyway). A pod with no record in memory but one
+// in the store (left by an agent that died before it restored it, and not
+// repaired) is raised from that record's values, not from the raised ones
+// its processes still have.
 func (r *Raiser) Raise(uid types.UID, pids []int, adj int) error {
+	durable, err := r.raise(uid, pids, adj)
+	if durable == nil {
+		return err
+	}
+	if r.beforeDurable != nil {
+		r.beforeDurable(uid)
+	}
+	// durable syncs the record's file as it is now, and is a no-op when
+	// it is gone: a Restore or Forget since (ordered after this raise by
+	// r.mu) removed it durably and is not undone, and a Raise since
+	// renamed its own record into place, which is the one synced.
+	if derr := durable(); derr != nil {
+		err = errors.Join(err, fmt.Errorf("raise oom_score_adj of pod %s: record not made durable: %w", uid, derr))
+	}
+	return err
+}
+
+// raise is Raise under r.mu: it stages the record and raises the
+// processes, and returns the func that makes the record durable (nil
+// when nothing was staged).
+func (r *Raiser) raise(uid types.UID, pids []int, adj int) (durable func() error, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	prev := r.raised[uid]
@@ -96,8 +133,8 @@ func (r *Raiser) Raise(uid types.UID, pids []int, adj int) error {
 		}
 	}
 	if r.store != nil && len(recs) > 0 {
-		if err := r.store.Put(RecordKind, string(uid), newRecord(adj, recs)); err != nil {
-			return fmt.Errorf("raise oom_score_adj of pod %s: %w", uid, err)
+		if durable, err = r.store.Stage(RecordKind, string(uid), newRecord(adj, recs)); err != nil {
+			return nil, fmt.Errorf("raise oom_score_adj of pod %s: %w", uid, err)
 		}
 	}
 	for _, p := range fresh {
@@ -113,7 +150,7 @@ func (r *Raiser) Raise(uid types.UID, pids []int, adj int) error {
 		r.raised = map[types.UID]map[int]Proc{}
 	}
 	r.raised[uid] = recs
-	return errors.Join(errs...)
+	return durable, errors.Join(errs...)
 }
 
 // observe reads what pid has before a raise (the value recorded in prev

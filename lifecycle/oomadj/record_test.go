@@ -183,6 +183,119 @@ func TestNoRaiseWithoutItsRecord(t *testing.T) {
 	}
 }
 
+// The record is staged before the processes are raised and made durable
+// after, outside the Raiser's lock: at the moment they are raised (before
+// the fsync) another agent opening the same store reads it, with what
+// each process had.
+func TestTheRecordIsOnDiskWhenTheProcessesAreRaised(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	p := child(t, 300)
+	r := NewRaiser(openStore(t, dir), nil)
+	spares, err := filepath.Glob(filepath.Join(dir, RecordKind.Name, ".tmp-spare-*"))
+	if err != nil || len(spares) != 1 {
+		t.Errorf("files prepared by NewRaiser %v (%v), want one", spares, err)
+	}
+	called := false
+	r.beforeDurable = func(uid types.UID) {
+		called = true
+		if !r.mu.TryLock() {
+			t.Error("the record is made durable with the Raiser's lock held")
+		} else {
+			r.mu.Unlock()
+		}
+		if got := mustRead(t, p); got != 1000 {
+			t.Errorf("pid %d at %d before the record is durable, want 1000 (raised)", p, got)
+		}
+		// What an agent that died here, before the fsync, leaves.
+		rec, ok, err := statestore.GetOf[Record](openStore(t, dir), RecordKind, string(uid))
+		if err != nil || !ok {
+			t.Fatalf("record read by a second store: %v, %v; want it there", ok, err)
+		}
+		want := Record{Adj: 1000, Procs: []Proc{{PID: p, Start: rec.Procs[0].Start, PPID: os.Getpid(), Was: 300}}}
+		if rec.Adj != want.Adj || !slices.Equal(rec.Procs, want.Procs) {
+			t.Errorf("record read by a second store %+v, want %+v", rec, want)
+		}
+	}
+	if err := r.Raise(podUID, []int{p}, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if !called {
+		t.Fatal("Raise with a store made nothing durable")
+	}
+}
+
+// A Restore, Forget or new Raise that runs between a Raise's raise and its
+// fsync (outside the lock) is not undone by that late fsync: a record
+// removed stays removed, and one raised again holds the new raise.
+func TestALateDurableDoesNotUndoWhatFollowedTheRaise(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// between runs after the first Raise, before its record is
+		// made durable.
+		between func(t *testing.T, r *Raiser, p int)
+		wantAdj int   // the process's value at the end
+		wantRec []int // the recorded adj, if a record is to be there
+	}{{
+		name: "a Restore in between leaves no record",
+		between: func(t *testing.T, r *Raiser, p int) {
+			if _, _, err := r.Restore(podUID, nil); err != nil {
+				t.Error(err)
+			}
+		},
+		wantAdj: 300,
+	}, {
+		name:    "a Forget in between leaves no record",
+		between: func(t *testing.T, r *Raiser, p int) { r.Forget(podUID) },
+		wantAdj: 1000, // forgotten, not written back
+	}, {
+		name: "a Restore and a Raise in between leave the second raise's record",
+		between: func(t *testing.T, r *Raiser, p int) {
+			if _, _, err := r.Restore(podUID, nil); err != nil {
+				t.Error(err)
+			}
+			if err := r.Raise(podUID, []int{p}, 900); err != nil {
+				t.Error(err)
+			}
+		},
+		wantAdj: 900,
+		wantRec: []int{900},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			p := child(t, 300)
+			r := NewRaiser(openStore(t, dir), nil)
+			first := true
+			r.beforeDurable = func(types.UID) {
+				if first {
+					first = false
+					tt.between(t, r, p)
+				}
+			}
+			if err := r.Raise(podUID, []int{p}, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if got := mustRead(t, p); got != tt.wantAdj {
+				t.Errorf("pid %d at %d, want %d", p, got, tt.wantAdj)
+			}
+			// What the next agent finds.
+			recs, err := statestore.ListOf[Record](openStore(t, dir), RecordKind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for _, e := range recs {
+				got = append(got, e.Value.Adj)
+				if len(e.Value.Procs) != 1 || e.Value.Procs[0].Was != 300 {
+					t.Errorf("record %+v, want pid %d that had 300", e.Value, p)
+				}
+			}
+			if !slices.Equal(got, tt.wantRec) {
+				t.Errorf("records raised to %v, want %v", got, tt.wantRec)
+			}
+		})
+	}
+}
+
 // A record that cannot be read is quarantined and its pod handed to Lost
 // (which gives it the kubelet's value, Unraise); a recorded pid that is
 // another process's now is left alone; a record of a newer agent is left
