@@ -87,9 +87,11 @@
 //     mountinfo, never stat'ed.
 //   - Teardown never deletes across a mount it could not unmount and never
 //     follows a symlink: it errs with ErrMountsRemain rather than lose data
-//     that is not the pod's. The hostPath binds are made slaves before they
-//     are unmounted: the copies of the host's mounts beneath them are peers
-//     of the host's, and their unmount must not reach the host.
+//     that is not the pod's. The hostPath binds and the subPath binds (a
+//     subPath of a hostPath is bound from inside the hostPath's bind) are
+//     made slaves before they are unmounted: the copies of the host's
+//     mounts beneath them are peers of the host's, and their unmount must
+//     not reach the host.
 //
 // ConfigMap and Secret read the same SourceDir objects for a container's
 // env (envFrom, configMapKeyRef, secretKeyRef), with the same rules as a

@@ -3,6 +3,7 @@ package mounts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -314,6 +315,71 @@ func TestHostPathBindsOfAnUnknownPodAreCollected(t *testing.T) {
 	}
 	if got := mustRead(t, filepath.Join(dir, "f")); got != "kept" {
 		t.Errorf("the hostPath after GC reads %q", got)
+	}
+}
+
+// A subPath of a hostPath is bound from inside the hostPath's bind, so it
+// is a peer of the host's mount too: a mount made on the host beneath the
+// subPath after Setup reaches it. Teardown, and GC by a Manager started
+// after a crash, unmount that copy without unmounting the host's mount.
+func TestHostPathSubPathTeardownKeepsTheHostsMountsBeneathIt(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		teardown func(ctx context.Context, env *testEnv, uid types.UID) error
+	}{{
+		name: "Teardown",
+		teardown: func(ctx context.Context, env *testEnv, uid types.UID) error {
+			return env.m.Teardown(ctx, uid)
+		},
+	}, {
+		name: "GC by a Manager started after a crash",
+		teardown: func(ctx context.Context, env *testEnv, uid types.UID) error {
+			m2, err := New(Config{RootDir: env.root, HostPathAllow: []string{env.allowed}, NodeMemory: 64 << 20, Logger: testLogger(t)})
+			if err != nil {
+				return err
+			}
+			removed, err := m2.GC(ctx, map[types.UID]bool{})
+			if err == nil && len(removed) != 1 {
+				err = fmt.Errorf("GC removed %v, want %s", removed, uid)
+			}
+			return err
+		},
+	}} {
+		t.Run(c.name+" leaves the host's mount beneath the subPath", func(t *testing.T) {
+			env := newTestEnv(t)
+			ctx := testCtx(t)
+			shared := sharedMount(t, filepath.Join(env.allowed, "shared"))
+			later := filepath.Join(shared, "sub", "later")
+			mustMkdir(t, later)
+			const uid = "subprop"
+			pod := newPod(uid, []corev1.Volume{hostPathVol("s", shared, corev1.HostPathDirectory)},
+				mountAll(corev1.Container{Name: "app"}, corev1.VolumeMount{Name: "s", MountPath: "/s", SubPath: "sub"}))
+			pv, err := env.m.Setup(ctx, pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := pv.Mounts(&pod.Spec.Containers[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpfs(t, later, "mounted after")
+			if got := mustRead(t, filepath.Join(ms[0].HostPath, "later", "f")); got != "mounted after" {
+				t.Fatalf("a mount made on the host beneath the subPath did not reach its bind %s: %q", ms[0].HostPath, got)
+			}
+
+			if err := c.teardown(ctx, env, uid); err != nil {
+				t.Fatal(err)
+			}
+			if mounted, err := mountinfo.Mounted(later); err != nil || !mounted {
+				t.Fatalf("the host's mount %s is gone (mounted %v, %v): the unmount of its copy beneath the subPath propagated", later, mounted, err)
+			}
+			if got := mustRead(t, filepath.Join(later, "f")); got != "mounted after" {
+				t.Errorf("the host's mount reads %q", got)
+			}
+			if left := mountsUnder(t, env.m.PodDir(uid)); len(left) != 0 {
+				t.Errorf("mounts left beneath the pod: %s", left[0].Mountpoint)
+			}
+		})
 	}
 }
 

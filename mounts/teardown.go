@@ -77,7 +77,7 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("tear down pod %s: %w", uid, err)
 	}
-	if err := m.isolateHostPaths(uid, infos); err != nil {
+	if err := m.isolateHostMounts(uid, infos); err != nil {
 		return fmt.Errorf("tear down pod %s: %w: %w", uid, ErrMountsRemain, err)
 	}
 	for _, mi := range infos {
@@ -119,15 +119,40 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
-// isolateHostPaths makes the pod's hostPath holder and every mount beneath
-// it slaves (isolateMount) before they are unmounted: the hostPath binds
-// are recursive and peers of the host's mounts, and unmounting one of the
-// copies beneath them would otherwise unmount the host's mount it was
-// copied from. infos are the pod's mounts: a pod without a holder among
-// them has nothing to isolate.
-func (m *Manager) isolateHostPaths(uid types.UID, infos []*mountinfo.Info) error {
-	holder := filepath.Join(m.PodDir(uid), volumesDirName, PluginHostPath)
-	if !slices.ContainsFunc(infos, func(mi *mountinfo.Info) bool { return mi.Mountpoint == holder }) {
+// isolateHostMounts makes the pod's mounts that can show the host's
+// mounts slaves, with every mount beneath them (isolateMount), before any
+// is unmounted:
+//
+//   - the hostPath holder: the hostPath binds beneath it are recursive and
+//     peers of the host's mounts;
+//   - every subPath bind (volume-subpaths/<volume>/<container>/<i>): one of
+//     a hostPath is bound from inside the hostPath's bind, and one of a
+//     local volume's directory from inside its bind of the host's
+//     directory, so it is a peer of the host's mount too, and a mount the
+//     host makes beneath the subPath later propagates into it.
+//
+// Unmounting a copy beneath a peer of the host's mount would otherwise
+// unmount the host's mount it was copied from. Isolating a subPath bind of
+// the pod's own volumes changes nothing: the mounts beneath it are the
+// pod's, and Teardown unmounts each of them itself; nor does it keep its
+// own unmount from reaching its copies, which follows the propagation of
+// its parent, not its own. infos are the pod's mounts; the mounts are
+// reached through descriptors opened beneath RootDir/pods, in directories
+// only the agent makes.
+func (m *Manager) isolateHostMounts(uid types.UID, infos []*mountinfo.Info) error {
+	dir := m.PodDir(uid)
+	holder := filepath.Join(volumesDirName, PluginHostPath)
+	var rels []string
+	for _, mi := range infos {
+		rel, err := filepath.Rel(dir, mi.Mountpoint)
+		if err != nil {
+			continue
+		}
+		if rel == holder || isSubPathBind(rel) {
+			rels = append(rels, rel)
+		}
+	}
+	if len(rels) == 0 {
 		return nil
 	}
 	podsFd, err := m.openPodsDir()
@@ -135,12 +160,25 @@ func (m *Manager) isolateHostPaths(uid types.UID, infos []*mountinfo.Info) error
 		return err
 	}
 	defer unix.Close(podsFd)
-	volumes, err := openBeneath(podsFd, filepath.Join(string(uid), volumesDirName), unix.O_PATH|unix.O_DIRECTORY)
-	if err != nil {
-		return err
+	for _, rel := range rels {
+		parent, err := openBeneath(podsFd, filepath.Join(string(uid), filepath.Dir(rel)), unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		err = isolateMount(parent, filepath.Base(rel))
+		unix.Close(parent)
+		if err != nil {
+			return err
+		}
 	}
-	defer unix.Close(volumes)
-	return isolateMount(volumes, PluginHostPath)
+	return nil
+}
+
+// isSubPathBind reports whether rel, relative to a pod's directory, is a
+// subPath bind's target: volume-subpaths/<volume>/<container>/<index>.
+func isSubPathBind(rel string) bool {
+	parts := strings.Split(rel, "/")
+	return len(parts) == 4 && parts[0] == volumeSubpathsDir
 }
 
 // unmount unmounts the mount point p without following a symlink at it;
