@@ -74,6 +74,9 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 // (ErrRejected): its nodeSelector, Config.Admit. A pod already desired is
 // not admitted again, only validated.
 func (m *Manager) admit(p *corev1.Pod, source string) (*corev1.Pod, error) {
+	// A pod this agent stamped (a persisted API pod read back) carries
+	// the creation time it gave it: no warning for that.
+	stamped := p.Annotations[AnnotationSource] == source
 	p = p.DeepCopy()
 	podspec.Default(p, source)
 	defer m.stamp(p, source)
@@ -120,6 +123,9 @@ func (m *Manager) admit(p *corev1.Pod, source string) (*corev1.Pod, error) {
 	for _, w := range warnings {
 		if source == SourceAPIServer && (strings.Contains(w, "ignored: set by an API server") || strings.Contains(w, "nodeguard does no scheduling")) {
 			continue // the API server set them, and its scheduler placed the pod
+		}
+		if stamped && strings.HasPrefix(w, "metadata.creationTimestamp:") {
+			continue
 		}
 		m.log.Warn("pod field ignored", "pod", p.Namespace+"/"+p.Name, "warning", w)
 	}
