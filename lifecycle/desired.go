@@ -54,10 +54,8 @@ func (m *Manager) apply(pods []*corev1.Pod, source string) ([]*corev1.Pod, error
 		out = append(out, p)
 	}
 	if source == SourceAPI {
-		for _, p := range out {
-			if err := m.persist(p); err != nil {
-				return nil, err
-			}
+		if err := m.persistAll(out); err != nil {
+			return nil, err
 		}
 	}
 	m.add(out, source, nil)

@@ -7,6 +7,7 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -101,6 +102,57 @@ func (m *Manager) persist(p *corev1.Pod) error {
 	}
 	m.apiRecords[k] = p.UID
 	return nil
+}
+
+// persistAll persists pods, one apply's, all or none: when one cannot be
+// written, the records written before it are put back as they were (the
+// name's earlier record, or none), so that a refused apply leaves no pod
+// to be run by the next start.
+func (m *Manager) persistAll(pods []*corev1.Pod) error {
+	type was struct {
+		k   string
+		rec *statestore.Record
+		uid types.UID
+	}
+	var done []was
+	for _, p := range pods {
+		k := apiPodKey(p.Namespace, p.Name)
+		w := was{k: k}
+		if r, ok, err := m.state.Get(KindAPIPod, k); err == nil && ok {
+			w.rec = &r
+		}
+		m.persistMu.Lock()
+		w.uid = m.apiRecords[k]
+		m.persistMu.Unlock()
+		if err := m.persist(p); err != nil {
+			for _, d := range slices.Backward(done) {
+				m.unwrite(d.k, d.rec, d.uid)
+			}
+			return err
+		}
+		done = append(done, w)
+	}
+	return nil
+}
+
+// unwrite puts the record k back as it was before a refused apply: rec
+// (nil: there was none) for the pod uid.
+func (m *Manager) unwrite(k string, rec *statestore.Record, uid types.UID) {
+	m.persistMu.Lock()
+	defer m.persistMu.Unlock()
+	var err error
+	if rec == nil {
+		err = m.state.Delete(KindAPIPod, k)
+		delete(m.apiRecords, k)
+	} else {
+		err = m.state.Put(KindAPIPod, k, rec.Data)
+		if uid != "" {
+			m.apiRecords[k] = uid
+		}
+	}
+	if err != nil {
+		m.log.Error("record of a refused apply not put back", "pod", k, "err", err)
+	}
 }
 
 // unpersist removes the record of the API pod namespace/name if it is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,7 +44,13 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return // Put refuses the key
 		}
-		if back, ok := keyOf(name); !ok || back != key {
+		if strings.HasPrefix(name, hashedPrefix) {
+			// Too long to escape: the key is read from the envelope
+			// (TestKeysTooLongForAFileNameAreNamedByTheirHash).
+			if len(name) != len(hashedPrefix)+64+len(suffix) {
+				t.Fatalf("key %q hashed to %q", key, name)
+			}
+		} else if back, ok := keyOf(name); !ok || back != key {
 			t.Fatalf("key %q is stored as %q, which lists as %q (%v)", key, name, back, ok)
 		}
 		var v any = string(payload)

@@ -32,7 +32,7 @@ func (s *Store) Keys(k Kind) ([]string, error) {
 		if e.IsDir() || strings.HasPrefix(e.Name(), tmpPrefix) {
 			continue
 		}
-		if key, ok := keyOf(e.Name()); ok {
+		if key, ok := s.keyOfFile(k, e.Name()); ok {
 			out = append(out, key)
 		}
 	}

@@ -2,6 +2,8 @@ package statestore
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,7 +180,10 @@ func validKind(k Kind) error {
 }
 
 // fileName is key's file name: escaped so that no key holds a separator
-// or is "." or "..".
+// or is "." or ".."; a key whose escaped form is too long for a file name
+// (a manifest's long path) is named by its hash instead ("#" and the
+// SHA-256 in hex: "#" never appears in an escaped name), and its key is
+// read from the record's envelope.
 func fileName(key string) (string, error) {
 	if key == "" {
 		return "", errors.New("empty state key")
@@ -191,21 +196,56 @@ func fileName(key string) (string, error) {
 	name := url.PathEscape(key)
 	name = strings.ReplaceAll(name, ".", "%2E")
 	if len(name)+len(suffix) > 255 {
-		return "", fmt.Errorf("state key %.40q...: too long", key)
+		sum := sha256.Sum256([]byte(key))
+		return hashedPrefix + hex.EncodeToString(sum[:]) + suffix, nil
 	}
 	return name + suffix, nil
 }
 
+// hashedPrefix starts the file names of keys named by their hash.
+const hashedPrefix = "#"
+
+// keyOf is the key of an escaped record file name; ok is false for a name
+// that is not one (a hashed name, whose key is in its envelope, or a name
+// fileName would not give: another spelling of a key is not its record).
 func keyOf(name string) (string, bool) {
 	base, ok := strings.CutSuffix(name, suffix)
-	if !ok || base == "" {
+	if !ok || base == "" || strings.HasPrefix(base, hashedPrefix) {
 		return "", false
 	}
 	key, err := url.PathUnescape(base)
 	if err != nil {
 		return "", false
 	}
+	if n, err := fileName(key); err != nil || n != name {
+		return "", false
+	}
 	return key, true
+}
+
+// keyOfFile is the key of the record file name of kind k: from the name,
+// or for a hashed name from the envelope, whose key must hash to it.
+func (s *Store) keyOfFile(k Kind, name string) (string, bool) {
+	if key, ok := keyOf(name); ok {
+		return key, true
+	}
+	if !strings.HasPrefix(name, hashedPrefix) || !strings.HasSuffix(name, suffix) {
+		return "", false
+	}
+	b, err := readBounded(filepath.Join(s.kindDir(k), name))
+	if err != nil {
+		return "", false
+	}
+	var e struct {
+		Key string `json:"key"`
+	}
+	if json.Unmarshal(b, &e) != nil {
+		return "", false
+	}
+	if n, err := fileName(e.Key); err != nil || n != name {
+		return "", false
+	}
+	return e.Key, true
 }
 
 func (s *Store) kindDir(k Kind) string { return filepath.Join(s.dir, k.Name) }
@@ -458,7 +498,10 @@ func (s *Store) read(k Kind, name string) (Record, bool, error) {
 	if err != nil {
 		return Record{}, false, fmt.Errorf("read %s record %s: %w", k.Name, path, err)
 	}
-	key, _ := keyOf(name)
+	key, ok := s.keyOfFile(k, name)
+	if !ok {
+		return Record{}, false, s.quarantine(k, name, fmt.Errorf("%w: not a record's file name, or a hashed name its key does not hash to", ErrCorrupt))
+	}
 	r, err := parse(b, k, key)
 	if errors.Is(err, ErrUnsupported) {
 		s.mu.Lock()
@@ -538,10 +581,6 @@ func (s *Store) List(k Kind) ([]Record, error) {
 			continue
 		}
 		if e.IsDir() {
-			continue
-		}
-		if _, ok := keyOf(name); !ok {
-			s.quarantine(k, name, fmt.Errorf("%w: not a record's file name", ErrCorrupt))
 			continue
 		}
 		r, ok, err := s.read(k, name)

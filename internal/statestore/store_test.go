@@ -237,8 +237,52 @@ func TestInvalidKindsAndKeysAreRefused(t *testing.T) {
 	if err := s.Put(kindPod, "", 1); err == nil {
 		t.Error("an empty key was accepted")
 	}
-	if err := s.Put(kindPod, strings.Repeat("x", 300), 1); err == nil {
-		t.Error("a key too long for a file name was accepted")
+}
+
+func TestKeysTooLongForAFileNameAreNamedByTheirHash(t *testing.T) {
+	s, _ := open(t)
+	long := "file:/" + strings.Repeat("manifests.d/", 30) + "web.yaml"
+	if err := s.Put(kindPod, long, payload{Name: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := GetOf[payload](s, kindPod, long)
+	if !ok || err != nil || got.Name != "web" {
+		t.Fatalf("get: %+v %v %v", got, ok, err)
+	}
+	if keys, err := s.Keys(kindPod); err != nil || len(keys) != 1 || keys[0] != long {
+		t.Fatalf("keys: %q %v", keys, err)
+	}
+	if all, err := s.List(kindPod); err != nil || len(all) != 1 || all[0].Key != long {
+		t.Fatalf("list: %v %v", all, err)
+	}
+	if err := s.Delete(kindPod, long); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := s.Keys(kindPod); len(keys) != 0 {
+		t.Fatalf("keys after delete: %q", keys)
+	}
+	// A hashed file whose envelope names another key is not its record.
+	s.Put(kindPod, long, payload{Name: "web"})
+	name, _ := fileName(long)
+	path := filepath.Join(s.Dir(), kindPod.Name, name)
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, bytes.Replace(b, []byte("web.yaml"), []byte("wex.yaml"), 1), 0o600)
+	if all, _ := s.List(kindPod); len(all) != 0 || s.Quarantined(kindPod.Name) != 1 {
+		t.Fatalf("a hashed file of another key was read: %v", all)
+	}
+}
+
+func TestAnotherSpellingOfAKeyIsNotItsRecord(t *testing.T) {
+	s, _ := open(t)
+	s.Put(kindPod, "a.b", payload{Name: "n"})
+	dir := filepath.Join(s.Dir(), kindPod.Name)
+	b, _ := os.ReadFile(filepath.Join(dir, "a%2Eb.rec"))
+	os.WriteFile(filepath.Join(dir, "a.b.rec"), b, 0o600) // what url escaping alone would name it
+	if keys, _ := s.Keys(kindPod); len(keys) != 1 || keys[0] != "a.b" {
+		t.Fatalf("keys: %q", keys)
+	}
+	if all, _ := s.List(kindPod); len(all) != 1 || s.Quarantined(kindPod.Name) != 1 {
+		t.Fatalf("list %v, %d quarantined; want the record once and the other spelling quarantined", all, s.Quarantined(kindPod.Name))
 	}
 }
 
