@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"maps"
 	"math/rand/v2"
 	"net/url"
@@ -112,6 +113,11 @@ type modelPod struct {
 	anyState bool
 	// mayEvict: the hog, before its eviction was seen.
 	mayEvict bool
+	// kept: the container of an API pod whose record was corrupted while
+	// it ran. The agent can no longer say what the pod is, so it keeps
+	// its sandbox as it is, unlisted, at every start, until the name is
+	// applied again or deleted (docs/state.md): checked through the CRI.
+	kept string
 
 	uid         string          // last observed
 	uids        map[string]bool // every UID observed: records of any may be left
@@ -541,6 +547,7 @@ func (tt *torture) randomStep() {
 }
 
 func (tt *torture) apply(p *modelPod, gen int) error {
+	p.kept = "" // applied again, the name's kept sandbox is an orphan
 	_, err := tt.a.client.Apply(tt.ctx, tt.manifest(p, gen), "torture")
 	return err
 }
@@ -594,6 +601,7 @@ func (tt *torture) opDelete() bool {
 	if p == nil {
 		return false
 	}
+	p.kept = ""
 	err := tt.a.client.Delete(tt.ctx, "default", p.name)
 	tt.logStep("delete %s (%v): %v", p.name, p.want, errOK(err))
 	if err == nil {
@@ -696,8 +704,12 @@ func (tt *torture) opCorrupt() bool {
 		tt.t.Fatal(err)
 	}
 	var named []string
+	kindOf := filepath.Base(filepath.Dir(path))
 	for _, p := range tt.pods {
 		if p.namedIn(b) {
+			if kindOf == lifecycle.KindAPIPod.Name && !p.static && p.want.state == wantRunning && p.containerID != "" && len(p.alts) == 0 && p.kept == "" {
+				p.kept = p.containerID
+			}
 			p.anyState = true
 			p.changed()
 			named = append(named, p.name)
@@ -721,6 +733,10 @@ func (tt *torture) opCorrupt() bool {
 	switch {
 	case err == nil && bytes.Equal(now, bad):
 		tt.note("the corrupt record %s is still in place: the agent has not read it", rel)
+	case errors.Is(err, fs.ErrNotExist) && kind == lifecycle.KindStaticPods.Name && !fileExists(strings.TrimPrefix(recKey, "file:")):
+		// The record of a manifest removed while the agent was down is
+		// pruned unread once every source has loaded.
+		tt.note("the corrupt record %s, of a removed manifest, was pruned", rel)
 	case err == nil && perr == nil:
 		// A manifest file that loads is the truth: its static-pods
 		// record is written anew over the corrupt one, unread.
@@ -791,6 +807,7 @@ func (tt *torture) opKillDuring() bool {
 	default:
 		next = podWant{state: wantAbsent}
 		what = fmt.Sprintf("delete %s (%v)", p.name, old)
+		p.kept = ""
 		do = func() error { return tt.a.client.Delete(tt.ctx, "default", p.name) }
 	}
 	delay := time.Duration(tt.rng.IntN(80)) * time.Millisecond
@@ -955,9 +972,38 @@ func (tt *torture) check(why string) bool {
 		}
 		p.containerID = s.containerID
 	}
+	ok = tt.checkKept(why) && ok
 	ok = tt.checkMarkers(why) && ok
 	ok = tt.checkOOMScoreAdj(why) && ok
 	tt.note("pods as the model wants %v after the start: %s", time.Since(start).Round(time.Millisecond), tt.summary())
+	return ok
+}
+
+// checkKept checks that the container of every pod whose record was
+// corrupted still runs (the agent keeps it, unlisted).
+func (tt *torture) checkKept(why string) bool {
+	tt.t.Helper()
+	ok := true
+	var rt *cri.Client
+	for _, p := range tt.pods {
+		if p.kept == "" {
+			continue
+		}
+		if rt == nil {
+			var err error
+			if rt, err = cri.Dial(tt.ctx, tt.env.Endpoint(), 10*time.Second); err != nil {
+				tt.t.Fatal(err)
+			}
+			defer rt.Close()
+		}
+		id := strings.TrimPrefix(p.kept, "containerd://")
+		st, err := rt.ContainerStatus(tt.ctx, id)
+		if err != nil || st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			tt.t.Errorf("step %d (%s): pod %s, kept after its record was corrupted, lost its container %s: %v %v", tt.step, why, p.name, id, st.GetState(), err)
+			p.kept = ""
+			ok = false
+		}
+	}
 	return ok
 }
 
@@ -1220,7 +1266,13 @@ func (tt *torture) final() {
 		}
 	}
 	for _, p := range tt.pods {
-		p.want, p.alts, p.anyState, p.mayEvict = podWant{state: wantAbsent}, nil, false, false
+		if p.kept != "" {
+			// Unlisted: deleted by its name, as the event says.
+			if err := tt.a.client.Delete(ctx, "default", p.name); err != nil {
+				tt.t.Errorf("final delete of the kept %s: %v", p.name, err)
+			}
+		}
+		p.want, p.alts, p.anyState, p.mayEvict, p.kept = podWant{state: wantAbsent}, nil, false, false, ""
 	}
 	if _, diff := tt.converge(90 * time.Second); len(diff) > 0 {
 		tt.t.Errorf("final: pods left 90 s after every manifest was removed and every pod deleted:\n  %s", strings.Join(diff, "\n  "))
