@@ -202,10 +202,14 @@ func (m *Manager) Delete(_ context.Context, namespace, name string) error {
 	k := apiPodKey(namespace, name)
 	m.mu.Lock()
 	var found *podState
+	going := false // a pod of the name is being removed already
 	for _, st := range m.pods {
-		if st.pod.Namespace == namespace && st.pod.Name == name && !st.deleting {
-			found = st
-			break
+		if st.pod.Namespace == namespace && st.pod.Name == name {
+			if !st.deleting {
+				found = st
+				break
+			}
+			going = true
 		}
 	}
 	unkept := m.apiAvailable(k)
@@ -215,6 +219,9 @@ func (m *Manager) Delete(_ context.Context, namespace, name string) error {
 	}
 	m.mu.Unlock()
 	if found == nil && !unkept {
+		if going {
+			return nil // as the API server answers a delete of a terminating pod
+		}
 		return fmt.Errorf("%w: %s/%s", ErrNotFound, namespace, name)
 	}
 	switch {
