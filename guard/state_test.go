@@ -66,7 +66,7 @@ func runActor(t *testing.T, a *Actor) (stop func()) {
 }
 
 // waitFor polls cond every 20 ms for at most 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitState(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); {
 		if time.Now().After(deadline) {
@@ -76,7 +76,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func apiPod(uid, name string, req corev1.ResourceList) *corev1.Pod {
+func stateAPIPod(uid, name string, req corev1.ResourceList) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(uid)},
 		Spec: corev1.PodSpec{NodeName: "node", Containers: []corev1.Container{{Name: "app",
 			Resources: corev1.ResourceRequirements{Requests: req}}}},
@@ -101,7 +101,7 @@ func TestAPendingRemovalSurvivesTheAgent(t *testing.T) {
 		t.Fatalf("hard eviction: %v", err)
 	}
 	hog.Wait()
-	waitFor(t, "the removal's API call failed", func() bool { return dead.Counts().APIErrors >= 1 })
+	waitState(t, "the removal's API call failed", func() bool { return dead.Counts().APIErrors >= 1 })
 	stop() // the agent dies with the removal pending
 
 	store := openStore(t, dir)
@@ -127,7 +127,7 @@ func TestAPendingRemovalSurvivesTheAgent(t *testing.T) {
 		}
 	})
 
-	cs := fake.NewClientset(apiPod(uidHog, "hog", nil), apiPod(uidOther, "other", nil))
+	cs := fake.NewClientset(stateAPIPod(uidHog, "hog", nil), stateAPIPod(uidOther, "other", nil))
 	a := newActor(t, Config{Finder: r.finder, NodeName: "node", Client: cs, State: store, RetryInitial: 50 * time.Millisecond})
 	if c := a.Counts(); c.Pending != 1 {
 		t.Errorf("counts of the new agent %+v, want the removal resumed", c)
@@ -136,7 +136,7 @@ func TestAPendingRemovalSurvivesTheAgent(t *testing.T) {
 		t.Errorf("pods of the new agent %q, want other: the hog's killed sandbox held", got)
 	}
 	runActor(t, a)
-	waitFor(t, "the hog deleted through the API server", func() bool {
+	waitState(t, "the hog deleted through the API server", func() bool {
 		_, err := cs.CoreV1().Pods("default").Get(context.Background(), "hog", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
@@ -150,7 +150,7 @@ func TestAPendingRemovalSurvivesTheAgent(t *testing.T) {
 	if !patched {
 		t.Error("the hog was deleted without its Evicted status")
 	}
-	waitFor(t, "the removal done", func() bool { return a.Counts().Pending == 0 })
+	waitState(t, "the removal done", func() bool { return a.Counts().Pending == 0 })
 	if c := a.Counts(); c.Deletes != 1 {
 		t.Errorf("counts %+v, want one delete", c)
 	}
@@ -212,7 +212,7 @@ func TestOOMScoreAdjRepairedAfterTheAgent(t *testing.T) {
 		}
 		// A request of half the node: the kubelet's 1000 - 1000/2.
 		const capacity = 1 << 30
-		cs := fake.NewClientset(apiPod(uidHog, "web", corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(capacity/2, resource.BinarySI)}))
+		cs := fake.NewClientset(stateAPIPod(uidHog, "web", corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(capacity/2, resource.BinarySI)}))
 		a := newActor(t, Config{Finder: r.finder, NodeName: "node", Client: cs, State: store, MemoryCapacity: capacity})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
