@@ -232,8 +232,11 @@ func (m *Manager) Delete(_ context.Context, namespace, name string) error {
 	case unkept:
 		// A record that could not be read (its placeholder) or of a
 		// newer agent goes with its pod, unless the name was applied
-		// since.
+		// since; what it held back may be pruned now.
 		m.unpersistUnread(k)
+		if m.sourcesReady.Load() {
+			m.pruneRecords()
+		}
 	}
 	m.poke()
 	return nil
