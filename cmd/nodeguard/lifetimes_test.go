@@ -241,19 +241,31 @@ func breakListener(t *testing.T, pid int, addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// /proc/<pid>/net/tcp: "sl local_address rem_address st ... inode";
-	// the local port in hex, st 0A is LISTEN.
-	f, err := os.Open(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	// /proc/<pid>/task/<tid>/net/tcp: "sl local_address rem_address st
+	// ... inode"; the local port in hex, st 0A is LISTEN. Every thread's:
+	// /proc/<pid>/net is the main thread's network namespace, and a
+	// thread of the agent's may be in a pod's or the runtime's for a
+	// moment (a probe, a CNI call: LockOSThread and setns).
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	inode := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fl := strings.Fields(sc.Text())
-		if len(fl) > 9 && strings.HasSuffix(fl[1], fmt.Sprintf(":%04X", port)) && fl[3] == "0A" {
-			inode = fl[9]
+	for _, task := range tasks {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/task/%s/net/tcp", pid, task.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fl := strings.Fields(sc.Text())
+			if len(fl) > 9 && strings.HasSuffix(fl[1], fmt.Sprintf(":%04X", port)) && fl[3] == "0A" {
+				inode = fl[9]
+			}
+		}
+		f.Close()
+		if inode != "" {
+			break
 		}
 	}
 	if inode == "" {
