@@ -230,7 +230,7 @@ func (m *Manager) Delete(_ context.Context, namespace, name string) error {
 		// keeps its own.
 		m.unpersist(namespace, name, found.pod.UID)
 	case unkept:
-		// A record that could not be read (its placeholder) or of a
+		// A record that could not be read (its stand-in) or of a
 		// newer agent goes with its pod, unless the name was applied
 		// since; what it held back may be pruned now.
 		m.unpersistUnread(k)

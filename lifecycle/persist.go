@@ -40,22 +40,22 @@ func staticSource(source string) bool { return source != SourceAPI && source != 
 // apiPodRecord is KindAPIPod's payload, version 1.
 type apiPodRecord struct {
 	Pod *corev1.Pod `json:"pod,omitempty"`
-	// Unreadable marks a placeholder: the name's record could not be
+	// Unreadable marks a stand-in: the name's record could not be
 	// read (it was quarantined, and this says why). It keeps the name's
 	// sandboxes from being taken for orphans at every later start, until
 	// the name is applied again or deleted.
 	Unreadable string `json:"unreadable,omitempty"`
 }
 
-// errUnreadRecord is a placeholder's: the pod's record was lost.
+// errUnreadRecord is a stand-in's: the pod's record was lost.
 var errUnreadRecord = errors.New("the pod's record could not be read and was quarantined")
 
 // Validate refuses a record without a pod, a name or a UID: nothing could
-// be run from it, nor its sandbox recognised; a placeholder holds no pod.
+// be run from it, nor its sandbox recognised; a stand-in holds no pod.
 func (r *apiPodRecord) Validate() error {
 	switch {
 	case r.Unreadable != "" && r.Pod != nil:
-		return errors.New("a placeholder with a pod")
+		return errors.New("a stand-in with a pod")
 	case r.Unreadable != "":
 		return nil
 	case r.Pod == nil:
@@ -173,7 +173,7 @@ func (m *Manager) unpersist(namespace, name string, uid types.UID) {
 }
 
 // unpersistUnread removes the record k that this agent could not read
-// (its placeholder, or a newer agent's record), unless a pod was applied
+// (its stand-in, or a newer agent's record), unless a pod was applied
 // under the name since (its record is the one there now).
 func (m *Manager) unpersistUnread(k string) {
 	m.persistMu.Lock()
@@ -221,11 +221,11 @@ func (m *Manager) loadPersisted() {
 }
 
 // readAPIPod reads the record k; nil without one. A record that does not
-// decode is quarantined and a placeholder written in its place.
+// decode is quarantined and a stand-in written in its place.
 func (m *Manager) readAPIPod(k string) (*corev1.Pod, error) {
 	r, ok, err := m.state.Get(KindAPIPod, k)
 	if err != nil {
-		m.placehold(k, err)
+		m.standIn(k, err)
 		return nil, err
 	}
 	if !ok {
@@ -233,20 +233,20 @@ func (m *Manager) readAPIPod(k string) (*corev1.Pod, error) {
 	}
 	p, err := decodeAPIPod(r)
 	if errors.Is(err, errUnreadRecord) {
-		return nil, err // the placeholder stays
+		return nil, err // the stand-in stays
 	}
 	if err != nil {
 		err = m.state.Reject(KindAPIPod, k, err)
-		m.placehold(k, err)
+		m.standIn(k, err)
 		return nil, err
 	}
 	return p, nil
 }
 
-// placehold writes a placeholder in place of the record k just
+// standIn writes a stand-in in place of the record k just
 // quarantined (why), so that the next start too keeps the name's
 // sandboxes and volumes instead of taking them for orphans.
-func (m *Manager) placehold(k string, why error) {
+func (m *Manager) standIn(k string, why error) {
 	if !errors.Is(why, statestore.ErrCorrupt) {
 		return // a newer agent's record is left in place: it says as much
 	}
@@ -256,6 +256,6 @@ func (m *Manager) placehold(k string, why error) {
 		return // applied since
 	}
 	if err := m.state.Put(KindAPIPod, k, apiPodRecord{Unreadable: why.Error()}); err != nil {
-		m.log.Error("placeholder of an unreadable pod record not written: its sandboxes are kept this run only", "pod", k, "err", err)
+		m.log.Error("stand-in of an unreadable pod record not written: its sandboxes are kept this run only", "pod", k, "err", err)
 	}
 }

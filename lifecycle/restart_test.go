@@ -488,7 +488,7 @@ func TestRestartWithACorruptAPIPodRecordKeepsItsPodAtEveryStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two starts: the first quarantines the record and writes a
-	// placeholder, the second reads the placeholder. Neither takes the
+	// stand-in, the second reads the stand-in. Neither takes the
 	// pod's sandbox for an orphan.
 	for start := 1; start <= 2; start++ {
 		events := api.NewEventLog(0)
@@ -512,7 +512,7 @@ func TestRestartWithACorruptAPIPodRecordKeepsItsPodAtEveryStart(t *testing.T) {
 			t.Errorf("start 1: %d records quarantined, want 1", n)
 		}
 		if start == 2 {
-			// Deleting the name removes the placeholder, and the pod's
+			// Deleting the name removes the stand-in, and the pod's
 			// sandbox is an orphan then.
 			if err := m2.Delete(context.Background(), "default", "web"); err != nil {
 				t.Fatal(err)

@@ -1308,7 +1308,7 @@ func (tt *torture) final() {
 	for _, p := range tt.pods {
 		if !p.static && !listed[p.name] {
 			// An API pod whose record was corrupted is unlisted, kept (or
-			// only its placeholder, when nothing of it ran): deleted by
+			// only its stand-in, when nothing of it ran): deleted by
 			// its name, as its event says.
 			err := tt.a.client.Delete(ctx, "default", p.name)
 			switch {

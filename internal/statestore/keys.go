@@ -3,7 +3,6 @@ package statestore
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,17 +15,10 @@ import (
 // ErrUnsupported then name the key. Files that are not records' are left
 // out (List quarantines them).
 func (s *Store) Keys(k Kind) ([]string, error) {
-	if err := validKind(k); err != nil {
+	entries, err := s.entries(k)
+	if err != nil || entries == nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(s.kindDir(k))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list %s records: %w", k.Name, err)
-	}
-	s.sweep(k, entries)
 	var out []string
 	for _, e := range entries {
 		if e.IsDir() || strings.HasPrefix(e.Name(), tmpPrefix) {

@@ -418,8 +418,14 @@ func (s *Store) writeSpare(k Kind, path string, b []byte) error {
 }
 
 // writeRename writes b to a temporary file beside path and renames it over
-// path, syncing nothing.
-func writeRename(path string, b []byte, perm os.FileMode) (retErr error) {
+// path, syncing nothing (Stage).
+func writeRename(path string, b []byte, perm os.FileMode) error {
+	return writeTemp(path, b, perm, false)
+}
+
+// writeTemp writes b to a temporary file beside path, fsynced when sync,
+// and renames it over path. The temporary file is removed on failure.
+func writeTemp(path string, b []byte, perm os.FileMode, sync bool) (retErr error) {
 	f, err := os.CreateTemp(filepath.Dir(path), tmpPrefix+filepath.Base(path)+"-*")
 	if err != nil {
 		return err
@@ -435,6 +441,11 @@ func writeRename(path string, b []byte, perm os.FileMode) (retErr error) {
 	}
 	if _, err := f.Write(b); err != nil {
 		return err
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
@@ -563,17 +574,10 @@ func parse(b []byte, k Kind, key string) (Record, error) {
 // out; only a failure to read the directory itself is an error. Temporary
 // files of an interrupted write are removed.
 func (s *Store) List(k Kind) ([]Record, error) {
-	if err := validKind(k); err != nil {
+	entries, err := s.entries(k)
+	if err != nil || entries == nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(s.kindDir(k))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list %s records: %w", k.Name, err)
-	}
-	s.sweep(k, entries)
 	var out []Record
 	for _, e := range entries {
 		name := e.Name()
@@ -593,6 +597,23 @@ func (s *Store) List(k Kind) ([]Record, error) {
 	}
 	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
+}
+
+// entries reads kind k's directory (nil when there is none yet), swept of
+// a crashed agent's temporary files at its first reading.
+func (s *Store) entries(k Kind) ([]os.DirEntry, error) {
+	if err := validKind(k); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(s.kindDir(k))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s records: %w", k.Name, err)
+	}
+	s.sweep(k, entries)
+	return entries, nil
 }
 
 // sweep removes, at the first listing of kind k (List or Keys), the
@@ -726,34 +747,11 @@ func decodeValid[T any](r Record) (T, error) {
 // WriteFileAtomic writes b to path durably: a temporary file in the same
 // directory, written and fsynced, renamed over path, and the directory
 // fsynced. After a crash path holds its old content or b.
-func WriteFileAtomic(path string, b []byte, perm os.FileMode) (retErr error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, tmpPrefix+filepath.Base(path)+"-*")
-	if err != nil {
+func WriteFileAtomic(path string, b []byte, perm os.FileMode) error {
+	if err := writeTemp(path, b, perm, true); err != nil {
 		return err
 	}
-	defer func() {
-		if retErr != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return syncDir(filepath.Dir(path))
 }
 
 func readBounded(path string) ([]byte, error) {
