@@ -50,8 +50,8 @@ check-generate: deps
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1)
 	$(GO) vet ./...
-	$(GO) vet -tags nodelane ./internal/nodelane/
-	$(GO) vet -tags clusterlane ./internal/cluster/ ./cmd/nodeguard/ ./guard/
+	$(GO) vet -tags nodelane ./lab/nodelane/
+	$(GO) vet -tags clusterlane ./lab/cluster/ ./cmd/nodeguard/ ./guard/
 
 # The test command of README.md and .ci/run: the host lane, then the lanes
 # that boot guests, in two chains side by side (scripts/lanes.sh; each
@@ -68,24 +68,24 @@ test: deps lint check-generate build
 	$(GO) test -race -count=1 -timeout 20m ./...
 	NODE_CONTAINERD_2='$(NODE_CONTAINERD_2)' FUZZTIME='$(TEST_FUZZTIME)' ./scripts/lanes.sh '$(MAKE)'
 
-# The pure cgroup v2 lane (internal/vmtest): each package of VM_PKGS on each
+# The pure cgroup v2 lane (lab/vmtest): each package of VM_PKGS on each
 # kernel of VM_KERNELS, in throwaway qemu VMs, as
 #   CGO_ENABLED=0 NODEGUARD_VM_KERNEL=<k> go test -json -count=1 -exec bin/vmrun <pkg>
 # then one summary line per kernel. Static test binaries, so no -race (it
 # needs cgo). Kernels are cached in /var/cache/nodeguard-vm.
 VM_KERNELS ?= 6.1 6.12
-VM_PKGS    ?= ./loader ./cgroups/cgtest ./internal/host ./cgroups ./pressure ./cgroups/cgstat ./cgroups/kubepods ./oom/tripwire
+VM_PKGS    ?= ./loader ./cgroups/cgtest ./internal/host ./cgroups ./pressure ./cgroups/cgstat ./cgroups/kubepods ./pressure/tripwire
 VMRUN      ?= bin/vmrun
 
 test-vm:
-	$(GO) build -o $(VMRUN) ./internal/vmtest/cmd/vmrun
+	$(GO) build -o $(VMRUN) ./lab/vmtest/cmd/vmrun
 	$(abspath $(VMRUN)) -lane -go '$(GO)' -kernels '$(VM_KERNELS)' $(VM_PKGS)
 
-# The node lane (internal/nodelane; internal/nodevm boots it): nodeguard as
+# The node lane (lab/nodelane; lab/nodevm boots it): nodeguard as
 # make install puts it, started by systemd on a Debian 12 node with
 # containerd (SystemdCgroup = true) and pure cgroup v2, in a qemu VM with no
 # network device. It installs into a temporary stage, then runs
-#   CGO_ENABLED=0 go test -tags nodelane -json -exec bin/nodevm ./internal/nodelane
+#   CGO_ENABLED=0 go test -tags nodelane -json -exec bin/nodevm ./lab/nodelane
 # with one line per check and one summary line. The root filesystem, crictl
 # and the kernel are cached in /var/cache/nodeguard-vm. NODE_FLAGS: e.g.
 # -run 'TestNode/(systemd|containerd)' or -v. The last check is the OOM
@@ -113,7 +113,7 @@ NODE_OUT        ?= out/node
 NODE_CLUSTER    ?=
 
 test-node:
-	$(GO) build -o $(NODEVM) ./internal/nodevm/cmd/nodevm
+	$(GO) build -o $(NODEVM) ./lab/nodevm/cmd/nodevm
 	@stage=$$(mktemp -d /tmp/nodeguard-stage.XXXXXX) && trap 'rm -rf "$$stage"' EXIT && \
 		$(MAKE) --no-print-directory install DESTDIR="$$stage" && \
 		NODEGUARD_NODE_STAGE="$$stage" NODEGUARD_NODE_OUT='$(abspath $(NODE_OUT))' $(if $(NODE_RACE),NODEGUARD_NODE_RACE='$(NODE_RACE)') \
@@ -132,8 +132,8 @@ FUZZ_TARGETS ?= \
 	./lifecycle/podspec:FuzzParse \
 	./lifecycle/podspec:FuzzValidate \
 	./cgroups/kubepods:FuzzPodParent \
-	./lifecycle/qos:FuzzOOMScoreAdj \
-	./pressure/psi:FuzzParse \
+	./qos:FuzzOOMScoreAdj \
+	./psi:FuzzParse \
 	./cgroups/cgstat:FuzzParseMemoryStat \
 	./cgroups/cgstat:FuzzParseMemoryEvents \
 	./cgroups/cgstat:FuzzParseOOMControl \
@@ -149,11 +149,11 @@ FUZZ_TARGETS ?= \
 	./mounts:FuzzValidatePath \
 	./oom:FuzzParseThresholdList \
 	./oom:FuzzParsePSIRule \
-	./oom/tripwire:FuzzDecodeRecord \
+	./pressure/tripwire:FuzzDecodeRecord \
 	./lifecycle:FuzzAPIPodRecord \
 	./lifecycle:FuzzEvictionRecord \
 	./lifecycle:FuzzStaticPodsRecord \
-	./lifecycle/oomadj:FuzzRaiseRecord \
+	./oomadj:FuzzRaiseRecord \
 	./guard:FuzzRemovalRecord \
 	./lifecycle/logs:FuzzParseRecord \
 	./lifecycle/credentials:FuzzParseFile \
@@ -166,7 +166,7 @@ FUZZ_TARGETS ?= \
 # kube-controller-manager, kubectl and kubelet v1.37.2 built once from the
 # Go module proxy into /var/cache/nodeguard-cp (scripts/controlplane.sh:
 # 10-25 min cold on 2 cores, nothing when cached), started on 127.0.0.1
-# with Node,RBAC and NodeRestriction and checked (internal/cluster), then
+# with Node,RBAC and NodeRestriction and checked (lab/cluster), then
 # nodeguard in node mode against it (cmd/nodeguard, TestNodeMode*: the
 # Node Ready with its capacity and Lease, a Deployment's pods Running, a
 # graceful delete, a rejection with its Event, NotReady once stopped),
@@ -190,7 +190,7 @@ test-cluster: test-cluster-host test-cluster-node
 
 test-cluster-host: deps
 	@bin=$$(scripts/controlplane.sh) && \
-		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestControlPlane$$' ./internal/cluster/ && \
+		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestControlPlane$$' ./lab/cluster/ && \
 		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./cmd/nodeguard/ && \
 		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestGuard' ./guard/
 
@@ -202,7 +202,7 @@ test-cluster-node:
 # The three-way OOM race on the real kubelet's node alone (issue 16; the
 # README's figures): the node lane's start checks, then the kubelet alone,
 # the kubelet with nodeguard guard beside it and nodeguard in node mode
-# (internal/nodelane/kuberace_test.go), KUBE_RACE=full (3 rates, 2 trials
+# (lab/nodelane/kuberace_test.go), KUBE_RACE=full (3 rates, 2 trials
 # per strategy: the race 20 min 39 s under TCG, the lane 23 min; go test
 # and the guest are bounded by KUBE_RACE_TIMEOUT) or quick (1 GiB/s, one
 # trial per strategy: the race 5 min 44 s, the lane 9 min 48 s). Its report, eviction.csv, eviction.png and
@@ -230,16 +230,16 @@ bench: build
 	./$(BIN) bench churn --pods 50 --parallel 8 --out out/bench --log-level warn
 	./$(BIN) bench net --pods 50 --out out/bench --log-level warn
 
-# The pod-root tripwire's v2 mechanisms side by side (oom/tripwire
+# The pod-root tripwire's v2 mechanisms side by side (pressure/tripwire
 # BenchmarkV2Mechanisms) in the VM lane's guests, one run per kernel of
 # VM_KERNELS; brd.ko (page cache without a disk) is copied out of each
 # cached kernel package first. Figures are under TCG.
 bench-tripwire-vm:
-	$(GO) build -o $(VMRUN) ./internal/vmtest/cmd/vmrun
-	$(abspath $(VMRUN)) -lane -go '$(GO)' -kernels '$(VM_KERNELS)' ./oom/tripwire >/dev/null
-	./scripts/vm-modules.sh oom/tripwire/testdata/modules brd
+	$(GO) build -o $(VMRUN) ./lab/vmtest/cmd/vmrun
+	$(abspath $(VMRUN)) -lane -go '$(GO)' -kernels '$(VM_KERNELS)' ./pressure/tripwire >/dev/null
+	./scripts/vm-modules.sh pressure/tripwire/testdata/modules brd
 	for k in $(VM_KERNELS); do uptime; \
-		(cd oom/tripwire && CGO_ENABLED=0 NODEGUARD_VM_KERNEL=$$k NODEGUARD_VM_MEMORY=1G NODEGUARD_VM_TIMEOUT=900s \
+		(cd pressure/tripwire && CGO_ENABLED=0 NODEGUARD_VM_KERNEL=$$k NODEGUARD_VM_MEMORY=1G NODEGUARD_VM_TIMEOUT=900s \
 		$(GO) test -count=1 -exec $(abspath $(VMRUN)) -run '^$$' -bench V2Mechanisms -benchtime 1x -v .) || exit 1; uptime; done
 
 demo: deps build

@@ -19,8 +19,8 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 func quantity(s string) resource.Quantity { return resource.MustParse(s) }

@@ -16,8 +16,8 @@ import (
 	"github.com/nodeguard/nodeguard/bench"
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
-	"github.com/nodeguard/nodeguard/internal/crienv"
-	"github.com/nodeguard/nodeguard/internal/images"
+	"github.com/nodeguard/nodeguard/lab/crienv"
+	"github.com/nodeguard/nodeguard/lab/images"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )

@@ -54,12 +54,12 @@ func TestKubeletMemcgRefusesCgroupV2(t *testing.T) {
 	}
 }
 
-// buildHog compiles the hog program (bench/hog/cmd/hog) into a temporary
+// buildHog compiles the hog program (lab/hog/cmd/hog) into a temporary
 // directory.
 func buildHog(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "hog")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nodeguard/nodeguard/bench/hog/cmd/hog").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nodeguard/nodeguard/lab/hog/cmd/hog").CombinedOutput(); err != nil {
 		t.Fatalf("build the hog: %v\n%s", err, out)
 	}
 	return bin

@@ -8,7 +8,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeguard/nodeguard/internal/images"
+	"github.com/nodeguard/nodeguard/lab/images"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 

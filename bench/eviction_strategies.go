@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 // KubeletHousekeeping is the kubelet's eviction monitoring period

@@ -29,11 +29,11 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/oomadj"
 	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 // HardAction is how a hard eviction removes the pod through the API

@@ -22,8 +22,8 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
-	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
 	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/oomadj"
 )
 
 // holdEnv makes the test binary a process that holds that many MiB of

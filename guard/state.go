@@ -11,9 +11,9 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/oomadj"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 // KindRemoval is the state store's kind of the pods guard mode evicted,

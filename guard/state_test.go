@@ -21,7 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
+	"github.com/nodeguard/nodeguard/oomadj"
 )
 
 func openStore(t *testing.T, dir string) *statestore.Store {

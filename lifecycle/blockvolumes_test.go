@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeguard/nodeguard/internal/looptest"
+	"github.com/nodeguard/nodeguard/lab/looptest"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )

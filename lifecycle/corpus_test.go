@@ -24,8 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeguard/nodeguard/internal/corpus"
-	"github.com/nodeguard/nodeguard/internal/registry"
+	"github.com/nodeguard/nodeguard/lab/corpus"
+	"github.com/nodeguard/nodeguard/lab/registry"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
@@ -515,7 +515,7 @@ func corpusSources(t *testing.T, r *rig, p *corev1.Pod) {
 	}
 }
 
-// corpusRegistry starts the test registry (internal/registry: TLS and
+// corpusRegistry starts the test registry (lab/registry: TLS and
 // htpasswd, in crienv's network namespace, the only registry the node can
 // reach), pushes the corpus's busybox to it, and writes the node's
 // credentials file for it, as an admin of a node that pulls from a private

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/netplumb"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 // Apply validates pods and makes them desired. A pod with the name of a

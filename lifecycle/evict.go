@@ -15,9 +15,9 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/oomadj"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 // ReasonEvicted is the pod status reason of an evicted pod, as the

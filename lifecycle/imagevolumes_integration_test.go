@@ -8,13 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeguard/nodeguard/internal/images"
+	"github.com/nodeguard/nodeguard/lab/images"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
 // imageVolumePod mounts the busybox image as a volume and prints a file
-// of it: its /etc/group, whose bytes internal/images knows.
+// of it: its /etc/group, whose bytes lab/images knows.
 const imageVolumePod = `
 apiVersion: v1
 kind: Pod
@@ -38,7 +38,7 @@ spec:
 // is refused at Apply, naming the runtime and what it needs, and nothing
 // of it is desired; where it mounts them, the container reads the image's
 // file. The node lane runs it on containerd 2.4.2
-// (internal/nodelane/imagevolume_test.go).
+// (lab/nodelane/imagevolume_test.go).
 func TestImageVolumesFollowTheRuntime(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()

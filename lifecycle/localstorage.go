@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 // The kubelet's local-storage eviction signals (pkg/kubelet/eviction,

@@ -9,9 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/lifecycle/oomadj"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
 	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/oomadj"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 // RepairOOMScoreAdj makes the actor keep its oom_score_adj raise records

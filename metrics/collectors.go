@@ -10,7 +10,7 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/pressure"
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 var (

@@ -17,7 +17,7 @@ import (
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")

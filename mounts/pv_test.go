@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodeguard/nodeguard/internal/looptest"
+	"github.com/nodeguard/nodeguard/lab/looptest"
 )
 
 // mountedDevice returns the mount at exactly p, or nil.

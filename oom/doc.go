@@ -21,7 +21,7 @@
 // "pod:", on each pod cgroup.
 //
 // TripwirePolicy places the tripwire on the pod cgroup root (package
-// oom/tripwire senses, this decides): at the pod root usage where the
+// pressure/tripwire senses, this decides): at the pod root usage where the
 // nearest memory threshold would be crossed, kept above usage by the page
 // cache's allowance where the mechanism needs it, moved only by 1 MiB or
 // more.

@@ -19,7 +19,7 @@ import (
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 // fakeActor records what the manager asks of it.

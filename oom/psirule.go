@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 // PSIRule is a pressure stall rule: evict when a PSI average stays above

@@ -14,7 +14,7 @@ import (
 const tripwireMinMove = 1 << 20
 
 // TripwirePolicy decides where the tripwire on the pod cgroup root
-// (package oom/tripwire, which only senses) is armed: at the pod root
+// (package pressure/tripwire, which only senses) is armed: at the pod root
 // usage where the nearest memory threshold would be crossed, recomputed
 // from every snapshot. The wire fires early, never late; the manager
 // confirms every fire on a fresh snapshot.

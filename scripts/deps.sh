@@ -32,7 +32,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps: installing ${need[*]} through apt"
 export DEBIAN_FRONTEND=noninteractive
-# One apt-get at a time with the lane runners (internal/vmtest's aptLock),
+# One apt-get at a time with the lane runners (lab/vmtest's aptLock),
 # and dpkg's own lock waited for: make test's lanes prepare side by side.
 mkdir -p /run/lock
 exec 9>/run/lock/nodeguard-apt.lock

@@ -17,7 +17,7 @@ import (
 	v2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 
 	"github.com/nodeguard/nodeguard/cgroups"
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 // Full is one reading of a cgroup's statistics for metrics, made through

@@ -3,7 +3,7 @@ package cgstat
 import (
 	"math"
 
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 // Unlimited is the value of a limit that is not set: "max" in a cgroup2

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 // ownV1 is the memory cgroup of the machine the v1 fixtures were copied

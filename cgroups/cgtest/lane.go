@@ -12,7 +12,7 @@ import (
 )
 
 // EnvVMKernel is set (to the kernel series, e.g. "6.12") when the test
-// binary runs inside the VM lane's guest (see internal/vmtest).
+// binary runs inside the VM lane's guest (see lab/vmtest).
 const EnvVMKernel = "NODEGUARD_VM_KERNEL"
 
 // Lane names the lane this test binary runs in, for logs and skip reasons:

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/cgroups"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 var (

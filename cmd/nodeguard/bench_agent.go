@@ -16,7 +16,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/lab/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 )
 

@@ -19,8 +19,8 @@ import (
 	"github.com/nodeguard/nodeguard/bench"
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
-	"github.com/nodeguard/nodeguard/internal/crienv"
-	"github.com/nodeguard/nodeguard/internal/images"
+	"github.com/nodeguard/nodeguard/lab/crienv"
+	"github.com/nodeguard/nodeguard/lab/images"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/oom"
@@ -74,7 +74,7 @@ root is then relative (beneath this process's cgroup, which the runtime
 shares). With --runtime-endpoint (a node's containerd, e.g. in a VM) give
 the runtime's --cgroup-driver and an absolute --cgroup-root (default /):
 the runtime must have the hog and busybox images (go run
-./internal/images/cmd/mkimages, then ctr -n k8s.io images import) and run
+./lab/images/cmd/mkimages, then ctr -n k8s.io images import) and run
 no pod sandbox, since the race's agent takes over <root>/kubepods. The
 budget may not exceed half of MemAvailable. --out DIR writes eviction.csv,
 eviction.png and the agent's log (eviction-agent.log).
@@ -372,7 +372,7 @@ func checkRaceRuntime(ctx context.Context, client *cri.Client, endpoint string, 
 	defer cancel()
 	for _, ref := range refs {
 		if _, err := client.ImageStatus(ctx, ref); err != nil {
-			return fmt.Errorf("the runtime at %s has no %s (build the images with go run ./internal/images/cmd/mkimages and import them with ctr -n k8s.io images import): %w",
+			return fmt.Errorf("the runtime at %s has no %s (build the images with go run ./lab/images/cmd/mkimages and import them with ctr -n k8s.io images import): %w",
 				endpoint, ref, err)
 		}
 	}

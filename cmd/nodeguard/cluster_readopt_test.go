@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodeguard/nodeguard/internal/cluster"
-	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/lab/cluster"
+	"github.com/nodeguard/nodeguard/lab/crienv"
 )
 
 // Node mode across a SIGKILL: the runtime (a containerd of the test's

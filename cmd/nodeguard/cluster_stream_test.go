@@ -22,8 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeguard/nodeguard/internal/cluster"
 	"github.com/nodeguard/nodeguard/internal/syncbuf"
+	"github.com/nodeguard/nodeguard/lab/cluster"
 )
 
 // freeTCPPort is a loopback port nothing listens on.

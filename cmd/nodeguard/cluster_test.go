@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/internal/cluster"
+	"github.com/nodeguard/nodeguard/lab/cluster"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 

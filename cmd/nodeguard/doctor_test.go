@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/internal/crienv"
+	"github.com/nodeguard/nodeguard/lab/crienv"
 )
 
 // doctorJSON runs `nodeguard doctor --json` with args and returns the

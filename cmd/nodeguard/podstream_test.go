@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/syncbuf"
+	"github.com/nodeguard/nodeguard/lab/crienv"
 )
 
 const streamCLIPods = `apiVersion: v1

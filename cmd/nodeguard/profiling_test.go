@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/internal/promtest"
 	"github.com/nodeguard/nodeguard/internal/syncbuf"
+	"github.com/nodeguard/nodeguard/lab/promtest"
 )
 
 // TestProfilingIsServedOnlyWhenEnabled: /debug/pprof/ beside /metrics with

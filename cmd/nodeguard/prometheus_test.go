@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/internal/promtest"
+	"github.com/nodeguard/nodeguard/lab/promtest"
 )
 
 // dashboardExprs returns every PromQL expression of the Grafana dashboard,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
-	"github.com/nodeguard/nodeguard/internal/crienv"
 	"github.com/nodeguard/nodeguard/internal/syncbuf"
+	"github.com/nodeguard/nodeguard/lab/crienv"
 )
 
 func TestRunConfigErrorsNameTheField(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
-	"github.com/nodeguard/nodeguard/pressure/psi"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 func newTopCmd(g *globalFlags) *cobra.Command {

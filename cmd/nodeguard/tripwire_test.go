@@ -13,9 +13,9 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/oom"
-	"github.com/nodeguard/nodeguard/oom/tripwire"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
+	"github.com/nodeguard/nodeguard/pressure/tripwire"
 )
 
 // armRecorder is a tripwire.Tripwire that records Arm, failing while err

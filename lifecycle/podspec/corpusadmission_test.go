@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/nodeguard/nodeguard/internal/corpus"
+	"github.com/nodeguard/nodeguard/lab/corpus"
 )
 
 // TestCorpusAdmission validates every spec of the corpus of real pod

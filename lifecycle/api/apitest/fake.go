@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
-	"github.com/nodeguard/nodeguard/lifecycle/qos"
+	"github.com/nodeguard/nodeguard/qos"
 )
 
 // Fake is an in-memory api.PodService. Set its exported fields before the

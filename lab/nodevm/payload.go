@@ -1,0 +1,364 @@
+package nodevm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/nodeguard/nodeguard/lab/images"
+	"github.com/nodeguard/nodeguard/lab/vmtest"
+)
+
+// The payload disk's layout, relative to PayloadMount.
+const (
+	payloadMarker = "marker"     // the exit marker's prefix, one line
+	payloadRun    = "run"        // sets the environment, cds, execs the test binary
+	payloadTest   = "test"       // the test binary
+	payloadPkg    = "pkg"        // the working directory, with the package's testdata/
+	payloadStage  = "stage"      // make install DESTDIR=: copied into / by the lane unit
+	payloadImages = "images"     // OCI archives for ctr images import
+	payloadCrictl = "bin/crictl" // installed as /usr/local/bin/crictl
+)
+
+// StageFiles are what `make install DESTDIR=<stage>` must have put in the
+// stage; the checks start the installed agent from them.
+var StageFiles = []string{
+	"usr/local/bin/nodeguard",
+	"etc/systemd/system/nodeguard.service",
+	"etc/nodeguard/config.yaml",
+}
+
+// ErrNoStage reports a stage directory without what make install writes.
+var ErrNoStage = errors.New("not a make install stage")
+
+// CheckStage returns an error matching ErrNoStage unless every StageFile is
+// a regular file beneath stage.
+func CheckStage(stage string) error {
+	if stage == "" {
+		return fmt.Errorf("%w: %s is not set (make test-node sets it: make install DESTDIR=<stage>)", ErrNoStage, EnvStage)
+	}
+	if !filepath.IsAbs(stage) {
+		return fmt.Errorf("%w: %s=%q is not an absolute path (go test runs the runner in the package directory)", ErrNoStage, EnvStage, stage)
+	}
+	for _, f := range StageFiles {
+		st, err := os.Stat(filepath.Join(stage, f))
+		if err != nil || !st.Mode().IsRegular() {
+			return fmt.Errorf("%w: %s has no %s (run make install DESTDIR=%s)", ErrNoStage, stage, f, stage)
+		}
+	}
+	return nil
+}
+
+// Payload is what one run puts on the payload disk.
+type Payload struct {
+	// Binary is the host path of the static test binary; Args follow it.
+	Binary string
+	Args   []string
+	// Dir is the host package directory; its testdata/ is packed.
+	Dir string
+	// Env holds the guest's environment for the test binary, NAME=value.
+	Env []string
+	// Stage is the make install DESTDIR.
+	Stage string
+	// Images are imported with ctr before the tests run.
+	Images []images.Image
+	// Crictl is the host path of a static crictl.
+	Crictl string
+	// Marker is the exit marker's prefix (ExitMarkerPrefix-<nonce>).
+	Marker string
+	// Containerd, when set, replaces the root filesystem's containerd
+	// in the guest (see ContainerdInstallScript).
+	Containerd *PayloadContainerd
+	// Extra are further entries (a cluster run's cluster/), after the
+	// rest.
+	Extra []Entry
+}
+
+// PayloadContainerd is a containerd for the payload's containerd/: the
+// binaries (Binaries in the host directory Dir) go to bin/, with Config as
+// config.toml, the unit's drop-in and the installer the lane script runs.
+type PayloadContainerd struct {
+	Version  string
+	Dir      string
+	Binaries []string
+	Config   string
+}
+
+// entries returns the payload's containerd/ tree.
+func (c *PayloadContainerd) entries() ([]Entry, error) {
+	if c.Version == "" || c.Dir == "" || len(c.Binaries) == 0 || c.Config == "" {
+		return nil, fmt.Errorf("payload: containerd %q incomplete (binaries %q in %q, config %d bytes)", c.Version, c.Binaries, c.Dir, len(c.Config))
+	}
+	d := payloadContainerd
+	es := []Entry{
+		{Path: d, Mode: fs.ModeDir | 0o755},
+		{Path: d + "/bin", Mode: fs.ModeDir | 0o755},
+	}
+	for _, b := range c.Binaries {
+		if b == "" || strings.ContainsAny(b, "/ '\"$") {
+			return nil, fmt.Errorf("payload: bad containerd binary name %q", b)
+		}
+		host := filepath.Join(c.Dir, b)
+		if err := vmtest.CheckStatic(host); err != nil {
+			return nil, fmt.Errorf("payload: containerd %s: %w", c.Version, err)
+		}
+		es = append(es, Entry{Path: d + "/bin/" + b, Mode: 0o755, Host: host})
+	}
+	return append(es,
+		Entry{Path: d + "/config.toml", Mode: 0o644, Data: c.Config},
+		Entry{Path: d + "/containerd.service.conf", Mode: 0o644, Data: containerdDropIn},
+		Entry{Path: payloadContainerdInstall, Mode: 0o755, Data: ContainerdInstallScript(c.Version, c.Binaries)},
+	), nil
+}
+
+// Entry is one file of the payload tree: a directory (Mode has
+// fs.ModeDir), a copy of the host file Host, Data, or a symbolic link to
+// Link.
+type Entry struct {
+	// Path is relative to the payload's root, slash-separated.
+	Path string
+	Mode fs.FileMode
+	Host string
+	Data string
+	Link string
+}
+
+// guestTestBinary is the guest path of the test binary.
+func (p *Payload) guestTestBinary() string {
+	return path.Join(PayloadMount, payloadTest, filepath.Base(p.Binary))
+}
+
+// RunScript returns the script the lane unit runs with its output on the
+// test channel: the environment, the working directory, the test binary
+// and its flags.
+func (p *Payload) RunScript() string {
+	var b strings.Builder
+	b.WriteString("# generated by nodevm for one run\n")
+	env := append([]string(nil), p.Env...)
+	sort.Strings(env)
+	for _, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&b, "export %s=%s\n", name, vmtest.ShellQuote(value))
+	}
+	fmt.Fprintf(&b, "cd %s || exit 125\n", vmtest.ShellQuote(path.Join(PayloadMount, payloadPkg)))
+	b.WriteString("exec " + vmtest.ShellQuote(p.guestTestBinary()))
+	for _, a := range p.Args {
+		b.WriteString(" " + vmtest.ShellQuote(a))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// Entries returns the payload tree, directories before what they hold.
+func (p *Payload) Entries() ([]Entry, error) {
+	if err := vmtest.CheckStatic(p.Binary); err != nil {
+		return nil, err
+	}
+	if err := CheckStage(p.Stage); err != nil {
+		return nil, err
+	}
+	if p.Marker == "" || strings.ContainsAny(p.Marker, "\n=") {
+		return nil, fmt.Errorf("payload: bad exit marker %q", p.Marker)
+	}
+	if p.Crictl == "" {
+		return nil, errors.New("payload: no crictl")
+	}
+	for _, e := range p.Env {
+		name, _, ok := strings.Cut(e, "=")
+		if !ok || name == "" || strings.ContainsAny(name, " '\"$;\n") {
+			return nil, fmt.Errorf("payload: bad environment entry %q", e)
+		}
+	}
+	dir := func(p string) Entry { return Entry{Path: p, Mode: fs.ModeDir | 0o755} }
+	es := []Entry{
+		{Path: payloadMarker, Mode: 0o644, Data: p.Marker + "\n"},
+		{Path: payloadRun, Mode: 0o755, Data: p.RunScript()},
+		dir(payloadTest),
+		{Path: payloadTest + "/" + filepath.Base(p.Binary), Mode: 0o755, Host: p.Binary},
+		dir("bin"),
+		{Path: payloadCrictl, Mode: 0o755, Host: p.Crictl},
+		dir(payloadImages),
+	}
+	for _, im := range p.Images {
+		if im.Archive == "" {
+			return nil, fmt.Errorf("payload: image %s has no archive", im.Name)
+		}
+		es = append(es, Entry{Path: payloadImages + "/" + filepath.Base(im.Archive), Mode: 0o644, Host: im.Archive})
+	}
+	if p.Containerd != nil {
+		ces, err := p.Containerd.entries()
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, ces...)
+	}
+	es = append(es, dir(payloadPkg))
+	if p.Dir != "" {
+		td := filepath.Join(p.Dir, "testdata")
+		if st, err := os.Stat(td); err == nil && st.IsDir() {
+			tree, err := treeEntries(td, payloadPkg+"/testdata")
+			if err != nil {
+				return nil, err
+			}
+			es = append(es, tree...)
+		}
+	}
+	stage, err := treeEntries(p.Stage, payloadStage)
+	if err != nil {
+		return nil, err
+	}
+	// The stage's own directory becomes "/" in the guest (cp -a
+	// stage/. /): always 0755, whatever mktemp made it.
+	stage[0].Mode = fs.ModeDir | 0o755
+	es = append(es, stage...)
+	for _, e := range p.Extra {
+		if e.Path == "" || strings.HasPrefix(e.Path, "/") || strings.Contains(e.Path, "..") {
+			return nil, fmt.Errorf("payload: bad extra entry %q", e.Path)
+		}
+	}
+	return append(es, p.Extra...), nil
+}
+
+// treeEntries lists the host directory root as guest (relative) path
+// prefix: directories, regular files and symbolic links, in walk order.
+func treeEntries(root, prefix string) ([]Entry, error) {
+	var es []Entry
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", root, err)
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", root, err)
+		}
+		g := path.Join(prefix, filepath.ToSlash(rel))
+		info, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("pack %s: %w", root, err)
+		}
+		switch {
+		case d.IsDir():
+			es = append(es, Entry{Path: g, Mode: fs.ModeDir | info.Mode().Perm()})
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return fmt.Errorf("pack %s: %w", root, err)
+			}
+			es = append(es, Entry{Path: g, Link: target})
+		case d.Type().IsRegular():
+			es = append(es, Entry{Path: g, Mode: info.Mode().Perm(), Host: p})
+		}
+		return nil // sockets, fifos and devices have no place here
+	})
+	return es, err
+}
+
+// WriteTree makes the entries beneath dir, hard-linking host files where it
+// can (the test binary, nodeguard and crictl are tens of MB each) and
+// copying them otherwise, and returns the bytes of file data.
+func WriteTree(dir string, entries []Entry) (int64, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	var total int64
+	for _, e := range entries {
+		rel := path.Clean(e.Path)
+		if rel == "." || strings.HasPrefix(rel, "../") || path.IsAbs(rel) {
+			return total, fmt.Errorf("write payload: entry %q is not below the root", e.Path)
+		}
+		if err := r.MkdirAll(path.Dir(rel), 0o755); err != nil {
+			return total, fmt.Errorf("write payload %s: %w", rel, err)
+		}
+		switch {
+		case e.Mode.IsDir():
+			if err := r.MkdirAll(rel, e.Mode.Perm()); err != nil {
+				return total, fmt.Errorf("write payload %s: %w", rel, err)
+			}
+			if err := r.Chmod(rel, e.Mode.Perm()); err != nil {
+				return total, fmt.Errorf("write payload %s: %w", rel, err)
+			}
+		case e.Link != "":
+			if err := r.Symlink(e.Link, rel); err != nil {
+				return total, fmt.Errorf("write payload %s: %w", rel, err)
+			}
+		case e.Host != "":
+			n, err := linkOrCopy(r, dir, e.Host, rel, e.Mode.Perm())
+			if err != nil {
+				return total, err
+			}
+			total += n
+		default:
+			if err := r.WriteFile(rel, []byte(e.Data), e.Mode.Perm()); err != nil {
+				return total, fmt.Errorf("write payload %s: %w", rel, err)
+			}
+			if err := r.Chmod(rel, e.Mode.Perm()); err != nil {
+				return total, fmt.Errorf("write payload %s: %w", rel, err)
+			}
+			total += int64(len(e.Data))
+		}
+	}
+	return total, nil
+}
+
+// linkOrCopy puts host at rel beneath the root r (at dir on the host): a
+// hard link when host already has mode perm and both are on one file
+// system, else a copy with mode perm.
+func linkOrCopy(r *os.Root, dir, host, rel string, perm fs.FileMode) (int64, error) {
+	st, err := os.Stat(host)
+	if err != nil {
+		return 0, fmt.Errorf("write payload %s: %w", rel, err)
+	}
+	if st.Mode().Perm() == perm {
+		// Link takes host paths; rel was checked to stay below dir.
+		if err := os.Link(host, filepath.Join(dir, filepath.FromSlash(rel))); err == nil {
+			return st.Size(), nil
+		} else if !errors.Is(err, syscall.EXDEV) && !errors.Is(err, syscall.EPERM) {
+			return 0, fmt.Errorf("write payload %s: %w", rel, err)
+		}
+	}
+	src, err := os.Open(host)
+	if err != nil {
+		return 0, fmt.Errorf("write payload %s: %w", rel, err)
+	}
+	defer src.Close()
+	dst, err := r.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return 0, fmt.Errorf("write payload %s: %w", rel, err)
+	}
+	n, err := io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = r.Chmod(rel, perm)
+	}
+	if err != nil {
+		return n, fmt.Errorf("write payload %s: %w", rel, err)
+	}
+	return n, nil
+}
+
+// PayloadImageSize is the payload image's size for dataBytes of files:
+// a quarter more for ext4's metadata and the journal, and 64 MiB of room,
+// in whole MiB.
+func PayloadImageSize(dataBytes int64) int64 {
+	const mib = 1 << 20
+	size := dataBytes + dataBytes/4 + 64*mib
+	return (size + mib - 1) / mib * mib
+}
+
+// MakePayloadImage makes the ext4 image of the payload tree at tree.
+func MakePayloadImage(ctx context.Context, log *slog.Logger, tree, image string, dataBytes int64) error {
+	return mkfs(ctx, log, tree, image, PayloadLabel, fmt.Sprintf("%dk", PayloadImageSize(dataBytes)/1024))
+}
