@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodeguard/nodeguard/internal/strictyaml"
 )
 
 // MaxManifestBytes bounds one manifest source. The API server refuses
@@ -261,7 +263,7 @@ func decodeDocument(d document) ([]*corev1.Pod, []error) {
 	}
 	obj, ok := generic.(map[string]any)
 	if !ok {
-		return nil, []error{fmt.Errorf("a manifest document must be an object, got %s", jsonKind(generic))}
+		return nil, []error{fmt.Errorf("a manifest document must be an object, got %s", strictyaml.DescribeValue(generic))}
 	}
 	kind, _ := obj["kind"].(string)
 	var errs []error
@@ -366,86 +368,69 @@ func decodePod(obj map[string]any) (*corev1.Pod, error) {
 	return &p, nil
 }
 
-var (
-	podType         = reflect.TypeFor[corev1.Pod]()
-	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-)
+var podType = reflect.TypeFor[corev1.Pod]()
 
-// checkShape compares a generic JSON value with the Go type it will be
-// decoded into and reports, with full field paths, what encoding/json would
-// refuse (wrong JSON types, out-of-range integers, values that a custom
-// UnmarshalJSON such as resource.Quantity's refuses) and what strict
-// decoding refuses (unknown fields). Keys are visited in sorted order so
-// that the errors are deterministic.
-func checkShape(v any, t reflect.Type, p *field.Path) []error {
-	var errs []error
-	walkShape(v, t, p, &errs)
-	return errs
+// shape checks a generic JSON value against the Go type it will be
+// decoded into and reports, with full field paths, what encoding/json
+// would refuse (wrong JSON types, out-of-range integers, values that a
+// custom UnmarshalJSON such as resource.Quantity's refuses) and what
+// strict decoding refuses (unknown fields). The walk is strictyaml's,
+// shared with the configuration; the error values are this package's.
+var shape = strictyaml.Checker{
+	Enter: func(t reflect.Type) bool {
+		switch {
+		case t.Kind() == reflect.Pointer:
+			return true
+		case strictyaml.DecodesItself(t):
+			return false
+		case t.Kind() == reflect.Slice:
+			return t.Elem().Kind() != reflect.Uint8 // []byte is a base64 string
+		}
+		return t.Kind() == reflect.Struct || t.Kind() == reflect.Map
+	},
+	Leaf: checkLeaf,
+	Unknown: func(parent *field.Path, key string) error {
+		return &UnknownFieldError{Field: child(parent, key).String()}
+	},
+	Shape: func(p *field.Path, v any, t reflect.Type) error {
+		if t.Kind() == reflect.Slice {
+			return field.Invalid(p, display(v), "must be a list")
+		}
+		return field.Invalid(p, display(v), "must be an object")
+	},
 }
 
-func walkShape(v any, t reflect.Type, p *field.Path, errs *[]error) {
-	if v == nil {
-		return // null leaves the zero value, for every type
-	}
-	if t.Kind() != reflect.Pointer && reflect.PointerTo(t).Implements(unmarshalerType) {
+// checkShape is shape's walk of v from p, every problem in sorted key
+// order, so that the errors are deterministic.
+func checkShape(v any, t reflect.Type, p *field.Path) []error {
+	return shape.Check(v, t, p)
+}
+
+// checkLeaf checks a value the walk does not enter: a type with its own
+// UnmarshalJSON, a base64 string, or a scalar.
+func checkLeaf(p *field.Path, v any, t reflect.Type) error {
+	if t.Kind() != reflect.Pointer && strictyaml.DecodesItself(t) {
 		raw, err := json.Marshal(v)
 		if err == nil {
 			err = reflect.New(t).Interface().(json.Unmarshaler).UnmarshalJSON(raw)
 		}
 		if err != nil {
-			*errs = append(*errs, field.Invalid(p, display(v), err.Error()))
+			return field.Invalid(p, display(v), err.Error())
 		}
-		return
+		return nil
 	}
 	switch t.Kind() {
-	case reflect.Pointer:
-		walkShape(v, t.Elem(), p, errs)
-	case reflect.Struct:
-		m, ok := v.(map[string]any)
-		if !ok {
-			*errs = append(*errs, field.Invalid(p, display(v), "must be an object"))
-			return
-		}
-		fields := jsonFields(t)
-		for _, k := range sortedKeys(m) {
-			ft, ok := fields[k]
-			if !ok {
-				*errs = append(*errs, &UnknownFieldError{Field: child(p, k).String()})
-				continue
-			}
-			walkShape(m[k], ft, child(p, k), errs)
-		}
-	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 {
-			if _, ok := v.(string); !ok {
-				*errs = append(*errs, field.Invalid(p, display(v), "must be a base64 string"))
-			}
-			return
-		}
-		a, ok := v.([]any)
-		if !ok {
-			*errs = append(*errs, field.Invalid(p, display(v), "must be a list"))
-			return
-		}
-		for i, e := range a {
-			walkShape(e, t.Elem(), p.Index(i), errs)
-		}
-	case reflect.Map:
-		m, ok := v.(map[string]any)
-		if !ok {
-			*errs = append(*errs, field.Invalid(p, display(v), "must be an object"))
-			return
-		}
-		for _, k := range sortedKeys(m) {
-			walkShape(m[k], t.Elem(), p.Key(k), errs)
+	case reflect.Slice: // []byte
+		if _, ok := v.(string); !ok {
+			return field.Invalid(p, display(v), "must be a base64 string")
 		}
 	case reflect.String:
 		if _, ok := v.(string); !ok {
-			*errs = append(*errs, field.Invalid(p, display(v), "must be a string"))
+			return field.Invalid(p, display(v), "must be a string")
 		}
 	case reflect.Bool:
 		if _, ok := v.(bool); !ok {
-			*errs = append(*errs, field.Invalid(p, display(v), "must be a boolean"))
+			return field.Invalid(p, display(v), "must be a boolean")
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, ok := v.(int64)
@@ -454,7 +439,7 @@ func walkShape(v any, t reflect.Type, p *field.Path, errs *[]error) {
 			lo, hi = math.MinInt64, math.MaxInt64
 		}
 		if !ok || n < lo || n > hi {
-			*errs = append(*errs, field.Invalid(p, display(v), fmt.Sprintf("must be an integer between %d and %d", lo, hi)))
+			return field.Invalid(p, display(v), fmt.Sprintf("must be an integer between %d and %d", lo, hi))
 		}
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		n, ok := v.(int64)
@@ -463,53 +448,20 @@ func walkShape(v any, t reflect.Type, p *field.Path, errs *[]error) {
 			hi = math.MaxUint64
 		}
 		if !ok || n < 0 || uint64(n) > hi {
-			*errs = append(*errs, field.Invalid(p, display(v), fmt.Sprintf("must be an integer between 0 and %d", hi)))
+			return field.Invalid(p, display(v), fmt.Sprintf("must be an integer between 0 and %d", hi))
 		}
 	case reflect.Float32, reflect.Float64:
 		switch v.(type) {
 		case int64, float64:
 		default:
-			*errs = append(*errs, field.Invalid(p, display(v), "must be a number"))
+			return field.Invalid(p, display(v), "must be a number")
 		}
 	case reflect.Interface:
 		// Anything decodes into an interface.
 	default:
-		*errs = append(*errs, field.InternalError(p, fmt.Errorf("cannot check a value of Go type %s", t)))
+		return field.InternalError(p, fmt.Errorf("cannot check a value of Go type %s", t))
 	}
-}
-
-// jsonFields maps the JSON names of a struct's fields to their types, with
-// inlined embedded structs merged in, as encoding/json sees them.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	out := map[string]reflect.Type{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" {
-			continue
-		}
-		name, _, _ := strings.Cut(tag, ",")
-		if f.Anonymous && name == "" {
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				for k, v := range jsonFields(ft) {
-					out[k] = v
-				}
-				continue
-			}
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		out[name] = f.Type
-	}
-	return out
+	return nil
 }
 
 // display returns a value for field.Error's BadValue: scalars as they are,
@@ -524,26 +476,7 @@ func display(v any) any {
 	return field.OmitValueType{}
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case []any:
-		return "a list"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int64, float64:
-		return "a number"
-	}
-	return "a value"
-}
-
-func child(p *field.Path, name string) *field.Path {
-	if p == nil {
-		return field.NewPath(name)
-	}
-	return p.Child(name)
-}
+func child(p *field.Path, name string) *field.Path { return strictyaml.Child(p, name) }
 
 // pathOf wraps an already rendered path such as "spec.containers[0].name"
 // (from sigs.k8s.io/json's strict errors) in a *field.Path that renders it
