@@ -254,7 +254,7 @@ func runRace(ctx context.Context, o raceOptions) (res raceResult, retErr error) 
 			return res, err
 		}
 		defer client.Close()
-		set, err := images.Cached(ctx, images.DefaultCacheDir, o.log)
+		set, err := images.Cached(ctx, images.CacheDir(), o.log)
 		if err != nil {
 			return res, err
 		}

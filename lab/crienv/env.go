@@ -75,7 +75,8 @@ type Options struct {
 	// Log receives progress lines; nil discards them.
 	Log *slog.Logger
 	// ImageCache is where the images are built and kept across runs;
-	// images.DefaultCacheDir when empty.
+	// images.CacheDir() when empty ($NODEGUARD_IMAGE_CACHE, or
+	// images.DefaultCacheDir).
 	ImageCache string
 	// BaseDir is the parent of the environment's temporary directory;
 	// os.TempDir() when empty. It must be on a filesystem that can be an
@@ -141,7 +142,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, retErr error) {
 	}
 	cache := opts.ImageCache
 	if cache == "" {
-		cache = images.DefaultCacheDir
+		cache = images.CacheDir()
 	}
 	subnet := opts.Subnet
 	if !subnet.IsValid() {

@@ -22,6 +22,24 @@ import (
 // CI machines.
 const DefaultCacheDir = "/var/cache/nodeguard-images"
 
+// EnvCache names the environment variable that overrides DefaultCacheDir
+// (see CacheDir): a fresh directory there makes a run build the images as
+// on a new machine without touching the shared cache.
+const EnvCache = "NODEGUARD_IMAGE_CACHE"
+
+// BuildLog is the file in a cache directory that the last build's go
+// output goes to; errors of a failed build name it.
+const BuildLog = "build.log"
+
+// CacheDir returns the image cache directory: $NODEGUARD_IMAGE_CACHE, or
+// DefaultCacheDir when that is unset or empty.
+func CacheDir() string {
+	if d := os.Getenv(EnvCache); d != "" {
+		return d
+	}
+	return DefaultCacheDir
+}
+
 // formatVersion is part of the cache key: bump it whenever this package
 // changes what it writes for the same inputs.
 const formatVersion = "nodeguard-images/3"
@@ -86,23 +104,38 @@ func Cached(ctx context.Context, root string, log *slog.Logger) (Set, error) {
 	}
 
 	start := time.Now()
-	log.Info("building test images (first use; cached afterwards)", "dir", dir)
+	buildLog := filepath.Join(root, BuildLog)
+	// Truncated: it holds the output of this build only (we hold the lock).
+	if err := os.WriteFile(buildLog, nil, 0o644); err != nil {
+		return Set{}, fmt.Errorf("cached images: %w", err)
+	}
+	log.Info("building test images (first use of this toolchain and busybox; cached afterwards): "+
+		"3 static Go programs, ~1-3 min with a cold Go build cache, seconds with a warm one",
+		"dir", dir, "build_log", buildLog)
 	tmp, err := os.MkdirTemp(root, ".build-")
 	if err != nil {
 		return Set{}, fmt.Errorf("cached images: %w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op after the rename
-	pause, err := buildPause(ctx, tmp, goBin)
-	if err != nil {
-		return Set{}, err
+	var pause, busybox, hogImage Image
+	steps := []struct {
+		what  string
+		build func() (Image, error)
+		into  *Image
+	}{
+		{"pause (go build pause)", func() (Image, error) { return buildPause(ctx, tmp, goBin, buildLog) }, &pause},
+		{"busybox (go build grpchealth)", func() (Image, error) { return buildBusybox(ctx, tmp, BusyboxBinary, goBin, buildLog) }, &busybox},
+		{"hog (go build hog)", func() (Image, error) { return buildHog(ctx, tmp, goBin, buildLog) }, &hogImage},
 	}
-	busybox, err := buildBusybox(ctx, tmp, BusyboxBinary, goBin)
-	if err != nil {
-		return Set{}, err
-	}
-	hogImage, err := buildHog(ctx, tmp, goBin)
-	if err != nil {
-		return Set{}, err
+	for i, st := range steps {
+		t0 := time.Now()
+		log.Info(fmt.Sprintf("building test image %d/%d: %s", i+1, len(steps), st.what))
+		im, err := st.build()
+		if err != nil {
+			return Set{}, fmt.Errorf("cached images (%d/%d, %s into %s): %w", i+1, len(steps), st.what, dir, err)
+		}
+		*st.into = im
+		log.Info(fmt.Sprintf("built test image %d/%d", i+1, len(steps)), "image", im.Name, "seconds", round(time.Since(t0)))
 	}
 	s := Set{Key: key, Pause: relImage(pause), Busybox: relImage(busybox), Hog: relImage(hogImage)}
 	b, err := json.MarshalIndent(s, "", "  ")
@@ -124,7 +157,7 @@ func Cached(ctx context.Context, root string, log *slog.Logger) (Set, error) {
 	}
 	s.Built = true
 	log.Info("built test images", "dir", dir, "pause_bytes", s.Pause.Size,
-		"busybox_bytes", s.Busybox.Size, "hog_bytes", s.Hog.Size, "seconds", time.Since(start).Seconds())
+		"busybox_bytes", s.Busybox.Size, "hog_bytes", s.Hog.Size, "seconds", round(time.Since(start)))
 	return s, nil
 }
 
@@ -189,3 +222,6 @@ func dirExists(dir string) bool {
 	fi, err := os.Stat(dir)
 	return err == nil && fi.IsDir()
 }
+
+// round returns d in seconds with millisecond precision, for log lines.
+func round(d time.Duration) float64 { return d.Round(time.Millisecond).Seconds() }

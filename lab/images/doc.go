@@ -32,6 +32,12 @@
 //   - Cached builds into a directory named by a hash of the inputs and
 //     publishes it with one rename under an flock, so parallel test
 //     binaries share one build and never see a partial one.
+//   - A build's go output goes to a file (BuildLog in the cache
+//     directory for Cached), and a failed build's error (BuildError) names
+//     that file and says why the build stopped when the compiler did not
+//     stop it: a timeout, its caller's cancellation (a process shutting
+//     down), or a kill from outside. The cache directory is
+//     DefaultCacheDir unless NODEGUARD_IMAGE_CACHE names another (CacheDir).
 //   - Nothing here uses the network: the pause, hog and grpchealth builds are modules
 //     without dependencies, run with GOTOOLCHAIN=local, GOPROXY=off and GOFLAGS
 //     cleared.

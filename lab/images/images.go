@@ -107,11 +107,13 @@ func BuildPause(ctx context.Context, dir string) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("build pause image: %w", err)
 	}
-	return buildPause(ctx, dir, goBin)
+	return buildPause(ctx, dir, goBin, "")
 }
 
-func buildPause(ctx context.Context, dir, goBin string) (Image, error) {
-	bin, err := compilePause(ctx, goBin)
+// buildPause writes dir/pause.tar; the build's output goes to logPath (see
+// compileGo).
+func buildPause(ctx context.Context, dir, goBin, logPath string) (Image, error) {
+	bin, err := compilePause(ctx, goBin, logPath)
 	if err != nil {
 		return Image{}, fmt.Errorf("build pause image: %w", err)
 	}
@@ -126,45 +128,14 @@ func buildPause(ctx context.Context, dir, goBin string) (Image, error) {
 
 // compilePause builds pause/main.go in a temporary module and returns the
 // binary, checked to be static.
-func compilePause(ctx context.Context, goBin string) ([]byte, error) {
-	return compileGo(ctx, goBin, "pause", pauseSource)
+func compilePause(ctx context.Context, goBin, logPath string) ([]byte, error) {
+	return compileGo(ctx, goBin, "pause", pauseSource, logPath)
 }
 
 // compileHog builds the hog program (lab/hog/cmd/hog/main.go) the same
 // way.
-func compileHog(ctx context.Context, goBin string) ([]byte, error) {
-	return compileGo(ctx, goBin, "hog", hog.Source)
-}
-
-// compileGo builds a one-file, standard-library-only program in a
-// temporary module with CGO_ENABLED=0 and returns the binary, checked to be
-// static.
-func compileGo(ctx context.Context, goBin, name string, source []byte) ([]byte, error) {
-	tmp, err := os.MkdirTemp("", "nodeguard-"+name+"-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "main.go"), source, 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(fmt.Sprintf(goMod, name)), 0o644); err != nil {
-		return nil, err
-	}
-	out := filepath.Join(tmp, name)
-	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-buildvcs=false",
-		"-ldflags=-s -w -buildid=", "-o", out, ".")
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(),
-		"CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH,
-		"GOTOOLCHAIN=local", "GOFLAGS=", "GOWORK=off", "GOPROXY=off")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%s build %s: %w: %s", goBin, name, err, bytes.TrimSpace(msg))
-	}
-	if err := CheckStatic(out); err != nil {
-		return nil, err
-	}
-	return os.ReadFile(out)
+func compileHog(ctx context.Context, goBin, logPath string) ([]byte, error) {
+	return compileGo(ctx, goBin, "hog", hog.Source, logPath)
 }
 
 // BuildHog builds the static hog binary from the source embedded in
@@ -175,11 +146,12 @@ func BuildHog(ctx context.Context, dir string) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("build hog image: %w", err)
 	}
-	return buildHog(ctx, dir, goBin)
+	return buildHog(ctx, dir, goBin, "")
 }
 
-func buildHog(ctx context.Context, dir, goBin string) (Image, error) {
-	bin, err := compileHog(ctx, goBin)
+// buildHog writes dir/hog.tar; the build's output goes to logPath.
+func buildHog(ctx context.Context, dir, goBin, logPath string) (Image, error) {
+	bin, err := compileHog(ctx, goBin, logPath)
 	if err != nil {
 		return Image{}, fmt.Errorf("build hog image: %w", err)
 	}
@@ -226,15 +198,17 @@ func BuildBusybox(ctx context.Context, dir string) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("build busybox image: %w", err)
 	}
-	return buildBusybox(ctx, dir, BusyboxBinary, goBin)
+	return buildBusybox(ctx, dir, BusyboxBinary, goBin, "")
 }
 
-func buildBusybox(ctx context.Context, dir, binary, goBin string) (Image, error) {
+// buildBusybox writes dir/busybox.tar from binary; the grpchealth build's
+// output goes to logPath.
+func buildBusybox(ctx context.Context, dir, binary, goBin, logPath string) (Image, error) {
 	entries, err := busyboxEntries(ctx, binary)
 	if err != nil {
 		return Image{}, fmt.Errorf("build busybox image: %w", err)
 	}
-	health, err := compileGo(ctx, goBin, "grpchealth", grpchealthSource)
+	health, err := compileGo(ctx, goBin, "grpchealth", grpchealthSource, logPath)
 	if err != nil {
 		return Image{}, fmt.Errorf("build busybox image: %w", err)
 	}

@@ -293,7 +293,7 @@ func pauseBinary(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := compilePause(ctx, goBin)
+	b, err := compilePause(ctx, goBin, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,6 +427,15 @@ func TestCached(t *testing.T) {
 	if first.Hog.Name != HogName || filepath.Dir(first.Hog.Archive) != first.Dir {
 		t.Errorf("Cached hog image %+v, want %s in %s", first.Hog, HogName, first.Dir)
 	}
+	if b, err := os.ReadFile(filepath.Join(root, BuildLog)); err != nil {
+		t.Error(err)
+	} else {
+		for _, p := range []string{"pause", "grpchealth", "hog"} {
+			if !strings.Contains(string(b), "== built "+p+" in ") {
+				t.Errorf("%s has no line for the build of %s:\n%s", BuildLog, p, b)
+			}
+		}
+	}
 	t.Run("the second call reuses the build", func(t *testing.T) {
 		again, err := Cached(ctx, root, nil)
 		if err != nil {
@@ -470,15 +479,15 @@ func TestRejects(t *testing.T) {
 		}
 	})
 	t.Run("the busybox build refuses a dynamic or missing binary", func(t *testing.T) {
-		if _, err := buildBusybox(t.Context(), t.TempDir(), "/bin/ls", fallbackGo); !errors.Is(err, ErrNotStatic) {
+		if _, err := buildBusybox(t.Context(), t.TempDir(), "/bin/ls", fallbackGo, ""); !errors.Is(err, ErrNotStatic) {
 			t.Errorf("buildBusybox(/bin/ls) = %v, want ErrNotStatic", err)
 		}
-		if _, err := buildBusybox(t.Context(), t.TempDir(), "/nonexistent/busybox", fallbackGo); !errors.Is(err, os.ErrNotExist) {
+		if _, err := buildBusybox(t.Context(), t.TempDir(), "/nonexistent/busybox", fallbackGo, ""); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("buildBusybox(missing) = %v, want ErrNotExist", err)
 		}
 	})
 	t.Run("the pause build reports a toolchain that fails", func(t *testing.T) {
-		if _, err := buildPause(t.Context(), t.TempDir(), "/bin/false"); err == nil {
+		if _, err := buildPause(t.Context(), t.TempDir(), "/bin/false", filepath.Join(t.TempDir(), BuildLog)); err == nil {
 			t.Error("buildPause with /bin/false as go succeeded")
 		}
 	})
