@@ -28,9 +28,9 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/metrics"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oomadj"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/qos"
@@ -70,12 +70,12 @@ var (
 	// ErrNotFound: the pod is not one of the kubelet's running pods on
 	// the node (any more).
 	ErrNotFound = errors.New("pod not found on the node")
-	// ErrDisruptionBudget wraps oom.ErrEvictionRefused: the Eviction API
+	// ErrDisruptionBudget wraps evictionapi.ErrEvictionRefused: the Eviction API
 	// refused for a PodDisruptionBudget.
-	ErrDisruptionBudget = fmt.Errorf("%w: a PodDisruptionBudget forbids it now", oom.ErrEvictionRefused)
-	// ErrNoAPIServer wraps oom.ErrEvictionRefused: a soft eviction is only
+	ErrDisruptionBudget = fmt.Errorf("%w: a PodDisruptionBudget forbids it now", evictionapi.ErrEvictionRefused)
+	// ErrNoAPIServer wraps evictionapi.ErrEvictionRefused: a soft eviction is only
 	// ever asked of the Eviction API, and there is none.
-	ErrNoAPIServer = fmt.Errorf("%w: soft evictions go through the Eviction API, and guard mode has no API server", oom.ErrEvictionRefused)
+	ErrNoAPIServer = fmt.Errorf("%w: soft evictions go through the Eviction API, and guard mode has no API server", evictionapi.ErrEvictionRefused)
 )
 
 // Config configures an Actor.
@@ -125,7 +125,7 @@ type Counts struct {
 	Pending int
 }
 
-// Actor is oom.Actor for guard mode: the kubelet's pods, found on the
+// Actor is evictionapi.Actor for guard mode: the kubelet's pods, found on the
 // node, acted on through their cgroups and the API server.
 type Actor struct {
 	cfg    Config
@@ -202,7 +202,7 @@ type podCgroup struct {
 	limit int64
 }
 
-var _ oom.Actor = (*Actor)(nil)
+var _ evictionapi.Actor = (*Actor)(nil)
 
 // New returns an actor; Run drives it.
 func New(cfg Config) (*Actor, error) {
@@ -515,7 +515,7 @@ func memoryLimit(dir string, v2 bool) int64 {
 // they are gone, and a decision on one leaves it to the kubelet (Evict).
 // A pod whose soft eviction was refused is Refused while its back-off
 // runs. calm leaves the task counts unread.
-func (a *Actor) Pods(calm bool) []oom.PodRef {
+func (a *Actor) Pods(calm bool) []evictionapi.PodRef {
 	fp := a.found.Load()
 	if fp == nil {
 		return nil
@@ -523,7 +523,7 @@ func (a *Actor) Pods(calm bool) []oom.PodRef {
 	found := *fp
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]oom.PodRef, 0, len(found))
+	out := make([]evictionapi.PodRef, 0, len(found))
 	for _, p := range found {
 		if e, ok := a.evicted[p.UID]; ok && e.sandbox == p.SandboxID && time.Since(e.at) < evictedHold {
 			continue
@@ -533,7 +533,7 @@ func (a *Actor) Pods(calm bool) []oom.PodRef {
 		if err != nil {
 			continue // gone since it was found
 		}
-		ref := oom.PodRef{CgroupRel: c.rel, Pod: a.figures(p, api, c)}
+		ref := evictionapi.PodRef{CgroupRel: c.rel, Pod: a.figures(p, api, c)}
 		if r, ok := a.retryAt[retryKey{p.UID, false}]; ok && time.Now().Before(r.at) {
 			ref.Refused = true
 		}
@@ -558,8 +558,8 @@ func (a *Actor) Pods(calm bool) []oom.PodRef {
 // from its cgroup's limit (its requests equal its limits), and no
 // priority (0) nor request for the others. A static pod is critical
 // either way, as the kubelet's IsCriticalPod says.
-func (a *Actor) figures(p Pod, api *corev1.Pod, c *podCgroup) oom.Pod {
-	o := oom.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: p.QOS, Static: p.Static, Critical: p.Static,
+func (a *Actor) figures(p Pod, api *corev1.Pod, c *podCgroup) evictionapi.Pod {
+	o := evictionapi.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: p.QOS, Static: p.Static, Critical: p.Static,
 		Exempt: a.exempt[p.Namespace+"/"+p.Name], CgroupID: c.id, GracePeriod: 30 * time.Second,
 		// No storage figures: the kubelet's disk evictions are its own.
 		InodesUnknown: true}
@@ -636,10 +636,10 @@ func (a *Actor) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
 // already stopping the pod, nothing is done: its memory is on its way.
 //
 // Disk and pid decisions are refused: those evictions are the kubelet's.
-func (a *Actor) Evict(ctx context.Context, d oom.Decision) error {
+func (a *Actor) Evict(ctx context.Context, d evictionapi.Decision) error {
 	uid := d.Victim.UID
-	if d.Resource == oom.ResourceDisk || d.Resource == oom.ResourcePID {
-		return fmt.Errorf("evict %s/%s: %w: guard mode leaves %s evictions to the kubelet", d.Victim.Namespace, d.Victim.Name, oom.ErrEvictionRefused, d.Resource)
+	if d.Resource == evictionapi.ResourceDisk || d.Resource == evictionapi.ResourcePID {
+		return fmt.Errorf("evict %s/%s: %w: guard mode leaves %s evictions to the kubelet", d.Victim.Namespace, d.Victim.Name, evictionapi.ErrEvictionRefused, d.Resource)
 	}
 	p, ok := a.foundPod(uid)
 	if !ok {
@@ -749,13 +749,13 @@ func (a *Actor) foundPod(uid types.UID) (Pod, bool) {
 	return Pod{}, false
 }
 
-// due returns an error wrapping oom.ErrEvictionRefused while the last
+// due returns an error wrapping evictionapi.ErrEvictionRefused while the last
 // failed or refused API call's back-off runs.
 func (a *Actor) due(k retryKey) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if r, ok := a.retryAt[k]; ok && time.Now().Before(r.at) {
-		return fmt.Errorf("%w: the last API call failed or was refused; asked again after %s", oom.ErrEvictionRefused, r.at.Format(time.RFC3339Nano))
+		return fmt.Errorf("%w: the last API call failed or was refused; asked again after %s", evictionapi.ErrEvictionRefused, r.at.Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -814,7 +814,7 @@ func (a *Actor) evictAPI(ctx context.Context, p Pod, grace *int64, k retryKey) e
 	default:
 		a.apiErrors.Add(1)
 		b := a.failed(k)
-		return fmt.Errorf("%w: eviction API: %w (asked again in %s)", oom.ErrEvictionRefused, err, b)
+		return fmt.Errorf("%w: eviction API: %w (asked again in %s)", evictionapi.ErrEvictionRefused, err, b)
 	}
 }
 

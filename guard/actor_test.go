@@ -22,7 +22,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
-	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/oomadj"
 )
 
@@ -146,9 +146,9 @@ func newActor(t *testing.T, cfg Config) *Actor {
 	return a
 }
 
-func decision(uid, name string, hard bool) oom.Decision {
-	return oom.Decision{Hard: hard, GracePeriod: 30 * time.Second, Message: "The node was low on resource: memory.",
-		Victim: oom.Pod{UID: types.UID(uid), Namespace: "default", Name: name}}
+func decision(uid, name string, hard bool) evictionapi.Decision {
+	return evictionapi.Decision{Hard: hard, GracePeriod: 30 * time.Second, Message: "The node was low on resource: memory.",
+		Victim: evictionapi.Pod{UID: types.UID(uid), Namespace: "default", Name: name}}
 }
 
 const (
@@ -245,15 +245,15 @@ func TestHardEvictionReleasesTheVictimsMemoryWithoutTheAPIServer(t *testing.T) {
 }
 
 // A soft eviction only ever asks the Eviction API: without an API server
-// it is refused (oom.ErrEvictionRefused: the manager asks again at its
+// it is refused (evictionapi.ErrEvictionRefused: the manager asks again at its
 // next tick, not at once), and nothing is killed.
 func TestSoftEvictionWithoutTheAPIServerKillsNothing(t *testing.T) {
 	r := newPodRig(t)
 	_, p := r.pod(uidHog, "web", corev1.PodQOSBurstable, 1, false)
 	a := newActor(t, Config{Finder: r.finder})
 	err := a.Evict(context.Background(), decision(uidHog, "web", false))
-	if !errors.Is(err, ErrNoAPIServer) || !errors.Is(err, oom.ErrEvictionRefused) {
-		t.Errorf("soft eviction without an API server: %v, want ErrNoAPIServer (an oom.ErrEvictionRefused)", err)
+	if !errors.Is(err, ErrNoAPIServer) || !errors.Is(err, evictionapi.ErrEvictionRefused) {
+		t.Errorf("soft eviction without an API server: %v, want ErrNoAPIServer (an evictionapi.ErrEvictionRefused)", err)
 	}
 	if !processExists(p.Process.Pid) {
 		t.Error("the pod's process was killed")
@@ -324,7 +324,7 @@ func TestOOMScoreAdjRaiseAndRestore(t *testing.T) {
 	}
 }
 
-func podNames(refs []oom.PodRef) string {
+func podNames(refs []evictionapi.PodRef) string {
 	var names []string
 	for _, r := range refs {
 		names = append(names, r.Name)

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/lab/cluster"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
@@ -170,7 +171,7 @@ func TestGuardWithAPIServer(t *testing.T) {
 	}
 
 	t.Run("figures from the API server", func(t *testing.T) {
-		got := map[string]oom.Pod{}
+		got := map[string]evictionapi.Pod{}
 		for _, ref := range a.Pods(false) {
 			got[ref.Name] = ref.Pod
 		}
@@ -207,12 +208,12 @@ func TestGuardWithAPIServer(t *testing.T) {
 			return err == nil && p.Status.ObservedGeneration >= p.Generation && p.Status.CurrentHealthy == 1
 		})
 		err = a.Evict(ctx, decision(string(web.UID), "web", false))
-		if !errors.Is(err, ErrDisruptionBudget) || !errors.Is(err, oom.ErrEvictionRefused) {
+		if !errors.Is(err, ErrDisruptionBudget) || !errors.Is(err, evictionapi.ErrEvictionRefused) {
 			t.Fatalf("soft eviction of web: %v, want ErrDisruptionBudget", err)
 		}
 		// Asked again at once: the back-off answers, not the API server.
 		err = a.Evict(ctx, decision(string(web.UID), "web", false))
-		if !errors.Is(err, oom.ErrEvictionRefused) {
+		if !errors.Is(err, evictionapi.ErrEvictionRefused) {
 			t.Errorf("second soft eviction of web: %v, want refused", err)
 		}
 		if c := a.Counts(); c.Refused != 1 || c.Evictions != 0 {
@@ -358,7 +359,7 @@ type countingActor struct {
 	n atomic.Int64
 }
 
-func (c *countingActor) Evict(ctx context.Context, d oom.Decision) error {
+func (c *countingActor) Evict(ctx context.Context, d evictionapi.Decision) error {
 	c.n.Add(1)
 	return c.Actor.Evict(ctx, d)
 }

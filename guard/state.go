@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oomadj"
 	"github.com/nodeguard/nodeguard/qos"
 )
@@ -236,7 +236,7 @@ func (a *Actor) restoreLost(uid types.UID) error {
 		return nil // the kubelet's value is the raised one
 	default:
 		a.log.Warn("guard: a raise record could not be read and the pod's containers' requests are not known: its processes keep the raised oom_score_adj",
-			"pod", p.Namespace+"/"+p.Name, "uid", uid, "qos", p.QOS, "oom_score_adj", oom.NextVictimOOMScoreAdj)
+			"pod", p.Namespace+"/"+p.Name, "uid", uid, "qos", p.QOS, "oom_score_adj", evictionapi.NextVictimOOMScoreAdj)
 		return nil
 	}
 	d, err := a.cfg.Finder.Layout.Memory.Resolve(p.Cgroup)
@@ -247,7 +247,7 @@ func (a *Actor) restoreLost(uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("restore oom_score_adj of %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	n, err := oomadj.Unraise(pids, oom.NextVictimOOMScoreAdj, due)
+	n, err := oomadj.Unraise(pids, evictionapi.NextVictimOOMScoreAdj, due)
 	a.log.Warn("guard: a raise record could not be read; the pod's raised processes get the kubelet's value",
 		"pod", p.Namespace+"/"+p.Name, "uid", uid, "oom_score_adj", due, "written", n)
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oomadj"
 	"github.com/nodeguard/nodeguard/qos"
 )
@@ -166,7 +166,7 @@ type podCgroup struct {
 	derived podSpecFigures
 }
 
-// podSpecFigures are the parts of an oom.Pod that only the pod's spec
+// podSpecFigures are the parts of an evictionapi.Pod that only the pod's spec
 // and metadata decide.
 type podSpecFigures struct {
 	qos              corev1.PodQOSClass
@@ -195,7 +195,7 @@ func (c *podCgroup) close() {
 	}
 }
 
-// EvictionActor returns the oom.Actor of this manager.
+// EvictionActor returns the evictionapi.Actor of this manager.
 func (m *Manager) EvictionActor(exempt []string) *EvictionActor {
 	a := &EvictionActor{m: m, Exempt: map[string]bool{}}
 	for _, e := range exempt {
@@ -204,12 +204,12 @@ func (m *Manager) EvictionActor(exempt []string) *EvictionActor {
 	return a
 }
 
-var _ oom.Actor = (*EvictionActor)(nil)
+var _ evictionapi.Actor = (*EvictionActor)(nil)
 
 // Pods lists the pods that run (have a pod cgroup and are neither being
 // deleted nor evicted), as the eviction policy sees them; calm leaves
 // their task counts unread.
-func (a *EvictionActor) Pods(calm bool) []oom.PodRef {
+func (a *EvictionActor) Pods(calm bool) []evictionapi.PodRef {
 	m := a.m
 	m.mu.Lock()
 	type item struct {
@@ -231,7 +231,7 @@ func (a *EvictionActor) Pods(calm bool) []oom.PodRef {
 		a.cgs = map[types.UID]*podCgroup{}
 	}
 	listed := make(map[types.UID]bool, len(items))
-	out := make([]oom.PodRef, 0, len(items))
+	out := make([]evictionapi.PodRef, 0, len(items))
 	for _, it := range items {
 		p := it.pod
 		listed[p.UID] = true
@@ -245,7 +245,7 @@ func (a *EvictionActor) Pods(calm bool) []oom.PodRef {
 		// a fork bomb grows between storage samples), and the inodes of
 		// the last storage sample.
 		inodes, inodesKnown := m.inodeUsage(p.UID)
-		ref := oom.PodRef{CgroupRel: c.rel, Pod: oom.Pod{
+		ref := evictionapi.PodRef{CgroupRel: c.rel, Pod: evictionapi.Pod{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: f.qos, Priority: f.priority,
 			Critical: f.critical, Exempt: a.Exempt[p.Namespace+"/"+p.Name], Static: staticSource(it.source),
 			MemoryRequest: f.memoryRequest, EphemeralRequest: f.ephemeralRequest,
@@ -320,7 +320,7 @@ var errNotCounted = errors.New("task count not read: calm")
 // and the volumes follow in the pod's worker. Soft: the worker stops the
 // containers with the grace period. Either way the pod becomes Failed,
 // reason Evicted, and is never started again.
-func (a *EvictionActor) Evict(ctx context.Context, d oom.Decision) error {
+func (a *EvictionActor) Evict(ctx context.Context, d evictionapi.Decision) error {
 	m := a.m
 	start := time.Now()
 	m.mu.Lock()

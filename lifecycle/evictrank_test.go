@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/oom"
@@ -81,8 +82,8 @@ func TestEvictionRanksPIDAndInodePressureByUse(t *testing.T) {
 	}
 
 	refs := m.EvictionActor(nil).Pods(false)
-	pods := make([]oom.Pod, 0, len(refs))
-	byName := map[string]*oom.Pod{}
+	pods := make([]evictionapi.Pod, 0, len(refs))
+	byName := map[string]*evictionapi.Pod{}
 	for _, ref := range refs {
 		p := ref.Pod
 		// The eviction manager takes the cgroup id from the snapshot;

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/mounts"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/qos"
 )
 
@@ -67,7 +67,7 @@ type LocalStorageConfig struct {
 	// manager's do (metrics, the event log). Its OnDecision must not
 	// block.
 	Observer interface {
-		OnDecision(oom.Decision, oom.Timing)
+		OnDecision(evictionapi.Decision, evictionapi.Timing)
 	}
 }
 
@@ -272,20 +272,20 @@ func (m *Manager) enforceLocalStorage(ctx context.Context, s *PodStorage, observ
 		return
 	}
 	req := qos.PodRequests(pod)[corev1.ResourceEphemeralStorage]
-	victim := oom.Pod{
+	victim := evictionapi.Pod{
 		UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, QOS: qos.Class(pod), Priority: qos.Priority(pod),
 		Critical: qos.IsCritical(pod), Static: staticSource(source), Exempt: m.ls.exempt[key(pod)],
 		EphemeralRequest: req.Value(), EphemeralUsage: int64(s.EphemeralBytes()),
 		GracePeriod: grace(pod),
 	}
-	d := oom.Decision{
+	d := evictionapi.Decision{
 		Time: m.now(), ObservedAt: observedAt, Signal: v.Signal, Threshold: v.Threshold, Observed: float64(v.Used),
-		Resource: oom.ResourceDisk, GracePeriod: localStorageGrace, Victim: victim, DryRun: m.cfg.LocalStorage.DryRun,
+		Resource: evictionapi.ResourceDisk, GracePeriod: localStorageGrace, Victim: victim, DryRun: m.cfg.LocalStorage.DryRun,
 		Message: v.Message,
 	}
 	if !victim.Evictable() {
 		// The kubelet's evictPod refuses critical pods, static ones
-		// among them, as the eviction policy does (oom.Pod.Evictable).
+		// among them, as the eviction policy does (evictionapi.Pod.Evictable).
 		m.reportOnce(pod.UID, "spared: "+v.Message, func() {
 			m.log.Warn("local storage limit exceeded; not evicting a critical, static or exempt pod", "pod", key(pod),
 				"signal", v.Signal, "threshold", v.Threshold, "observed", v.Used, "critical", victim.Critical,
@@ -293,7 +293,7 @@ func (m *Manager) enforceLocalStorage(ctx context.Context, s *PodStorage, observ
 		})
 		return
 	}
-	t := oom.Timing{Decided: m.now()}
+	t := evictionapi.Timing{Decided: m.now()}
 	if d.DryRun {
 		m.reportOnce(pod.UID, "dry run: "+v.Message, func() {
 			m.logLocalStorageEviction(d, t)
@@ -311,7 +311,7 @@ func (m *Manager) enforceLocalStorage(ctx context.Context, s *PodStorage, observ
 
 // logLocalStorageEviction is the decision's one structured line, with the
 // eviction manager's keys.
-func (m *Manager) logLocalStorageEviction(d oom.Decision, t oom.Timing) {
+func (m *Manager) logLocalStorageEviction(d evictionapi.Decision, t evictionapi.Timing) {
 	attrs := []any{
 		"signal", d.Signal, "threshold", d.Threshold, "observed", d.Observed,
 		"victim", d.Victim.Namespace + "/" + d.Victim.Name, "uid", string(d.Victim.UID),
@@ -325,7 +325,7 @@ func (m *Manager) logLocalStorageEviction(d oom.Decision, t oom.Timing) {
 	m.log.Info("evict pod", attrs...)
 }
 
-func (m *Manager) observeLocalStorage(d oom.Decision, t oom.Timing) {
+func (m *Manager) observeLocalStorage(d evictionapi.Decision, t evictionapi.Timing) {
 	if o := m.cfg.LocalStorage.Observer; o != nil {
 		o.OnDecision(d, t)
 	}

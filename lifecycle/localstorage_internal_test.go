@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/mounts"
-	"github.com/nodeguard/nodeguard/oom"
 )
 
 const mi = 1 << 20
@@ -164,9 +164,11 @@ func TestCheckLocalStorage(t *testing.T) {
 }
 
 // decisions records what an Observer is told.
-type decisions struct{ got []oom.Decision }
+type decisions struct{ got []evictionapi.Decision }
 
-func (d *decisions) OnDecision(dec oom.Decision, _ oom.Timing) { d.got = append(d.got, dec) }
+func (d *decisions) OnDecision(dec evictionapi.Decision, _ evictionapi.Timing) {
+	d.got = append(d.got, dec)
+}
 
 // TestEnforceLocalStorage drives the enforcement of one measured pod
 // through the eviction actor, without a runtime: a soft eviction only

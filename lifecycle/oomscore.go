@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/oomadj"
 	"github.com/nodeguard/nodeguard/qos"
 )
@@ -47,7 +47,7 @@ func (a *EvictionActor) restoreLost(uid types.UID) error {
 	m.mu.Unlock()
 	if pod == nil || parent == "" {
 		m.log.Warn("oom_score_adj: a raise record could not be read and its pod is not known here: its processes keep the raised value",
-			"uid", string(uid), "raised", oom.NextVictimOOMScoreAdj)
+			"uid", string(uid), "raised", evictionapi.NextVictimOOMScoreAdj)
 		return nil
 	}
 	due, err := oomadj.Due(pod, m.cfg.MemoryCapacity)
@@ -59,7 +59,7 @@ func (a *EvictionActor) restoreLost(uid types.UID) error {
 	if err != nil {
 		return fmt.Errorf("restore oom_score_adj of %s: %w", key(pod), err)
 	}
-	n, err := oomadj.Unraise(pids, oom.NextVictimOOMScoreAdj, due)
+	n, err := oomadj.Unraise(pids, evictionapi.NextVictimOOMScoreAdj, due)
 	m.log.Warn("oom_score_adj: a raise record could not be read; the pod's raised processes get the kubelet's value",
 		"pod", key(pod), "uid", string(uid), "oom_score_adj", due, "written", n)
 	if err != nil {

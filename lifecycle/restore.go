@@ -20,7 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/evictionapi"
 )
 
 // ReasonUnsupportedPodSpec is the status reason of a pod rejected at its
@@ -60,13 +60,13 @@ func (m *Manager) restore(p *corev1.Pod, source string) (*corev1.Pod, error) {
 // admission, the refusal's own Reason when it has one.
 func rejection(err error) (reason, message string) {
 	var na *nodeAffinityError
-	var ae *oom.AdmitError
+	var ae *evictionapi.AdmitError
 	var rr interface{ Reason() string }
 	switch {
 	case errors.As(err, &na):
 		return ReasonNodeAffinity, MessageNodeAffinity + ": " + na.detail
 	case errors.As(err, &ae):
-		return oom.AdmitReason, ae.Error()
+		return evictionapi.AdmitReason, ae.Error()
 	case errors.As(err, &rr):
 		return rr.Reason(), err.Error()
 	case errors.Is(err, ErrInvalid):

@@ -17,18 +17,6 @@ var (
 	// swap.available, a misspelling). Such errors are *ConfigError
 	// values too; errors.Is tells the two apart.
 	ErrUnsupportedSignal = errors.New("unsupported eviction signal")
-
-	// ErrNotAdmitted reports a pod refused by Admit. Such errors are
-	// *AdmitError values.
-	ErrNotAdmitted = errors.New("pod not admitted")
-
-	// ErrEvictionRefused reports an eviction that someone else refused
-	// for now: the API server's Eviction API, for a PodDisruptionBudget
-	// (guard mode's soft evictions). The manager forgets the decision as
-	// for any failure, but does not evaluate again at once: the next
-	// tick or wake-up decides again, and the actor bounds how often it
-	// asks (a refusal is never bypassed).
-	ErrEvictionRefused = errors.New("eviction refused")
 )
 
 // ConfigError names the configuration entry that is wrong:
@@ -66,27 +54,3 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
-
-// AdmitError is the refusal of a pod under node pressure, as the
-// kubelet's eviction admission handler words it: reason Evicted, message
-// "The node had condition: [MemoryPressure]." It matches ErrNotAdmitted.
-type AdmitError struct {
-	// Conditions are the node conditions that held, in a fixed order
-	// (MemoryPressure, DiskPressure, PIDPressure).
-	Conditions []Condition
-}
-
-// AdmitReason is the pod status reason of a refused pod, the kubelet's.
-const AdmitReason = "Evicted"
-
-// Error implements error with the kubelet's message.
-func (e *AdmitError) Error() string {
-	names := make([]string, len(e.Conditions))
-	for i, c := range e.Conditions {
-		names[i] = string(c)
-	}
-	return fmt.Sprintf("The node had condition: [%s].", strings.Join(names, " "))
-}
-
-// Unwrap returns ErrNotAdmitted.
-func (e *AdmitError) Unwrap() error { return ErrNotAdmitted }

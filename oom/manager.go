@@ -43,10 +43,6 @@ const (
 	// of its usage at decision time has released its memory (what is
 	// left is page cache and kernel memory being uncharged).
 	ReleasedFraction = 0.10
-	// NextVictimOOMScoreAdj is the oom_score_adj given to the next victim,
-	// so that the kernel OOM killer, if it strikes first, kills the pod
-	// nodeguard would have evicted.
-	NextVictimOOMScoreAdj = 1000
 	// stallRing bounds the reclaim samples kept between evaluations.
 	stallRing = 4096
 )
@@ -642,9 +638,9 @@ func (m *Manager) logDecision(d Decision, tm Timing, why string, wakes int) {
 		"rank", d.Rank, "hard", d.Hard, "grace", d.GracePeriod, "dry_run", d.DryRun,
 		"resource", string(d.Resource), "usage", d.Victim.MemoryUsage,
 		"wake", why, "wakes", wakes,
-		"staleness", since(d.ObservedAt, d.Time),
+		"staleness", d.Staleness(),
 		"detect_latency", tm.Detect(), "decide_latency", tm.Decide(),
-		"snapshot_latency", since(tm.Detected, tm.Snapshotted), "snapshot_read", tm.SnapshotRead, "kill_latency", tm.Kill(),
+		"snapshot_latency", tm.SnapshotWait(), "snapshot_read", tm.SnapshotRead, "kill_latency", tm.Kill(),
 		"total_latency", tm.Total(),
 	}
 	if tm.Err != nil {

@@ -6,65 +6,6 @@ import (
 	"github.com/nodeguard/nodeguard/loader/event"
 )
 
-// Timing is when each stage of one decision happened.
-type Timing struct {
-	// Crossed is the earliest evidence of the pressure: the time passed
-	// to Wake by the earliest wake-up the evaluation served (a tripwire,
-	// a PSI trigger, a kernel event), else the snapshot's time.
-	Crossed time.Time
-	// Detected is when the manager's loop woke for the evaluation.
-	Detected time.Time
-	// Decided is when the policy returned the decision.
-	Decided time.Time
-	// Snapshotted is when the fresh snapshot the decision was made on was
-	// in hand (Detected..Snapshotted is the wait for a snapshot in
-	// progress, the read and its observers); SnapshotRead is how long the
-	// read itself took. The rest of Decide is joining pods and policy.
-	Snapshotted  time.Time
-	SnapshotRead time.Duration
-	// KillSent is when Actor.Evict returned (the kill sent for a hard
-	// eviction, the stop requested for a soft one); zero in dry run.
-	KillSent time.Time
-	// Released is when the victim's memory was seen released: its cgroup
-	// working set below ReleasedFraction of its usage at decision time,
-	// or the pod or its cgroup gone, or Manager.Released called. Zero
-	// until then (in OnDecision).
-	Released time.Time
-	// Err is Actor.Evict's error; the policy then forgets the decision
-	// and the next evaluation decides again.
-	Err error
-}
-
-// since returns b - a, 0 when either is unset.
-func since(a, b time.Time) time.Duration {
-	if a.IsZero() || b.IsZero() {
-		return 0
-	}
-	return b.Sub(a)
-}
-
-// Detect is Detected - Crossed: how long the evidence waited for the loop.
-func (t Timing) Detect() time.Duration { return since(t.Crossed, t.Detected) }
-
-// Decide is Decided - Detected: the snapshot and the evaluation.
-func (t Timing) Decide() time.Duration { return since(t.Detected, t.Decided) }
-
-// Kill is KillSent - Decided: the actor's work until Evict returned.
-func (t Timing) Kill() time.Duration { return since(t.Decided, t.KillSent) }
-
-// Release is Released - KillSent: until the memory was seen free.
-func (t Timing) Release() time.Duration { return since(t.KillSent, t.Released) }
-
-// Total is from Crossed to the last stage reached.
-func (t Timing) Total() time.Duration {
-	for _, end := range []time.Time{t.Released, t.KillSent, t.Decided} {
-		if !end.IsZero() {
-			return since(t.Crossed, end)
-		}
-	}
-	return 0
-}
-
 // OOMKillAttribution is a kernel OOM kill traced to a pod.
 type OOMKillAttribution struct {
 	// Pod is the pod whose cgroup holds the victim's memory cgroup; nil

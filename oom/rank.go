@@ -8,22 +8,6 @@ import (
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
-// SystemCriticalPriority is the kubernetes scheduling.SystemCriticalPriority
-// (the value of system-cluster-critical): a pod at or above it is
-// critical for the kubelet (IsCriticalPodBasedOnPriority).
-const SystemCriticalPriority int32 = 2_000_000_000
-
-// Evictable reports whether the policy may evict p. It follows the
-// kubelet's evictPod, which refuses every pod for which
-// kubetypes.IsCriticalPod holds: static pods, mirror pods and pods of
-// priority SystemCriticalPriority or above. (Before Kubernetes 1.16 only
-// pods both static and critical were spared; current kubelets spare every
-// static pod, whatever its priority, and so does nodeguard.) Exempt pods
-// (nodeguard's configured list) are never evicted either.
-func (p *Pod) Evictable() bool {
-	return !p.Critical && !p.Exempt && !p.Static && p.Priority < SystemCriticalPriority
-}
-
 // podCmp compares two pods; negative ranks a first (evicted first).
 type podCmp func(a, b *Pod) int
 

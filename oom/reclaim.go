@@ -22,17 +22,6 @@ const (
 	DefaultReclaimInterval = 10 * time.Second
 )
 
-// NodeReclaimer frees node-level resources before pods are evicted for
-// them: the kubelet's signalToNodeReclaimFuncs (dead containers and
-// sandboxes, then unused images, for the disk signals). The lifecycle
-// satisfies it.
-type NodeReclaimer interface {
-	// ReclaimNode runs the reclaim functions of signal and reports
-	// whether it has any: with none, nothing was done and the eviction
-	// goes ahead without a fresh look.
-	ReclaimNode(ctx context.Context, signal nodestats.Signal) (ran bool, err error)
-}
-
 // reclaimFirst is the kubelet's reclaimNodeLevelResources for a disk
 // decision: reclaim at node level, take a fresh snapshot, and report
 // whether every disk threshold is now unmet with its minimum reclaim

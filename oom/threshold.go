@@ -13,24 +13,6 @@ import (
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
-// Resource is what a decision reclaims. The policy makes at most one
-// decision per Resource per evaluation, and cool-downs are per Resource.
-type Resource string
-
-// The resources.
-const (
-	// ResourceMemory: memory.available, allocatableMemory.available and
-	// memory PSI rules.
-	ResourceMemory Resource = "memory"
-	// ResourceDisk: nodefs/imagefs space and inodes.
-	ResourceDisk Resource = "disk"
-	// ResourcePID: pid.available.
-	ResourcePID Resource = "pid"
-	// ResourceCPU and ResourceIO: cpu and io PSI rules.
-	ResourceCPU Resource = "cpu"
-	ResourceIO  Resource = "io"
-)
-
 // resources is the order in which Evaluate decides, memory first as the
 // kubelet's byEvictionPriority does.
 var resources = [...]Resource{ResourceMemory, ResourceDisk, ResourcePID, ResourceCPU, ResourceIO}
