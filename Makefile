@@ -5,6 +5,12 @@ BPF2GO_CC     ?= clang-19
 BPF2GO_STRIP  ?= llvm-strip-19
 BPF2GO_CFLAGS ?= -O2 -g -Wall -Werror
 BIN           ?= bin/nodeguard
+# What `nodeguard version` reports (cmd/nodeguard/version.go). Outside a
+# git checkout the version is "dev" and the commit is left to the binary
+# (the Go toolchain's stamp, if any, else "unknown").
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT        ?= $(shell git describe --always --dirty --abbrev=40 --match='' 2>/dev/null)
+LDFLAGS       ?= -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 export BPF2GO_CC BPF2GO_STRIP BPF2GO_CFLAGS
 
 .PHONY: all build install generate vmlinux deps test test-vm test-node test-cluster test-cluster-host test-cluster-node bench-kube-race fuzz bench bench-tripwire-vm lint check-generate demo clean
@@ -14,7 +20,7 @@ all: build
 # Static (CGO_ENABLED=0): the same binary runs on any Linux, and in the
 # scratch image the DaemonSet of deploy/kubernetes runs (guard mode).
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/nodeguard
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodeguard
 
 # Install as a system daemon: the binary where the unit's ExecStart looks
 # (/usr/local/bin), the unit, and the example configuration unless one is

@@ -65,7 +65,8 @@ func newRootFor(g *globalFlags) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(newDoctorCmd(g), newEventsCmd(g), newBenchCmd(g), newMetricsCmd(g), newTopCmd(g), newRunCmd(g), newGuardCmd(g), newPodCmd(g), newConfigCmd())
+	root.AddCommand(newDoctorCmd(g), newEventsCmd(g), newBenchCmd(g), newMetricsCmd(g), newTopCmd(g), newRunCmd(g), newGuardCmd(g), newPodCmd(g), newConfigCmd(), newVersionCmd())
+	setVersionFlag(root)
 	return root
 }
 

@@ -27,9 +27,6 @@ import (
 	"github.com/nodeguard/nodeguard/psi"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 // DefaultMetricsAddr is loopback only: a node agent's metrics are scraped
 // by a local or sidecar Prometheus unless the operator opens them up.
 const DefaultMetricsAddr = "127.0.0.1:9847"
