@@ -248,8 +248,14 @@ bench-tripwire-vm:
 		(cd pressure/tripwire && CGO_ENABLED=0 NODEGUARD_VM_KERNEL=$$k NODEGUARD_VM_MEMORY=1G NODEGUARD_VM_TIMEOUT=900s \
 		$(GO) test -count=1 -exec $(abspath $(VMRUN)) -run '^$$' -bench V2Mechanisms -benchtime 1x -v .) || exit 1; uptime; done
 
-demo: deps build
-	./scripts/demo.sh
+# build is run here rather than as a prerequisite so that a fresh machine
+# is told why it takes minutes (go downloads the modules first).
+demo: deps
+	@echo "== building $(BIN) (a fresh machine downloads the Go modules first: a few minutes)"; \
+	start=$$(date +%s); \
+	$(MAKE) --no-print-directory build || { echo "demo: building $(BIN) failed: the go output is above" >&2; exit 1; }; \
+	echo "   built in $$(( $$(date +%s) - start ))s"
+	GO=$(GO) BIN=$(BIN) ./scripts/demo.sh
 
 clean:
 	rm -rf bin

@@ -63,6 +63,8 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/k8s" "$tmp/etcd" "$tmp/bin"
 start=$SECONDS
 elapsed() { printf '%dm%02ds' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)); }
+# A step that fails says which (its go output is just above it on stderr).
+trap 'log "FAILED at scripts/controlplane.sh:$LINENO after $(elapsed): $BASH_COMMAND (its output is above; nothing was cached)"' ERR
 
 log "resolving k8s.io/kubernetes@$K8S_VERSION and its staging modules ($staging)"
 if ! info=$(cd "$tmp/k8s" && "$go" mod download -json "k8s.io/kubernetes@$K8S_VERSION" 9>&-); then

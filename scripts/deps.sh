@@ -30,14 +30,22 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "deps: missing ${need[*]}; run as root or install them with apt-get" >&2
 	exit 1
 fi
-echo "deps: installing ${need[*]} through apt"
+# apt's output goes to a log, named when a step fails.
+log=${DEPS_LOG:-/tmp/nodeguard-deps.log}
+: >"$log"
+start=$SECONDS
+trap 'echo "deps: FAILED after $((SECONDS - start))s installing ${need[*]}; apt-get output: $log (last lines below)" >&2; tail -n 15 "$log" >&2' ERR
+echo "deps: installing ${need[*]} through apt (a fresh machine: ~1-3 min); log: $log"
 export DEBIAN_FRONTEND=noninteractive
 # One apt-get at a time with the lane runners (lab/vmtest's aptLock),
 # and dpkg's own lock waited for: make test's lanes prepare side by side.
 mkdir -p /run/lock
 exec 9>/run/lock/nodeguard-apt.lock
 flock 9
-apt-get update -qq -o DPkg::Lock::Timeout=600
-apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${need[@]}" >/dev/null
+echo "deps: apt-get update"
+apt-get update -qq -o DPkg::Lock::Timeout=600 >>"$log" 2>&1
+echo "deps: apt-get install (lists updated in $((SECONDS - start))s)"
+apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${need[@]}" >>"$log" 2>&1
 exec 9>&-
-echo "deps: installed ${need[*]}"
+trap - ERR
+echo "deps: installed ${need[*]} in $((SECONDS - start))s"
