@@ -1,26 +1,20 @@
 package main
 
+// nodeguard bench: the subcommands' flags and their wiring to package
+// bench, which runs the benchmarks (and, through bench/agentproc, the agent
+// processes they measure).
+
 import (
-	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodeguard/nodeguard/bench"
-	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
-	"github.com/nodeguard/nodeguard/lab/crienv"
-	"github.com/nodeguard/nodeguard/lab/images"
-	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/loader"
-	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
 func newBenchCmd(g *globalFlags) *cobra.Command {
@@ -52,29 +46,8 @@ receives the event. --out DIR writes events-latency.csv and events-latency.png.`
 			if cfg.LatencySamples <= 0 || cfg.ThroughputEvents <= 0 || cfg.Batch <= 0 || cfg.Window < cfg.Batch {
 				return fmt.Errorf("--samples, --events and --batch must be positive and --window >= --batch")
 			}
-			p, err := loader.Open(loader.Options{
-				Logger:    log,
-				Families:  []string{loader.FamilyBench},
-				RingSizes: map[loader.Ring]int{loader.RingBench: 4 << 20},
-				QueueSize: 2 * cfg.Window,
-			})
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			cfg.Progress = cmd.ErrOrStderr()
-			res, err := bench.RunEvents(cmd.Context(), p, cfg)
-			if err != nil {
-				return err
-			}
-			bench.WriteEventsTable(cmd.OutOrStdout(), res)
-			if out != "" {
-				if err := writeEventsFiles(out, res); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\n", filepath.Join(out, "events-latency.csv"), filepath.Join(out, "events-latency.png"))
-			}
-			return nil
+			return bench.EventsBench(cmd.Context(), bench.EventsOptions{Config: cfg, OutDir: out, Log: log,
+				Report: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr()})
 		},
 	}
 	cmd.Flags().IntVar(&cfg.LatencySamples, "samples", cfg.LatencySamples, "latency samples")
@@ -83,31 +56,6 @@ receives the event. --out DIR writes events-latency.csv and events-latency.png.`
 	cmd.Flags().IntVar(&cfg.Window, "window", cfg.Window, "most records in flight in the throughput phase")
 	cmd.Flags().StringVar(&out, "out", "", "directory for the CSV and PNG")
 	return cmd
-}
-
-func writeEventsFiles(dir string, res bench.EventsResult) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	path := filepath.Join(dir, "events-latency.csv")
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	w := csv.NewWriter(f)
-	_ = w.Write([]string{"sample", "latency_ns"})
-	for i, d := range res.Samples {
-		_ = w.Write([]string{strconv.Itoa(i), strconv.FormatInt(int64(d), 10)})
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return bench.LatencyHistogramPNG(filepath.Join(dir, "events-latency.png"), "nodeguard: kernel-to-Go event delivery", res.Samples)
 }
 
 func newBenchChurnCmd(g *globalFlags) *cobra.Command {
@@ -135,82 +83,8 @@ and starts N more while they are in grace, and reports both side by side.`,
 			if cfg.Pods <= 0 || cfg.Parallel <= 0 {
 				return fmt.Errorf("--pods and --parallel must be positive")
 			}
-			ctx := cmd.Context()
-			cfg.Progress = cmd.ErrOrStderr()
-			cfg.Image = images.BusyboxName
-			if endpoint == "" {
-				fmt.Fprintln(cfg.Progress, "starting the private containerd")
-				env, err := crienv.Start(ctx, crienv.Options{Log: log})
-				if err != nil {
-					return err
-				}
-				defer env.Close()
-				endpoint, cgroupRoot = env.Endpoint(), env.CgroupParent()
-				cfg.Image = env.BusyboxImage()
-			}
-			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			client, err := cri.Dial(dctx, endpoint, 10*time.Second)
-			cancel()
-			if err != nil {
-				return err
-			}
-			defer client.Close()
-			host, cleanup, err := newBenchHost(ctx, cgroupRoot, "nodeguard-churn-")
-			if err != nil {
-				return err
-			}
-			defer cleanup()
-			layout, cg, root, mi := host.layout, host.cg, host.root, host.mi
-			if cfg.Grace > 0 {
-				return benchChurnGrace(cmd, cfg, client, host, log, out)
-			}
-			floor, err := bench.RunChurnFloor(ctx, client, cg, cfg)
-			if err != nil {
-				return fmt.Errorf("direct CRI: %w", err)
-			}
-			mgr, err := lifecycle.New(lifecycle.Config{Runtime: client, Cgroups: cg, RootDir: root, MemoryCapacity: int64(mi.MemTotal),
-				CgroupV2: layout.Memory.V2(), Workers: cfg.Parallel, MinOOMScoreAdj: ownOOMScoreAdj(), Logger: log})
-			if err != nil {
-				return err
-			}
-			mgr.SourcesReady()
-			mctx, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { mgr.Run(mctx); close(done) }()
-			ng, err := bench.RunChurnNodeguard(ctx, mgr, cfg)
-			stop()
-			<-done
-			if err != nil {
-				return fmt.Errorf("nodeguard: %w", err)
-			}
-			rows := []bench.ChurnRow{ng, floor}
-			fmt.Fprintf(cmd.OutOrStdout(), "\n%d pods, %d in parallel, runtime %s\n", cfg.Pods, cfg.Parallel, client.Runtime().Version)
-			bench.WriteChurnTable(cmd.OutOrStdout(), rows)
-			ratio := float64(ng.Startup.P99) / float64(floor.Startup.P99)
-			fmt.Fprintf(cmd.OutOrStdout(), "startup p99 nodeguard / floor = %.2f (target <= 1.10)\n", ratio)
-			if out != "" {
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-				f, err := os.Create(filepath.Join(out, "churn.csv"))
-				if err != nil {
-					return err
-				}
-				w := csv.NewWriter(f)
-				_ = w.Write([]string{"strategy", "pods", "parallel", "start_p50_ms", "start_p99_ms", "delete_p50_ms", "delete_p99_ms", "pods_per_s"})
-				for _, r := range rows {
-					_ = w.Write([]string{r.Name, strconv.Itoa(cfg.Pods), strconv.Itoa(cfg.Parallel),
-						fmt.Sprintf("%.1f", float64(r.Startup.P50)/1e6), fmt.Sprintf("%.1f", float64(r.Startup.P99)/1e6),
-						fmt.Sprintf("%.1f", float64(r.Deletion.P50)/1e6), fmt.Sprintf("%.1f", float64(r.Deletion.P99)/1e6),
-						fmt.Sprintf("%.2f", r.PodsPerSec)})
-				}
-				w.Flush()
-				if err := errors.Join(w.Error(), f.Close()); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", filepath.Join(out, "churn.csv"))
-			}
-			return nil
+			return bench.ChurnBench(cmd.Context(), bench.ChurnOptions{Config: cfg, Endpoint: endpoint, CgroupRoot: cgroupRoot, OutDir: out,
+				MinOOMScoreAdj: ownOOMScoreAdj(), Log: log, Report: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr()})
 		},
 	}
 	cmd.Flags().IntVar(&cfg.Pods, "pods", cfg.Pods, "pods per strategy")
@@ -222,30 +96,220 @@ and starts N more while they are in grace, and reports both side by side.`,
 	return cmd
 }
 
-// benchHost is what a pod benchmark runs a lifecycle.Manager on: the
-// cgroup layout, the pod cgroups beneath cgroupRoot, a temporary state
-// directory and the node's memory.
-type benchHost struct {
-	layout *cgroups.Layout
-	cg     *kubepods.Manager
-	root   string
-	mi     nodestats.Meminfo
+func newBenchNetCmd(g *globalFlags) *cobra.Command {
+	cfg := bench.NetConfig{Pods: 50, Parallel: 1}
+	cmd := &cobra.Command{
+		Use:   "net",
+		Short: "Pod network ADD and DEL latency through netplumb (bridge, host-local, portmap, bandwidth)",
+		Long: `Creates a node network namespace of its own (never touching the machine's),
+attaches --pods pods to nodeguard's CNI chain with netplumb.Direct (a netns
+per pod, then ADD of bridge + host-local + portmap + bandwidth, run inside
+the node namespace), verifies each pod's veth, address and route through
+netlink, and detaches them (DEL, netns removed). Prints p50/p99/max per
+operation. --out DIR writes net.csv, net-add.png and net-del.png. Needs
+root and the CNI plugins (/opt/cni/bin or /usr/lib/cni).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := g.logger(); err != nil {
+				return err
+			}
+			if cfg.Pods <= 0 || cfg.Parallel <= 0 {
+				return fmt.Errorf("--pods and --parallel must be positive")
+			}
+			return bench.NetBench(cmd.Context(), bench.NetOptions{Config: cfg, Report: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr()})
+		},
+	}
+	cmd.Flags().IntVar(&cfg.Pods, "pods", cfg.Pods, "pods to attach and detach")
+	cmd.Flags().IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "ADDs (and DELs) in flight at once")
+	cmd.Flags().StringVar(&cfg.Out, "out", "", "directory for net.csv and the PNG histograms")
+	return cmd
 }
 
-// newBenchHost prepares a benchHost; cleanup removes its state directory.
-func newBenchHost(ctx context.Context, cgroupRoot, prefix string) (_ *benchHost, cleanup func(), err error) {
-	h := &benchHost{}
-	if h.layout, err = cgroups.Discover(); err != nil {
-		return nil, nil, err
+func newBenchEvictionCmd(g *globalFlags) *cobra.Command {
+	var (
+		budget, threshold, rates, out string
+		opts                          bench.EvictionOptions
+		strategies                    []string
+		trials                        int
+		quick                         bool
+		seed                          uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "eviction",
+		Short: "The OOM race: how soon each strategy detects a hog, and whether its eviction beats the kernel's OOM killer",
+		Long: `Starts the real agent, "nodeguard run" from this binary, as a child process
+with the shipped defaults changed only where the race needs it: its runtime
+endpoint, root dir, API socket, metrics address (a free loopback port),
+cgroup driver and root; systemReserved memory = MemTotal - budget, so that node
+allocatable, enforced on kubepods, is the budget; evictionHard with
+memory.available at the threshold (copied to allocatableMemory.available by
+enforceNodeAllocatable: pods), the other defaults kept. The pods run on that
+agent, applied through its API: background pods of every QoS class (idle,
+and busy ones rewriting their memory), then for every rate, trial and
+strategy a BestEffort hog that allocates at that rate and reports its
+progress in its container log. The ground truth "crossed" is the first
+progress line where the baseline working set plus the hog's allocation
+reaches budget - threshold.
+
+Strategies: nodeguard (the agent's own eviction manager: its tripwire, sensor,
+eBPF pipeline, policy and pod manager decide and kill; detection is the
+observation its decision was confirmed on, read from its event log), and,
+on the same agent with eviction.disabled (restarted between the two modes;
+it adopts the running pods), the baselines, which kill the kubelet's memory
+ranking's first pod through its pod cgroup and delete it through the
+agent's API: kubelet (allocatableMemory.available polled every 10 s at a
+random phase), kubelet-memcg (cgroup v1 only: the kubelet with
+--kernel-memcg-notification, a memcg usage threshold on kubepods at
+capacity - threshold + inactive_file, re-set by a synchronize at most every
+10 s, each notification a synchronize on fresh statistics), poll1s (the
+same poll every second), psi (a memory PSI trigger, some 150ms/1s, 2 s
+windows without CAP_SYS_RESOURCE).
+
+Without --runtime-endpoint it starts the private test containerd (its own
+network namespace, local images) and removes it after; the pods' cgroup
+root is then relative (beneath this process's cgroup, which the runtime
+shares). With --runtime-endpoint (a node's containerd, e.g. in a VM) give
+the runtime's --cgroup-driver and an absolute --cgroup-root (default /):
+the runtime must have the hog and busybox images (go run
+./lab/images/cmd/mkimages, then ctr -n k8s.io images import) and run
+no pod sandbox, since the race's agent takes over <root>/kubepods. The
+budget may not exceed half of MemAvailable. --out DIR writes eviction.csv,
+eviction.png and the agent's log (eviction-agent.log).
+
+With --kubeconfig (an admin's) and --node-name, the race runs on a real
+node through the API server instead (run it on that node): the same
+background pods, bound to the node, and each trial's hog a Deployment of one
+replica, run by the node's owner. Strategies: kubelet (the kubelet's unit,
+--kubelet-unit, alone: detection is its eviction manager's "attempting to
+reclaim" memory line, the kill the hog container's end), kubelet+guard
+(nodeguard guard from this binary started beside it for each trial, its
+threshold the race's; whichever acts first), nodeguard-node (with
+--node-config, a node-mode configuration of nodeguard run: the kubelet is
+stopped, the Node forgotten, and nodeguard runs the node from this binary
+as a child). The kubelet must already run with systemReserved memory =
+MemTotal - budget and evictionHard memory.available at the threshold (the
+race checks kubepods' limit); the race removes its pods after each owner,
+and keeps node mode last. Ground truth is the hog's CRI log on the node.
+--out also gets eviction-guard.log.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg := bench.EvictionConfig{Trials: trials, Strategies: strategies, Step: 1 << 20, Seed: seed}
+			if quick {
+				if !cmd.Flags().Changed("rates") {
+					rates = bench.QuickEvictionRates
+				}
+				if !cmd.Flags().Changed("trials") {
+					cfg.Trials = bench.QuickEvictionTrials
+				}
+			}
+			if cfg.Budget, err = bench.ParseBytes(budget); err != nil {
+				return fmt.Errorf("--budget: %w", err)
+			}
+			if cfg.Threshold, err = bench.ParseThreshold(threshold, cfg.Budget); err != nil {
+				return fmt.Errorf("--threshold: %w", err)
+			}
+			if cfg.Rates, err = bench.ParseRates(rates); err != nil {
+				return fmt.Errorf("--rates: %w", err)
+			}
+			if cfg.Trials <= 0 {
+				return errors.New("--trials must be positive")
+			}
+			opts.Config, opts.OutDir, opts.Log = cfg, out, log
+			opts.Report, opts.Progress = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			return bench.EvictionBench(cmd.Context(), opts)
+		},
 	}
-	if h.cg, err = kubepods.New(ctx, h.layout, kubepods.Cgroupfs, cgroupRoot, kubepods.Options{}); err != nil {
-		return nil, nil, err
+	cmd.Flags().StringVar(&budget, "budget", "1Gi", "node allocatable: the pod root's hard memory limit (systemReserved is MemTotal minus it)")
+	cmd.Flags().StringVar(&threshold, "threshold", bench.DefaultEvictionThreshold, "eviction threshold on allocatableMemory.available: a quantity (100Mi) or a percentage of the budget (10%)")
+	cmd.Flags().StringVar(&rates, "rates", bench.DefaultEvictionRates, "hog allocation rates, comma-separated")
+	cmd.Flags().IntVar(&trials, "trials", 3, "trials per rate and strategy")
+	cmd.Flags().StringSliceVar(&strategies, "strategies", nil, "strategies to race (default "+strings.Join(bench.DefaultStrategyNames, ",")+"; kubelet-memcg only where memory is on cgroup v1)")
+	cmd.Flags().BoolVar(&quick, "quick", false, "CI run: rates "+bench.QuickEvictionRates+", "+fmt.Sprint(bench.QuickEvictionTrials)+" trials (unless given)")
+	cmd.Flags().Uint64Var(&seed, "seed", uint64(time.Now().UnixNano()), "seed of the pollers' random phases")
+	cmd.Flags().StringVar(&opts.Endpoint, "runtime-endpoint", "", "CRI socket of the runtime to race on; empty starts the private test containerd")
+	cmd.Flags().StringVar(&opts.Driver, "cgroup-driver", string(kubepods.Cgroupfs), "the runtime's cgroup driver, cgroupfs or systemd (with --runtime-endpoint)")
+	cmd.Flags().StringVar(&opts.Root, "cgroup-root", "/", "absolute cgroup root of kubepods (with --runtime-endpoint)")
+	cmd.Flags().StringVar(&out, "out", "", "directory for eviction.csv, eviction.png and eviction-agent.log")
+	cmd.Flags().StringVar(&opts.Kube.Kubeconfig, "kubeconfig", "", "race on a real node through the API server with this (admin) kubeconfig")
+	cmd.Flags().StringVar(&opts.Kube.Node, "node-name", "", "the node's name (with --kubeconfig)")
+	cmd.Flags().StringVar(&opts.Kube.KubeletUnit, "kubelet-unit", "kubelet.service", "the kubelet's systemd unit (with --kubeconfig)")
+	cmd.Flags().StringVar(&opts.Kube.KubeletLogDir, "kubelet-log-dir", "/var/log/pods", "the kubelet's pod log directory (with --kubeconfig)")
+	cmd.Flags().StringVar(&opts.Kube.NodeConfig, "node-config", "", "nodeguard run configuration for node mode on this node: races nodeguard-node (with --kubeconfig)")
+	return cmd
+}
+
+func newBenchOverheadCmd(g *globalFlags) *cobra.Command {
+	opts := bench.OverheadOptions{Config: bench.OverheadConfig{Window: 60 * time.Second, Parallel: 4}}
+	cfg := &opts.Config
+	var probes string
+	pods := []int{110}
+	cmd := &cobra.Command{
+		Use:   "overhead",
+		Short: "CPU and RSS of the agent (and of containerd) with 110 and 250 pods, idle, under churn and probed",
+		Long: `Starts the private test containerd (its own network namespace, local
+images), then the real agent as a child process ("nodeguard run" from this
+binary, pointed at that containerd and its network, with its own state
+directory, API socket and cgroup root; metrics on a loopback port only
+when --probes, --cpu-profile or --scrape-every need them), and applies
+busybox "sleep 3600" pods through the agent's API until --pods of them run.
+It then samples, every second for --window, the CPU (deltas of utime, stime
+and the reaped children's cutime and cstime in /proc/<pid>/stat; a process
+born between two samples counts whole) and RSS (VmRSS) of the agent, of
+containerd, and of the containerd shims together: first idle, then while --parallel workers apply a
+fresh pod, wait for it to run, delete it and wait until it is gone, over and
+over. With several --pods counts (ascending) it fills up to each in turn.
+Prints mean cores and max RSS per process and phase, with the agent's
+target (<= 0.05 core idle and <= 80 MiB RSS at 110 pods; the kubelet's
+budget is 0.35 core / 300 MiB). --out DIR writes overhead.csv,
+overhead-samples.csv and overhead.png. --cpu-profile DIR also serves the
+agent's /debug/pprof/ on a loopback port and writes its CPU profile of each
+window to DIR (nodeguard-<pods>-<phase>.cpu.pprof, for "go tool pprof");
+the profiler's own cost is then in the figures. --probes KINDS adds a third
+window at every count, "probed": the pods are swapped for as many that each
+carry a readiness and a liveness probe every --probe-period (10 s, as most
+real specs), of the kinds given in turn (exec, http: httpGet readiness and
+tcpSocket liveness on busybox httpd, tcp, grpc), and once all are ready the
+agent's CPU is sampled beside the probe-less idle window, with the probe
+rate achieved (from the agent's prober_probe_total, read from its metrics on
+a loopback port before and after the window). --scrape-every D has the
+agent's /metrics scraped every D through every window, as a Prometheus
+server would, so that the figures include what serving its metrics costs
+(the full cgroup statistics are read at a scrape). Every pod is deleted and
+the environment removed at the end.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if len(pods) == 0 || !slices.IsSorted(pods) || pods[0] <= 0 || cfg.Window <= 0 || cfg.Parallel <= 0 {
+				return fmt.Errorf("--pods must be positive and ascending, --window and --parallel positive")
+			}
+			cfg.Pods = pods
+			if cfg.Probes, err = bench.ParseProbeMix(probes); err != nil {
+				return fmt.Errorf("--probes: %w", err)
+			}
+			if cfg.ProbePeriod < time.Second {
+				return fmt.Errorf("--probe-period %s: probes run every whole second at most (periodSeconds)", cfg.ProbePeriod)
+			}
+			if opts.ScrapeEvery < 0 {
+				return fmt.Errorf("--scrape-every %s: must not be negative", opts.ScrapeEvery)
+			}
+			opts.Log, opts.Report, opts.Progress = log, cmd.OutOrStdout(), cmd.ErrOrStderr()
+			return bench.OverheadBench(cmd.Context(), opts)
+		},
 	}
-	if h.mi, err = nodestats.ReadMeminfo(nodestats.MeminfoPath); err != nil {
-		return nil, nil, err
-	}
-	if h.root, err = os.MkdirTemp("", prefix); err != nil {
-		return nil, nil, err
-	}
-	return h, func() { os.RemoveAll(h.root) }, nil
+	cmd.Flags().IntSliceVar(&pods, "pods", pods, "running pod counts to measure at, ascending (e.g. 110,250)")
+	cmd.Flags().DurationVar(&cfg.Window, "window", cfg.Window, "length of each phase (idle, churn)")
+	cmd.Flags().IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "applies in flight while filling, and churn workers")
+	cmd.Flags().StringVar(&opts.OutDir, "out", "", "directory for overhead.csv, overhead-samples.csv and overhead.png")
+	cmd.Flags().StringVar(&opts.ProfileDir, "cpu-profile", "", "directory for the agent's CPU profile of each window (serves its /debug/pprof/ on loopback)")
+	cmd.Flags().StringVar(&probes, "probes", "", "add a window with probed pods: probe kinds given to them in turn, from "+strings.Join(bench.ProbeKinds, ",")+" (e.g. exec,http,tcp)")
+	cmd.Flags().DurationVar(&cfg.ProbePeriod, "probe-period", 10*time.Second, "periodSeconds of the probed pods' probes (with --probes)")
+	cmd.Flags().DurationVar(&opts.ScrapeEvery, "scrape-every", 0, "scrape the agent's /metrics this often through every window, as Prometheus would (0: never)")
+	return cmd
 }

@@ -1,4 +1,4 @@
-package main
+package agentproc
 
 import (
 	"context"
@@ -29,12 +29,12 @@ const (
 	agentStopTimeout = 30 * time.Second
 )
 
-// agentProcess is the real agent under a benchmark: `nodeguard run` from
-// the binary bin, a child process with its configuration file, state
-// directory and API socket under dir, and its output appended to one log
-// file across restarts. The benchmarks (overhead, eviction) and their
-// tests start it through here. Its pods outlive it: a restart adopts them.
-type agentProcess struct {
+// Agent is the real agent under a benchmark: `nodeguard run` from a
+// nodeguard binary, a child process with its configuration file, state
+// directory and API socket under one directory, and its output appended
+// to one log file across restarts. Its pods outlive it: a restart adopts
+// them.
+type Agent struct {
 	bin, dir, sock string
 	// flags of `run` after --config, --root-dir and --api-socket.
 	flags []string
@@ -42,13 +42,15 @@ type agentProcess struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	client *api.Client
 }
 
-// newAgentProcess prepares an agent under dir (which must exist); its
-// output goes to logPath ("" is dir/agent.log).
-func newAgentProcess(bin, dir, logPath string, flags []string) (*agentProcess, error) {
+// New prepares an agent from the binary bin under dir (which must exist),
+// with flags given to `run` after --config, --root-dir and --api-socket;
+// its output goes to logPath ("" is dir/agent.log). Nothing runs until
+// Start.
+func New(bin, dir, logPath string, flags []string) (*Agent, error) {
 	if logPath == "" {
 		logPath = filepath.Join(dir, "agent.log")
 	}
@@ -56,13 +58,13 @@ func newAgentProcess(bin, dir, logPath string, flags []string) (*agentProcess, e
 	if err != nil {
 		return nil, fmt.Errorf("agent log: %w", err)
 	}
-	return &agentProcess{bin: bin, dir: dir, sock: filepath.Join(dir, "api.sock"), flags: flags, log: logf}, nil
+	return &Agent{bin: bin, dir: dir, sock: filepath.Join(dir, "api.sock"), flags: flags, log: logf}, nil
 }
 
-// privateNetwork is the network section of an agent configuration for the
+// PrivateNetwork is the network section of an agent configuration for the
 // private containerd env: the agent checks that network and never writes
 // into /etc/cni/net.d.
-func privateNetwork(env *crienv.Env) map[string]any {
+func PrivateNetwork(env *crienv.Env) map[string]any {
 	nc := env.NetworkConfig()
 	return map[string]any{
 		"manage": false, "name": nc.Name, "bridge": nc.Bridge, "subnet": nc.Subnet.String(),
@@ -71,15 +73,16 @@ func privateNetwork(env *crienv.Env) map[string]any {
 	}
 }
 
-// Client is the API client of the running agent (a new one per start).
-func (a *agentProcess) Client() *api.Client {
+// Client is the API client of the running agent (a new one per start; nil
+// before the first).
+func (a *Agent) Client() *api.Client {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.client
 }
 
-// pid is the running agent's process id (0 when none runs).
-func (a *agentProcess) pid() int {
+// PID is the running agent's process id (0 when none runs).
+func (a *Agent) PID() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cmd == nil {
@@ -89,11 +92,15 @@ func (a *agentProcess) pid() int {
 }
 
 // LogPath is where its output goes.
-func (a *agentProcess) LogPath() string { return a.log.Name() }
+func (a *Agent) LogPath() string { return a.log.Name() }
 
-// start writes conf as the agent's configuration file, starts it and
-// waits until its API answers. The agent must not be running.
-func (a *agentProcess) start(ctx context.Context, conf map[string]any) (retErr error) {
+// Socket is the path of its API socket.
+func (a *Agent) Socket() string { return a.sock }
+
+// Start writes conf as the agent's configuration file, starts it and
+// waits until its API answers. The agent must not be running. On an
+// error the agent is stopped again.
+func (a *Agent) Start(ctx context.Context, conf map[string]any) (retErr error) {
 	a.mu.Lock()
 	running := a.cmd != nil
 	a.mu.Unlock()
@@ -102,35 +109,18 @@ func (a *agentProcess) start(ctx context.Context, conf map[string]any) (retErr e
 	}
 	b, err := yaml.Marshal(conf)
 	if err != nil {
-		return err
+		return fmt.Errorf("encode the agent's configuration: %w", err)
 	}
 	confPath := filepath.Join(a.dir, "config.yaml")
 	if err := os.WriteFile(confPath, b, 0o600); err != nil {
-		return err
+		return fmt.Errorf("write the agent's configuration: %w", err)
 	}
 	args := append([]string{"run", "--config", confPath, "--root-dir", filepath.Join(a.dir, "state"), "--api-socket", a.sock}, a.flags...)
 	fmt.Fprintf(a.log, "=== %s %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
 	cmd := exec.Command(a.bin, args...)
 	cmd.Stdout, cmd.Stderr = a.log, a.log
-	// The agent must not outlive the benchmark if it dies. The death
-	// signal fires when the parent THREAD exits, and the Go runtime ends a
-	// thread when a goroutine locked to it exits (namespace code does
-	// that), so the agent is started from a thread locked for its life.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	exited := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer close(exited)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	exited, err := startLocked(cmd)
+	if err != nil {
 		return fmt.Errorf("start the agent: %w", err)
 	}
 	client := api.NewClient(a.sock)
@@ -139,7 +129,7 @@ func (a *agentProcess) start(ctx context.Context, conf map[string]any) (retErr e
 	a.mu.Unlock()
 	defer func() {
 		if retErr != nil {
-			retErr = errors.Join(retErr, a.stop())
+			retErr = errors.Join(retErr, a.Stop())
 		}
 	}()
 	deadline := time.Now().Add(agentAPITimeout)
@@ -163,9 +153,10 @@ func (a *agentProcess) start(ctx context.Context, conf map[string]any) (retErr e
 	}
 }
 
-// stop asks the agent to stop (SIGTERM), waits up to agentStopTimeout,
-// then kills it. Its pods keep running.
-func (a *agentProcess) stop() error {
+// Stop asks the agent to stop (SIGTERM), waits up to agentStopTimeout,
+// then kills it. Its pods keep running. Stopping an agent that does not
+// run does nothing.
+func (a *Agent) Stop() error {
 	a.mu.Lock()
 	cmd, exited, client := a.cmd, a.exited, a.client
 	a.cmd = nil
@@ -185,14 +176,14 @@ func (a *agentProcess) stop() error {
 	}
 }
 
-// close stops the agent and closes its log.
-func (a *agentProcess) close() error {
-	err := a.stop()
+// Close stops the agent and closes its log.
+func (a *Agent) Close() error {
+	err := a.Stop()
 	return errors.Join(err, a.log.Close())
 }
 
 // logTail is the last lines of the agent's log, for an error.
-func (a *agentProcess) logTail() string {
+func (a *Agent) logTail() string {
 	b, err := os.ReadFile(a.log.Name())
 	if err != nil {
 		return err.Error()
@@ -204,11 +195,41 @@ func (a *agentProcess) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
-// freeLoopbackAddr is a loopback TCP address free a moment ago.
-func freeLoopbackAddr() (string, error) {
+// startLocked starts cmd with SIGKILL as its parent-death signal and
+// returns a channel closed once it has exited and been waited for.
+//
+// The death signal fires when the parent THREAD exits, and the Go runtime
+// ends a thread when a goroutine locked to it exits (namespace code does
+// that), so the child is started from a thread locked for its life.
+func startLocked(cmd *exec.Cmd) (exited <-chan struct{}, err error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer close(done)
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// FreeLoopbackAddr is a loopback TCP address free a moment ago.
+func FreeLoopbackAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("find a free loopback port: %w", err)
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -51,14 +51,10 @@ func TestScrapeMetricsCountsScrapesAndFailures(t *testing.T) {
 	}
 
 	srv.Close()
-	n = scrapeMetrics(timeoutCtx(t, 200*time.Millisecond), addr, 20*time.Millisecond)
+	ctx, cancel = context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	n = scrapeMetrics(ctx, addr, 20*time.Millisecond)
 	if n.ok != 0 || n.failed == 0 {
 		t.Errorf("with no server: %d good, %d failed scrapes, want only failures", n.ok, n.failed)
 	}
-}
-
-func timeoutCtx(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
 }

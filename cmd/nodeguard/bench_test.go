@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodeguard/nodeguard/bench"
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/lifecycle/api"
+	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/pressure/nodestats"
+)
+
+// The race's contract with the agent, tested here because the agent's
+// configuration decoder and its eviction observer live in this package;
+// the race itself is package bench's, and its tests are there.
+
+// TestRaceAgentConfig: the race's agent configuration is the shipped
+// defaults with node allocatable at the budget and the hard memory
+// threshold at the race's, and nothing else changed.
+func TestRaceAgentConfig(t *testing.T) {
+	const memTotal, budget, threshold = 24 << 30, 1 << 30, 107374182
+	for _, disabled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "with eviction on", true: "with eviction off"}[disabled], func(t *testing.T) {
+			c := bench.RaceAgentConfig(memTotal, budget, threshold, disabled)
+			b, err := yaml.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := loadRunConfig(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.RuntimeEndpoint = "unix:///run/containerd/containerd.sock" // a flag of the race's agent
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("the race's configuration does not validate: %v\n%s", err, b)
+			}
+			t.Run("node allocatable is the budget", func(t *testing.T) {
+				capacity := corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(memTotal, resource.BinarySI)}
+				rc := kubepods.KubepodsResources(capacity, cfg.SystemReserved, cfg.KubeReserved, false)
+				if rc.Memory == nil || *rc.Memory != budget {
+					t.Errorf("kubepods memory limit %v, want %d", rc.Memory, budget)
+				}
+			})
+			t.Run("allocatableMemory.available's hard threshold is the race's, the other defaults stay", func(t *testing.T) {
+				pc, err := cfg.Eviction.policy()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[nodestats.Signal]int64{}
+				for _, th := range pc.Thresholds {
+					if th.Hard() {
+						got[th.Signal] = th.Value.Resolve(1 << 40)
+					}
+				}
+				if got[nodestats.SignalAllocatableMemoryAvailable] != threshold || got[nodestats.SignalMemoryAvailable] != threshold {
+					t.Errorf("memory thresholds %v, want %d", got, threshold)
+				}
+				for s := range oom.DefaultEvictionHard() {
+					if _, ok := got[nodestats.Signal(s)]; !ok {
+						t.Errorf("default threshold %s dropped", s)
+					}
+				}
+			})
+			t.Run("the rest is the shipped defaults", func(t *testing.T) {
+				want := defaultRunConfig()
+				want.RuntimeEndpoint = cfg.RuntimeEndpoint
+				want.SystemReserved = cfg.SystemReserved
+				want.Eviction.EvictionHard = cfg.Eviction.EvictionHard
+				want.Eviction.Disabled = disabled
+				if g, w := mustJSON(t, cfg), mustJSON(t, want); g != w {
+					t.Errorf("configuration differs from the defaults beyond the race's keys:\n got %s\nwant %s", g, w)
+				}
+			})
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestTheRaceReadsTheAgentsEvictionEvent: what the agent writes into its
+// event log for an eviction is what the race's nodeguard strategy reads.
+func TestTheRaceReadsTheAgentsEvictionEvent(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.UTC)
+	d := oom.Decision{Time: t0.Add(2 * time.Millisecond), ObservedAt: t0.Add(time.Millisecond), Signal: "allocatableMemory.available",
+		Threshold: "allocatableMemory.available<107374182", Observed: 105e6, Hard: true,
+		Victim: oom.Pod{UID: "u1", Namespace: "bench-eviction", Name: "hog"}}
+	tm := oom.Timing{Crossed: t0, Detected: t0.Add(100 * time.Microsecond), Decided: t0.Add(2 * time.Millisecond), KillSent: t0.Add(5 * time.Millisecond)}
+	events := api.NewEventLog(8)
+	(&evictionObserver{events: events}).OnDecision(d, tm)
+	evs := events.EventsSince(t.Context(), 0, 0)
+	if len(evs) != 1 {
+		t.Fatalf("%d events", len(evs))
+	}
+	// Through JSON, as the API serves it.
+	b, err := json.Marshal(evs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := bench.ParseAgentEviction(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Victim != "bench-eviction/hog" || ev.UID != "u1" || !ev.ObservedAt.Equal(d.ObservedAt) || !ev.KillSent.Equal(tm.KillSent) ||
+		!ev.Crossed.Equal(tm.Crossed) || ev.Kill != 3*time.Millisecond || ev.Threshold != d.Threshold {
+		t.Errorf("read %+v", ev)
+	}
+}
