@@ -71,10 +71,27 @@ func (m *Manager) observeContainers(ctx context.Context, st *podState, byName ma
 			continue
 		}
 		s := states[c.Name]
+		running := s.Phase == cri.PhaseRunning
+		wasReady, wasStarted := published(st.pod, c.Name, ctr.Id)
 		m.probes.SetContainer(st.pod.UID, c.Name, prober.Container{
-			ID: ctr.Id, Running: s.Phase == cri.PhaseRunning, StartedAt: s.StartedAt, PodIP: st.ip,
+			ID: ctr.Id, Running: running, StartedAt: s.StartedAt, PodIP: st.ip,
+			WasReady: running && wasReady, WasStarted: running && wasStarted,
 		})
 	}
+}
+
+// published reports what the pod's published status (the API server's
+// copy in node mode) last said of container id: ready, and started.
+// Only the same container counts; a replaced one starts over.
+func published(pod *corev1.Pod, name, id string) (ready, started bool) {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.Name == name && cs.ContainerID == "containerd://"+id {
+				return cs.Ready, cs.Started != nil && *cs.Started
+			}
+		}
+	}
+	return false, false
 }
 
 // killUnhealthy stops every running container whose liveness or startup

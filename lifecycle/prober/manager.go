@@ -18,6 +18,14 @@ type Container struct {
 	Running   bool
 	StartedAt time.Time
 	PodIP     string
+	// WasReady and WasStarted: the pod's last published status said this
+	// very container (same ID) was ready, or started. An agent that
+	// restarts and adopts its running containers takes them as the
+	// results its probes had counted, until its own probes count others:
+	// the kubelet starts every adopted container not ready and flaps the
+	// pod out of its Services' endpoints on each restart
+	// (kubernetes/kubernetes#100277); nodeguard does not.
+	WasReady, WasStarted bool
 }
 
 // Update is a probe result that changed.
@@ -217,10 +225,28 @@ func (m *Manager) Stop() {
 }
 
 // SetContainer records what the runtime says of a pod's container.
+//
+// A container it has no result for yet that the last published status
+// said was ready or started (Container.WasReady, WasStarted) has that
+// result at once, for a probe of that kind it has; its worker counts from
+// there.
 func (m *Manager) SetContainer(uid types.UID, name string, c Container) {
+	var carried []resultKey
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.containers[ctrKey{uid, name}] = c
+	for _, k := range []Kind{Startup, Readiness} {
+		key := resultKey{uid, name, k}
+		if was := (k == Startup && c.WasStarted) || (k == Readiness && c.WasReady); !was || c.ID == "" || m.probed[key] == nil {
+			continue
+		}
+		if r, ok := m.results[key]; !ok || r.containerID != c.ID {
+			carried = append(carried, key)
+		}
+	}
+	m.mu.Unlock()
+	for _, key := range carried {
+		m.setInitial(key, c.ID, Success)
+	}
 }
 
 func (m *Manager) container(uid types.UID, name string) (Container, bool) {
@@ -288,6 +314,18 @@ func (m *Manager) Trigger(uid types.UID, name string, k Kind) {
 	case w.trigger <- struct{}{}:
 	default:
 	}
+}
+
+// setInitial records r as container id's result unless id has one
+// already (carried over from its published status, or counted).
+func (m *Manager) setInitial(k resultKey, id string, r Result) {
+	m.mu.Lock()
+	old, had := m.results[k]
+	m.mu.Unlock()
+	if had && old.containerID == id {
+		return
+	}
+	m.set(k, id, r, "")
 }
 
 // set records a result and reports it if it changed.

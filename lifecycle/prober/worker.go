@@ -165,9 +165,11 @@ func (w *worker) doProbe(ctx context.Context) {
 		return // not created yet
 	}
 	if info.ID != w.containerID {
-		// A new container: start over, with the initial result.
+		// A new container: start over, with the initial result, unless
+		// it has one carried over from its published status
+		// (Container.WasReady).
 		w.containerID, w.lastResult, w.resultRun, w.onHold = info.ID, Unknown, 0, false
-		w.m.set(w.key, info.ID, initial(w.key.kind), "")
+		w.m.setInitial(w.key, info.ID, initial(w.key.kind))
 	}
 	if !info.Running {
 		if w.key.kind == Readiness {

@@ -83,6 +83,39 @@ func TestWorker(t *testing.T) {
 			t.Fatalf("after one success at the initial delay: calls %d, ready %v", fp.calls, m.Ready(pod.UID, "a", "c1", true))
 		}
 	})
+	t.Run("an adopted container keeps the readiness and start its published status gave it until its probes count otherwise", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Failure}}
+		pod := testPod(corev1.Container{Name: "a", StartupProbe: probe(0, 1, 1), ReadinessProbe: probe(0, 3, 1)})
+		m, clk, ws, updates := setup(t, pod, fp)
+		if m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatal("ready with nothing published")
+		}
+		m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: true, StartedAt: clk.t, WasReady: true, WasStarted: true})
+		if !m.Started(pod.UID, "a", "c1") || !m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatalf("published ready and started, before any probe: started %v ready %v",
+				m.Started(pod.UID, "a", "c1"), m.Ready(pod.UID, "a", "c1", true))
+		}
+		// The workers' first look at the container keeps what was carried.
+		ws[Startup].doProbe(ctx)
+		ws[Readiness].doProbe(ctx)
+		ws[Readiness].doProbe(ctx)
+		if fp.calls != 2 || !m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatalf("after 2 failures of threshold 3: calls %d, ready %v", fp.calls, m.Ready(pod.UID, "a", "c1", true))
+		}
+		ws[Readiness].doProbe(ctx)
+		if m.Ready(pod.UID, "a", "c1", true) {
+			t.Fatal("still ready after failureThreshold failures")
+		}
+		// A replacement container starts over, whatever the old one's status said.
+		m.SetContainer(pod.UID, "a", Container{ID: "c2", Running: true, StartedAt: clk.t})
+		ws[Readiness].doProbe(ctx)
+		if m.Ready(pod.UID, "a", "c2", true) || m.Started(pod.UID, "a", "c2") {
+			t.Fatal("a new container is ready or started before its probes")
+		}
+		if len(*updates) == 0 {
+			t.Fatal("no updates reported for the carried results")
+		}
+	})
 	t.Run("failures count only at failureThreshold", func(t *testing.T) {
 		fp := &fakeProber{results: []Result{Success, Failure, Failure, Success, Failure, Failure, Failure}}
 		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 3, 1)})
