@@ -25,7 +25,7 @@ build:
 # Install as a system daemon: the binary where the unit's ExecStart looks
 # (/usr/local/bin), the unit, and the example configuration unless one is
 # there already. DESTDIR stages it elsewhere (packaging). The service is
-# neither enabled nor started: see README.md.
+# neither enabled nor started: see docs/operations.md.
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)/usr/local/bin/nodeguard
 	install -D -m 0644 deploy/systemd/nodeguard.service $(DESTDIR)/etc/systemd/system/nodeguard.service
@@ -62,12 +62,12 @@ lint:
 # The test command of README.md and .ci/run: the host lane, then the lanes
 # that boot guests, in two chains side by side (scripts/lanes.sh; each
 # guest is one host thread, the host has 2 cores): the node lane on
-# Debian's containerd 1.6.20 with the quick race (~14.5 min warm), beside
-# the node lane on containerd 2.4.2 without the race (~9 min warm; its
-# first build ~4-6 min more, cached afterwards), where the cgroup driver
-# is read through CRI RuntimeConfig and a mismatch is refused at start,
-# followed by the VM lane (~2.5 min) and every fuzz target for
-# TEST_FUZZTIME with one fuzzing worker (~3.5 min).
+# Debian's containerd 1.6.20 with the quick race, beside the node lane on
+# containerd 2.4.2 without the race (built once, cached afterwards), where
+# the cgroup driver is read through CRI RuntimeConfig and a mismatch is
+# refused at start, followed by the VM lane and every fuzz target for
+# TEST_FUZZTIME with one fuzzing worker. What each lane proves and how
+# long it takes: docs/testing.md.
 TEST_FUZZTIME ?= 7s
 
 test: deps lint check-generate build
@@ -96,7 +96,7 @@ test-vm:
 # and the kernel are cached in /var/cache/nodeguard-vm. NODE_FLAGS: e.g.
 # -run 'TestNode/(systemd|containerd)' or -v. The last check is the OOM
 # race (nodeguard bench eviction on the guest's containerd): NODE_RACE=quick
-# (the default: 200Mi/s and 1Gi/s, 1 trial each), full (the README's set:
+# (the default: 200Mi/s and 1Gi/s, 1 trial each), full (docs/benchmarks.md's set:
 # 50Mi/s, 200Mi/s and 1Gi/s, 3 trials; for its figures) or off. What the
 # guest writes on its output disk (the race's eviction.csv, eviction.png,
 # report and agent log in race-<mode>/) is copied to NODE_OUT.
@@ -190,7 +190,7 @@ CLUSTER_NODE_FLAGS ?= -run '^TestNode\b/^(systemd_reached|containerd_is_active|s
 # 1 GiB/s, one trial per strategy, ~8 min under TCG; off skips it). Off
 # in make test: the lane already runs the kubelet and guard mode beside it
 # (~9 min under TCG), and make test must stay within CI's bounds; make
-# bench-kube-race runs the race for the README's figures.
+# bench-kube-race runs the race for docs/benchmarks.md's figures.
 CLUSTER_NODE_RACE ?= off
 test-cluster: test-cluster-host test-cluster-node
 
@@ -206,7 +206,7 @@ test-cluster-node:
 			BIN=bin/nodeguard-lane-cluster NODEVM=bin/nodevm-lane-cluster NODE_OUT=out/node-cluster
 
 # The three-way OOM race on the real kubelet's node alone (issue 16; the
-# README's figures): the node lane's start checks, then the kubelet alone,
+# docs/benchmarks.md's figures): the node lane's start checks, then the kubelet alone,
 # the kubelet with nodeguard guard beside it and nodeguard in node mode
 # (lab/nodelane/kuberace_test.go), KUBE_RACE=full (3 rates, 2 trials
 # per strategy: the race 20 min 39 s under TCG, the lane 23 min; go test

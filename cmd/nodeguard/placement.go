@@ -101,11 +101,9 @@ func ownOOMScoreAdj() int {
 // the environment sets GOGC. A node agent's memory comes out of the node's
 // reserve, and most of its heap is the same few megabytes of pod and
 // cgroup state rebuilt every second: at the Go default of 100 the heap
-// peaks at twice what is live. At 50, measured with 110 busybox pods
-// (bench overhead, 2026-12-03, side by side), max RSS fell from 79.1 to
-// 70.9 MiB idle and from 86.2 to 79.5 MiB with 22 probes a second, for
-// 0.003 cores more. (Prometheus lowers its GOGC to 75 for the same
-// reason.)
+// peaks at twice what is live. 50 keeps max RSS under the 80 MiB target
+// for little CPU (docs/benchmarks.md has the figures). (Prometheus lowers
+// its GOGC to 75 for the same reason.)
 const daemonGCPercent = 50
 
 // setDaemonGC applies daemonGCPercent unless GOGC is set, and says which

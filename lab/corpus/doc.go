@@ -9,7 +9,7 @@
 // specs and their header comments, Classify sorts a refusal by what it
 // needs (a control plane, a plugin, or something nodeguard lacks), the
 // expectations file says what each spec should do, and Check compares
-// results with it. Markdown and CSV render the table the README quotes.
+// results with it. Markdown and CSV render the table docs/benchmarks.md quotes.
 //
 // Invariants: a spec's outcome is derived from what nodeguard did with it
 // (the error of Apply, the pod's status), never from its name; the

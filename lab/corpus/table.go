@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Counts are the totals the README reports.
+// Counts are the totals docs/benchmarks.md reports.
 type Counts struct {
 	Specs, Accepted, Ran        int
 	RefusedControlPlane         int

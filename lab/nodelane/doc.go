@@ -267,7 +267,7 @@
 //     directories, the Node and the Lease; nodeguard starts again as it
 //     was;
 //   - the three-way OOM race (kuberace_test.go), on the same run, in the
-//     race mode (EnvRace: make bench-kube-race, full for the README, or
+//     race mode (EnvRace: make bench-kube-race, full for docs/benchmarks.md, or
 //     make test-cluster-node CLUSTER_NODE_RACE=quick; off in make test):
 //     withKubelet's kubelet restarted
 //     with systemReserved = MemTotal - 256Mi and its default evictionHard
@@ -398,7 +398,7 @@
 //     container in
 //     /kubepods/burstable/pod<uid>/<id>, its pod cgroup's memory.max is its
 //     limit, and the cgroup goes with the pod;
-//   - the OOM race (README's "The OOM race"), unless
+//   - the OOM race (docs/benchmarks.md, "The OOM race inside the node lane"), unless
 //     NODEGUARD_NODE_RACE=off: nodeguard.service stopped, containerd back
 //     to SystemdCgroup = true (restarted, its CRI reporting it), every
 //     sandbox removed, MemAvailable at least twice the budget, then
@@ -456,7 +456,7 @@
 //	NODEGUARD_NODE_TCG      single (default) or multi (one host thread per vCPU)
 //	NODEGUARD_NODE_CONSOLE  1 copies the whole console to stderr after the run
 //	NODEGUARD_NODE_SOURCES  the apt sources file; default the host's debian.sources
-//	NODEGUARD_NODE_RACE     the race check: quick (default), full (the README's set, for
+//	NODEGUARD_NODE_RACE     the race check: quick (default), full (docs/benchmarks.md's set, for
 //	                        its figures) or off; make test-node NODE_RACE=full; off by
 //	                        default with containerd 2.x
 //	NODEGUARD_NODE_CONTAINERD

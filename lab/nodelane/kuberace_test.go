@@ -41,7 +41,7 @@ const (
 // controller's replacement started, the Deployment and its pods removed,
 // the settle; kubelet+guard also starts the guard (5-8 s), and node
 // mode's takeover costs about 15 s. Quick (1 GiB/s, one trial per
-// strategy) took 5 min 44 s, full (the README's figures: 3 rates, 2
+// strategy) took 5 min 44 s, full (docs/benchmarks.md's figures: 3 rates, 2
 // trials per strategy) 20 min 39 s; each Bound is about twice that with
 // another guest beside it.
 var kubeRaceSets = map[string]nodevm.RaceSet{

@@ -11,7 +11,7 @@ import (
 
 // Readers of the OOM race's output (`nodeguard bench eviction --out DIR`)
 // for the race check. Like the others, they read the files by their
-// documented names (eviction.csv's header, README's OOM race section), not
+// documented names (eviction.csv's header, docs/benchmarks.md's OOM race sections), not
 // through the bench package, so the check grades the race's output rather
 // than reusing its arithmetic.
 

@@ -34,7 +34,7 @@ const (
 )
 
 // race runs the OOM race (`nodeguard bench eviction`) on the node's
-// containerd with the systemd driver, as the README's "inside the node
+// containerd with the systemd driver, as docs/benchmarks.md's "inside the node
 // lane" table was measured, and writes its files to the output disk. It
 // fails when the race errs or when nodeguard's own trials were lost to the
 // kernel OOM killer or evicted another pod than the hog; its latencies

@@ -209,7 +209,7 @@ func TestRaceModes(t *testing.T) {
 		t.Fatalf("Race: quick %v full %v, off must have none", okq, okf)
 	}
 	if f.Rates != "50Mi/s,200Mi/s,1Gi/s" || f.Trials != 3 {
-		t.Errorf("the full race is not the README's set: %+v", f)
+		t.Errorf("the full race is not docs/benchmarks.md's set: %+v", f)
 	}
 	if RaceAllowance(RaceOff) != 0 || RaceAllowance(RaceQuick) != q.Bound || q.Bound >= f.Bound {
 		t.Errorf("allowances: off %s, quick %s, full %s", RaceAllowance(RaceOff), q.Bound, f.Bound)

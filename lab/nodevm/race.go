@@ -14,7 +14,7 @@ import (
 const (
 	// RaceQuick is the default: two rates, one trial each.
 	RaceQuick = "quick"
-	// RaceFull is the README's set, for its figures.
+	// RaceFull is docs/benchmarks.md's set, for its figures.
 	RaceFull = "full"
 	// RaceOff skips the race check.
 	RaceOff = "off"

@@ -78,7 +78,7 @@
 // Store it still puts back, at New, a memory.high left armed by a
 // Tripwire of the same cgroup that never closed. BenchmarkV2Mechanisms
 // measures it (with and without the assist) against memory.high and PSI;
-// the README has the figures.
+// docs/benchmarks.md has the figures.
 //
 // cgroup v2 with Options.Mechanism KindMemoryHigh (Kind "memory.high"):
 // Arm writes memory.high = threshold. Above memory.high the
