@@ -93,7 +93,18 @@ func fixture() *pressure.Snapshot {
 }
 
 func newExporter() *metrics.Exporter {
-	snap := fixture()
+	e := newSensingExporter()
+	e.EvictionEventsDropped([]event.Kind{event.KindOOMKill, event.KindCgroupRmdir}, func(k event.Kind) uint64 { return uint64(k) * 10 })
+	return e
+}
+
+// newSensingExporter is the exporter of `nodeguard metrics`: metrics.New
+// over fixed sources, with an event, a snapshot and a wake-up observed.
+func newSensingExporter() *metrics.Exporter { return newSensingExporterFor(fixture(), nil) }
+
+// newSensingExporterFor is newSensingExporter over snap, with edit (when
+// not nil) changing the options first.
+func newSensingExporterFor(snap *pressure.Snapshot, edit func(*metrics.Options)) *metrics.Exporter {
 	full := &pressure.FullStats{Time: snap.Time, ByKey: map[pressure.CgroupKey]*cgstat.Full{
 		{ID: 42, HierarchyID: 4}: {
 			CPU:        &cgstat.CPU{Usage: 12 * time.Second, User: 8 * time.Second, System: 4 * time.Second},
@@ -102,7 +113,7 @@ func newExporter() *metrics.Exporter {
 			IO:         &cgstat.IO{Devices: []cgstat.IODevice{{Major: 254, Minor: 0, ReadBytes: 4096, WriteBytes: 8192}}},
 		},
 	}}
-	e := metrics.New(metrics.Options{
+	opts := metrics.Options{
 		Snapshots: fixedSnapshots{snap}, Full: fixedFull{full}, Kernel: fakeKernel{}, Resolver: podResolver{},
 		Storage: fixedStorage{&metrics.StorageSample{Taken: snap.Time, Pods: []metrics.PodStorage{{
 			Namespace: "default", Pod: "web", UID: "u-1", EphemeralBytes: 1<<20 + 8192 + 4096,
@@ -113,11 +124,14 @@ func newExporter() *metrics.Exporter {
 			Containers: []metrics.ContainerStorage{{Container: "app", RootfsBytes: 8192, RootfsInodes: 4, LogsBytes: 4096}},
 		}}}},
 		Now: func() time.Time { return snap.Time.Add(1500 * time.Millisecond) }, Version: "test",
-	})
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	e := metrics.New(opts)
 	e.ObserveEvent(&event.OOMKill{Header: event.Header{Kind: event.KindOOMKill}})
 	e.ObserveSnapshot(snap)
 	e.ObserveWakeup("some 150ms/1s on /proc/pressure/memory")
-	e.EvictionEventsDropped([]event.Kind{event.KindOOMKill, event.KindCgroupRmdir}, func(k event.Kind) uint64 { return uint64(k) * 10 })
 	return e
 }
 
