@@ -453,8 +453,6 @@ func (m *Manager) watchUnseen(snap *pressure.Snapshot, refs []PodRef) bool {
 	return fresh
 }
 
-// observe joins the actor's pods to the snapshot's cgroups, leaving out
-// victims already released.
 // nodeObservations are snap's node-level observations alone (signals and
 // node PSI), what Policy.Calm looks at.
 func nodeObservations(snap *pressure.Snapshot) Observations {
@@ -465,16 +463,11 @@ func nodeObservations(snap *pressure.Snapshot) Observations {
 	return obs
 }
 
+// observe joins the actor's pods to the snapshot's cgroups, leaving out
+// victims already released.
 func (m *Manager) observe(snap *pressure.Snapshot, refs []PodRef) (Observations, *view) {
-	obs := Observations{
-		Time:    snap.Time,
-		Signals: make(map[nodestats.Signal]nodestats.Observation, len(snap.Signals)),
-		NodePSI: snap.Node.PSI,
-		Pods:    make([]Pod, 0, len(refs)),
-	}
-	for _, o := range snap.Signals {
-		obs.Signals[o.Signal] = o
-	}
+	obs := nodeObservations(snap)
+	obs.Pods = make([]Pod, 0, len(refs))
 	v := &view{
 		byID:      make(map[uint64]string, len(snap.Cgroups)),
 		byUnified: make(map[uint64]string, len(snap.Cgroups)),
