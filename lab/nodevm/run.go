@@ -1,7 +1,6 @@
 package nodevm
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,13 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nodeguard/nodeguard/lab/images"
@@ -518,62 +515,21 @@ func QemuArgs(c Config, vmlinux, initrd, rootfs string, disks Disks, netArgs []s
 	)
 }
 
-// boot runs one guest.
+// boot runs one guest through the lab's one VM runner (vmtest.Boot).
 func boot(ctx context.Context, c Config, p *Prepared, marker string, disks Disks, netArgs []string, console string, stdout, stderr io.Writer) (res Result, bootPanic bool, _ error) {
-	secs := int((c.Timeout + time.Second - 1) / time.Second)
-	args := append([]string{"-k", strconv.Itoa(int(vmtest.KillGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"},
-		QemuArgs(c, p.Kernel.Vmlinux, p.Image.Initrd, p.Image.Rootfs, disks, netArgs, console, vmtest.HostTSCkHz())...)
-	cmd := exec.Command("timeout", args...)
-	cmd.Stdin = nil // /dev/null: the test channel carries output only
-	var qemuErr bytes.Buffer
-	cmd.Stderr = &qemuErr
-	// If the runner dies, timeout(1) gets SIGTERM and passes it to qemu.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, false, fmt.Errorf("start qemu: %w", err)
-	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return res, false, fmt.Errorf("start qemu: %w", err)
-	}
-	c.Log.Info("booting the node", "kernel", p.Kernel.Release, "memory", c.Memory, "cpus", c.CPUs, "tcg", c.TCG,
-		"race", c.Race, "timeout", c.Timeout, "timeout_pid", cmd.Process.Pid, "host_load", HostLoad())
-	// On cancellation (the runner got SIGINT or SIGTERM) stop the guest:
-	// timeout(1) forwards SIGTERM to qemu. By pid, never by name.
-	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
-	defer stop()
-	follow := followConsole(console, c.Log, start)
-
-	status, found, cerr := vmtest.CopyUntilMarker(stdout, out, marker)
-	werr := cmd.Wait()
-	follow()
-	res.Elapsed = time.Since(start)
-	res.Status, res.Exited = status, found
-	var ee *exec.ExitError
-	if errors.As(werr, &ee) && (ee.ExitCode() == 124 || ee.ExitCode() == 137) && !found {
-		res.TimedOut = true
-	}
-	vmtest.ReportConsole(stderr, console, c.Console, !found)
-	if !found {
-		if b, err := os.ReadFile(console); err == nil && bytes.Contains(b, []byte("Kernel panic")) {
-			bootPanic = true
-		}
-	}
-	switch {
-	case cerr != nil:
-		return res, bootPanic, fmt.Errorf("read guest output: %w", cerr)
-	case found:
-		return res, false, nil
-	case ctx.Err() != nil:
-		return res, bootPanic, fmt.Errorf("guest stopped: %w", ctx.Err())
-	case res.TimedOut:
-		return res, bootPanic, fmt.Errorf("guest killed after %s without finishing (raise %s if the checks are just slow)", c.Timeout, EnvTimeout)
-	case werr != nil:
-		return res, bootPanic, fmt.Errorf("qemu: %w: %s", werr, bytes.TrimSpace(qemuErr.Bytes()))
-	}
-	return res, bootPanic, fmt.Errorf("guest powered off without an exit status (kernel panic, initrd or lane unit failure; see the console above)%s",
-		suffix(bytes.TrimSpace(qemuErr.Bytes())))
+	r, err := vmtest.Boot(ctx, vmtest.BootSpec{
+		Args:    QemuArgs(c, p.Kernel.Vmlinux, p.Image.Initrd, p.Image.Rootfs, disks, netArgs, console, vmtest.HostTSCkHz()),
+		Timeout: c.Timeout, Marker: marker, Console: console, AllConsole: c.Console,
+		TimeoutHint: "raise " + EnvTimeout + " if the checks are just slow",
+		FailHint:    "kernel panic, initrd or lane unit failure",
+		Started: func(pid int) {
+			c.Log.Info("booting the node", "kernel", p.Kernel.Release, "memory", c.Memory, "cpus", c.CPUs, "tcg", c.TCG,
+				"race", c.Race, "timeout", c.Timeout, "timeout_pid", pid, "host_load", HostLoad())
+		},
+		Follow: func(start time.Time) func() { return followConsole(console, c.Log, start) },
+	}, stdout, stderr, &bootPanic)
+	res.Status, res.Exited, res.TimedOut, res.Elapsed = r.Status, r.Exited, r.TimedOut, r.Elapsed
+	return res, bootPanic, err
 }
 
 // HostLoad is the host's load average (/proc/loadavg's first three
@@ -585,13 +541,6 @@ func HostLoad() string {
 		return strings.Join(f[:3], " ")
 	}
 	return "unknown"
-}
-
-func suffix(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return "; qemu: " + string(b)
 }
 
 // isProgress reports whether a console line is printed as progress while

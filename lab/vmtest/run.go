@@ -337,9 +337,47 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 	}
 
 	console := filepath.Join(tmp, "console.log")
-	secs := int((c.Timeout + time.Second - 1) / time.Second)
-	args := append([]string{"-k", strconv.Itoa(int(KillGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"},
-		qemuArgs(c, p.Kernel.Vmlinux, initrd, console, HostTSCkHz())...)
+	return Boot(ctx, BootSpec{
+		Args:    qemuArgs(c, p.Kernel.Vmlinux, initrd, console, HostTSCkHz()),
+		Timeout: c.Timeout, Marker: spec.Marker, Console: console, AllConsole: c.Console,
+		TimeoutHint: fmt.Sprintf("%s=%s; raise %s if the tests are just slow", EnvKernel, c.Kernel, EnvTimeout),
+		FailHint:    "kernel panic or /init failure",
+	}, stdout, stderr, bootPanic)
+}
+
+// BootSpec is one guest boot: qemu's arguments, its bound, the marker the
+// guest prints its exit status after, and its console file.
+type BootSpec struct {
+	// Args are qemu-system-x86_64's arguments.
+	Args []string
+	// Timeout bounds the guest; timeout(1) kills qemu KillGrace after it.
+	Timeout time.Duration
+	// Marker precedes the exit status on the test channel (CopyUntilMarker).
+	Marker string
+	// Console is the console file qemu writes; AllConsole copies all of it
+	// to stderr, not only the lines that report a kernel bug.
+	Console    string
+	AllConsole bool
+	// TimeoutHint and FailHint complete the errors for a guest killed at
+	// Timeout and one that powered off without an exit status.
+	TimeoutHint, FailHint string
+	// Started, when set, is called once qemu runs, with timeout(1)'s pid.
+	Started func(pid int)
+	// Follow, when set, is called once qemu runs and returns a function
+	// called when it has exited (a console follower's stop).
+	Follow func(start time.Time) (stop func())
+}
+
+// Boot runs one guest under timeout(1), copies its test channel to stdout
+// until the marker, and reports how it ended; *bootPanic is set when the
+// guest ended without an exit status and its console shows a kernel
+// panic. It is the one VM runner of the lab: the VM lane's test binaries
+// (Run) and the node lane's systemd guests (lab/nodevm) both boot
+// through it.
+func Boot(ctx context.Context, b BootSpec, stdout, stderr io.Writer, bootPanic *bool) (Result, error) {
+	var res Result
+	secs := int((b.Timeout + time.Second - 1) / time.Second)
+	args := append([]string{"-k", strconv.Itoa(int(KillGrace / time.Second)), strconv.Itoa(secs), "qemu-system-x86_64"}, b.Args...)
 	cmd := exec.Command("timeout", args...)
 	cmd.Stdin = nil // /dev/null: the test channel carries output only
 	var qemuErr bytes.Buffer
@@ -354,13 +392,22 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 	if err := cmd.Start(); err != nil {
 		return res, fmt.Errorf("start qemu: %w", err)
 	}
+	if b.Started != nil {
+		b.Started(cmd.Process.Pid)
+	}
 	// On cancellation (the runner got SIGINT or SIGTERM) stop the guest
-	// the same way: timeout(1) forwards SIGTERM to qemu.
+	// the same way: timeout(1) forwards SIGTERM to qemu. By pid, never by
+	// name.
 	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
 	defer stop()
+	follow := func() {}
+	if b.Follow != nil {
+		follow = b.Follow(start)
+	}
 
-	status, found, cerr := CopyUntilMarker(stdout, out, spec.Marker)
+	status, found, cerr := CopyUntilMarker(stdout, out, b.Marker)
 	werr := cmd.Wait()
+	follow()
 	res.Elapsed = time.Since(start)
 	res.Status, res.Exited = status, found
 	var ee *exec.ExitError
@@ -368,9 +415,9 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 		res.TimedOut = true
 	}
 
-	ReportConsole(stderr, console, c.Console, !found)
+	ReportConsole(stderr, b.Console, b.AllConsole, !found)
 	if !found {
-		if b, err := os.ReadFile(console); err == nil && bytes.Contains(b, []byte("Kernel panic")) {
+		if c, err := os.ReadFile(b.Console); err == nil && bytes.Contains(c, []byte("Kernel panic")) {
 			*bootPanic = true
 		}
 	}
@@ -378,17 +425,17 @@ func runGuest(ctx context.Context, c Config, p *Prepared, t Test, stdout, stderr
 	case cerr != nil:
 		return res, fmt.Errorf("read guest output: %w", cerr)
 	case found:
+		*bootPanic = false
 		return res, nil
 	case ctx.Err() != nil:
 		return res, fmt.Errorf("guest stopped: %w", ctx.Err())
 	case res.TimedOut:
-		return res, fmt.Errorf("guest killed after %s without finishing (%s=%s; raise %s if the tests are just slow)",
-			c.Timeout, EnvKernel, c.Kernel, EnvTimeout)
+		return res, fmt.Errorf("guest killed after %s without finishing (%s)", b.Timeout, b.TimeoutHint)
 	case werr != nil:
 		return res, fmt.Errorf("qemu: %w: %s", werr, bytes.TrimSpace(qemuErr.Bytes()))
 	}
-	return res, fmt.Errorf("guest powered off without an exit status (kernel panic or /init failure; see the console above)%s",
-		suffix(bytes.TrimSpace(qemuErr.Bytes())))
+	return res, fmt.Errorf("guest powered off without an exit status (%s; see the console above)%s",
+		b.FailHint, suffix(bytes.TrimSpace(qemuErr.Bytes())))
 }
 
 // runDirPrefix starts the name of each run's temporary directory, followed
