@@ -166,7 +166,7 @@ FUZZ_TARGETS ?= \
 	./netplumb:FuzzParseLease \
 	./netplumb:FuzzRender \
 	./internal/statestore:FuzzParse \
-	./cmd/nodeguard:FuzzConfig
+	./config:FuzzConfig
 
 # The cluster lane (issue 15): etcd, kube-apiserver, kube-scheduler,
 # kube-controller-manager, kubectl and kubelet v1.37.2 built once from the

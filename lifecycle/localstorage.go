@@ -2,35 +2,25 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/mounts"
+	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/qos"
 )
 
-// The kubelet's local-storage eviction signals (pkg/kubelet/eviction,
-// eviction_manager.go), the eviction_signal label of kubelet_evictions.
+// The kubelet's local-storage eviction signals, decided in package oom.
 const (
-	SignalEmptyDirFsLimit           = "emptydirfs.limit"
-	SignalEphemeralPodFsLimit       = "ephemeralpodfs.limit"
-	SignalEphemeralContainerFsLimit = "ephemeralcontainerfs.limit"
-)
-
-// The kubelet's messages for these evictions (pkg/kubelet/eviction,
-// helpers.go), word for word: tools match on them.
-const (
-	emptyDirMessageFmt                  = "Usage of EmptyDir volume %q exceeds the limit %q. "
-	podEphemeralStorageMessageFmt       = "Pod ephemeral local storage usage exceeds the total limit of containers %s. "
-	containerEphemeralStorageMessageFmt = "Container %s exceeded its local ephemeral storage limit %q. "
+	SignalEmptyDirFsLimit           = oom.SignalEmptyDirFsLimit
+	SignalEphemeralPodFsLimit       = oom.SignalEphemeralPodFsLimit
+	SignalEphemeralContainerFsLimit = oom.SignalEphemeralContainerFsLimit
 )
 
 const (
@@ -71,87 +61,19 @@ type LocalStorageConfig struct {
 	}
 }
 
-// localStorageViolation is the first of a pod's local-storage limits its
-// usage is past, in the kubelet's order: emptyDir sizeLimits, then the
-// pod's total, then each container's.
-type localStorageViolation struct {
-	Signal string
-	// Threshold names the limit and its value, as a field path of the pod.
-	Threshold string
-	Used      uint64
-	Message   string
-}
-
-// checkLocalStorage is localStorageEviction's decision for one pod,
-// given its measured storage. Like the kubelet: every emptyDir with a
-// positive sizeLimit is checked (a memory-backed one is a tmpfs of at most
-// that size, so it can pass it only by rounding to whole pages); the pod's
-// total counts disk-backed emptyDirs, writable layers and logs of every
-// container, against qos.PodLimits (the sum of the containers' limits, or
-// an init container's if larger), if any container has one; a
-// container's own use is its writable layer and logs, for app containers
-// with a non-zero limit. A pod with none of these limits is never in
-// violation, whatever it uses.
-func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (localStorageViolation, bool) {
-	used := map[string]uint64{}
+// checkLocalStorage is the local-storage decision (oom.CheckLocalStorage)
+// on a pod's measured storage.
+func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (oom.LocalStorageViolation, bool) {
+	u := oom.LocalStorageUsage{EmptyDirs: map[string]uint64{}, Ephemeral: s.EphemeralBytes(), Containers: map[string]uint64{}}
 	for _, v := range s.Volumes {
 		if v.Plugin == mounts.PluginEmptyDir {
-			used[v.Name] = v.Bytes
+			u.EmptyDirs[v.Name] = v.Bytes
 		}
 	}
-	for i := range pod.Spec.Volumes {
-		v := &pod.Spec.Volumes[i]
-		if v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.Sign() != 1 {
-			continue
-		}
-		u, measured := used[v.Name]
-		if lim := v.EmptyDir.SizeLimit; measured && exceeds(u, lim) {
-			return localStorageViolation{
-				Signal:    SignalEmptyDirFsLimit,
-				Threshold: field.NewPath("spec", "volumes").Index(i).Child("emptyDir", "sizeLimit").String() + "=" + lim.String(),
-				Used:      u,
-				Message:   fmt.Sprintf(emptyDirMessageFmt, v.Name, lim.String()),
-			}, true
-		}
+	for _, c := range s.Containers {
+		u.Containers[c.Name] = c.RootfsBytes + c.LogsBytes
 	}
-	if lim, ok := qos.PodLimits(pod)[corev1.ResourceEphemeralStorage]; ok {
-		if u := s.EphemeralBytes(); exceeds(u, &lim) {
-			return localStorageViolation{
-				Signal:    SignalEphemeralPodFsLimit,
-				Threshold: "sum of spec.containers[*].resources.limits[ephemeral-storage]=" + lim.String(),
-				Used:      u,
-				Message:   fmt.Sprintf(podEphemeralStorageMessageFmt, lim.String()),
-			}, true
-		}
-	}
-	byName := map[string]*ContainerStorage{}
-	for i := range s.Containers {
-		byName[s.Containers[i].Name] = &s.Containers[i]
-	}
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		lim := c.Resources.Limits.StorageEphemeral()
-		cs, measured := byName[c.Name]
-		if lim.IsZero() || !measured {
-			continue
-		}
-		if u := cs.RootfsBytes + cs.LogsBytes; exceeds(u, lim) {
-			return localStorageViolation{
-				Signal: SignalEphemeralContainerFsLimit,
-				Threshold: field.NewPath("spec", "containers").Index(i).Child("resources", "limits").Key(string(corev1.ResourceEphemeralStorage)).String() +
-					"=" + lim.String(),
-				Used:    u,
-				Message: fmt.Sprintf(containerEphemeralStorageMessageFmt, c.Name, lim.String()),
-			}, true
-		}
-	}
-	return localStorageViolation{}, false
-}
-
-// exceeds compares as the kubelet does, on quantities: used > limit.
-func exceeds(used uint64, limit *resource.Quantity) bool {
-	u := resource.NewQuantity(int64(min(used, uint64(1<<63-1))), resource.BinarySI)
-	return u.Cmp(*limit) > 0
+	return oom.CheckLocalStorage(pod, u)
 }
 
 // localStorage is the state of the local-storage passes.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/bench"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
@@ -38,7 +39,7 @@ func TestRaceAgentConfig(t *testing.T) {
 			if err := os.WriteFile(path, b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := loadRunConfig(path)
+			cfg, err := config.Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +55,7 @@ func TestRaceAgentConfig(t *testing.T) {
 				}
 			})
 			t.Run("allocatableMemory.available's hard threshold is the race's, the other defaults stay", func(t *testing.T) {
-				pc, err := cfg.Eviction.policy()
+				pc, err := cfg.Eviction.Policy()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -74,7 +75,7 @@ func TestRaceAgentConfig(t *testing.T) {
 				}
 			})
 			t.Run("the rest is the shipped defaults", func(t *testing.T) {
-				want := defaultRunConfig()
+				want := config.Default()
 				want.RuntimeEndpoint = cfg.RuntimeEndpoint
 				want.SystemReserved = cfg.SystemReserved
 				want.Eviction.EvictionHard = cfg.Eviction.EvictionHard

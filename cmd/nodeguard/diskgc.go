@@ -7,6 +7,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/metrics"
@@ -42,7 +43,7 @@ var _ diskRuntime = (*cri.Client)(nil)
 // observes them for the snapshots too) and what its sandbox image is. An image filesystem it cannot observe now is logged: the
 // imagefs.* signals are then missing until it can (every snapshot asks
 // again), and nodefs and imagefs are taken as one filesystem.
-func newDiskGC(ctx context.Context, client diskRuntime, imageFS *lifecycle.ImageFS, mgr *lifecycle.Manager, cfg runConfig, nodeFS string, log *slog.Logger) (*diskGC, error) {
+func newDiskGC(ctx context.Context, client diskRuntime, imageFS *lifecycle.ImageFS, mgr *lifecycle.Manager, cfg config.Run, nodeFS string, log *slog.Logger) (*diskGC, error) {
 	d := &diskGC{imageFS: imageFS}
 	dedicated := false
 	if st, err := d.imageFS.Stats(ctx); err != nil {
@@ -70,7 +71,7 @@ func newDiskGC(ctx context.Context, client diskRuntime, imageFS *lifecycle.Image
 		log.Info("image gc: the runtime's sandbox image is never removed", "image", ref)
 	}
 	images, err := lifecycle.NewImageGC(lifecycle.ImageGCConfig{
-		Runtime: client, FS: d.imageFS, Policy: cfg.imageGCPolicy(), Pinned: pinned, Logger: log,
+		Runtime: client, FS: d.imageFS, Policy: cfg.ImageGCPolicy(), Pinned: pinned, Logger: log,
 		InUse: mgr.ImageVolumeImages,
 		OnRemoved: func(_ string, size uint64) {
 			if m := d.metrics.Load(); m != nil {

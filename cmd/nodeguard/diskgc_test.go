@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
@@ -66,7 +67,7 @@ func TestRunSensesTheImageFilesystemTheRuntimeNames(t *testing.T) {
 		return nodestats.FSStats{Path: path, CapacityBytes: 100 << 30, FreeBytes: 11 << 30, AvailableBytes: 10 << 30,
 			Inodes: 1 << 20, InodesFree: 1 << 19}, nil
 	}
-	disk, err := newDiskGC(ctx, rt, &lifecycle.ImageFS{Runtime: rt, StatFS: statfs}, nil, defaultRunConfig(), rootDir, log)
+	disk, err := newDiskGC(ctx, rt, &lifecycle.ImageFS{Runtime: rt, StatFS: statfs}, nil, config.Default(), rootDir, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestRunSensesTheImageFilesystemTheRuntimeNames(t *testing.T) {
 	}
 
 	// And the default thresholds fire on it.
-	pc, err := defaultRunConfig().Eviction.policy()
+	pc, err := config.Default().Eviction.Policy()
 	if err != nil {
 		t.Fatal(err)
 	}

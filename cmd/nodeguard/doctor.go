@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/loader"
@@ -146,12 +147,12 @@ explicitly given --runtime-endpoint does not answer.`,
 			opts.RuntimeRequired = cmd.Flags().Changed("runtime-endpoint")
 			// The agent's configuration, where there is one, says which
 			// runtime, driver and root to check; flags override it.
-			path, err := configPath(configFlag, cmd.Flags().Changed("config"))
+			path, err := config.Path(configFlag, cmd.Flags().Changed("config"), config.DefaultPath)
 			if err != nil {
 				return err
 			}
 			if path != "" {
-				cfg, err := loadRunConfig(path)
+				cfg, err := config.Load(path)
 				if err != nil {
 					return err
 				}
@@ -182,7 +183,7 @@ explicitly given --runtime-endpoint does not answer.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringVar(&opts.RuntimeEndpoint, "runtime-endpoint", opts.RuntimeEndpoint, "CRI socket to check")
-	cmd.Flags().StringVar(&configFlag, "config", DefaultConfigPath, "the agent's configuration (read only if it exists): its runtime endpoint, cgroup driver and root are checked")
+	cmd.Flags().StringVar(&configFlag, "config", config.DefaultPath, "the agent's configuration (read only if it exists): its runtime endpoint, cgroup driver and root are checked")
 	cmd.Flags().StringVar(&opts.CgroupDriver, "cgroup-driver", opts.CgroupDriver, "the agent's cgroup driver: cgroupfs or systemd")
 	cmd.Flags().StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "the agent's cgroup root")
 	return cmd

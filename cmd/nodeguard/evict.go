@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodeguard/nodeguard/cgroups"
@@ -23,73 +22,6 @@ import (
 	"github.com/nodeguard/nodeguard/pressure/tripwire"
 	"github.com/nodeguard/nodeguard/qos"
 )
-
-// evictionConfig is the eviction section of the configuration: the
-// kubelet's eviction fields with their names and syntax, plus PSI rules
-// and nodeguard's own knobs.
-type evictionConfig struct {
-	oom.ThresholdConfig `json:",inline"`
-	// EvictionPressureTransitionPeriod: how long a node condition stays
-	// after its last threshold stopped being met (kubelet default 5m).
-	EvictionPressureTransitionPeriod metav1.Duration `json:"evictionPressureTransitionPeriod"`
-	// EvictionMaxPodGracePeriod caps soft evictions' grace, in seconds
-	// (the kubelet's type); 0 leaves the pod's own.
-	EvictionMaxPodGracePeriod int32 `json:"evictionMaxPodGracePeriod"`
-	// PSIRules, e.g. "memory.full.avg10>40 for 10s" (node) or
-	// "pod:memory.some.avg10>60 for 5s" (each pod cgroup).
-	PSIRules []string `json:"psiRules"`
-	// DryRun decides and reports but neither evicts nor touches
-	// oom_score_adj.
-	DryRun bool `json:"dryRun"`
-	// Tick is the safety tick (default 1s): an evaluation even when no
-	// tripwire, trigger or kernel event woke the manager.
-	Tick metav1.Duration `json:"tick"`
-	// CoolDown after each eviction (default 0: pending-release
-	// accounting alone prevents over-eviction).
-	CoolDown metav1.Duration `json:"coolDown"`
-	// Exempt pods ("namespace/name") are never evicted.
-	Exempt []string `json:"exempt"`
-	// Disabled turns the eviction manager off (sensing and metrics stay).
-	Disabled bool `json:"disabled"`
-}
-
-// policy parses the section into the oom package's configuration.
-func (c evictionConfig) policy() (oom.PolicyConfig, error) {
-	tc := c.ThresholdConfig
-	if tc.EvictionHard == nil {
-		tc.EvictionHard = oom.DefaultEvictionHard()
-	}
-	if tc.EnforceNodeAllocatable == nil {
-		// nodeguard enforces node allocatable on kubepods, as the
-		// kubelet's enforceNodeAllocatable=[pods].
-		tc.EnforceNodeAllocatable = []string{"pods"}
-	}
-	th, err := oom.ParseThresholds(tc)
-	if err != nil {
-		return oom.PolicyConfig{}, fmt.Errorf("eviction: %w", err)
-	}
-	pc := oom.PolicyConfig{
-		Thresholds:                       th,
-		EvictionPressureTransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
-		EvictionMaxPodGracePeriod:        time.Duration(c.EvictionMaxPodGracePeriod) * time.Second,
-		CoolDown:                         c.CoolDown.Duration,
-		DryRun:                           c.DryRun,
-	}
-	for i, s := range c.PSIRules {
-		r, err := oom.ParsePSIRule(s)
-		if err != nil {
-			return pc, fmt.Errorf("eviction.psiRules[%d]: %w", i, err)
-		}
-		pc.PSIRules = append(pc.PSIRules, r)
-	}
-	if c.EvictionMaxPodGracePeriod < 0 {
-		return pc, fmt.Errorf("eviction.evictionMaxPodGracePeriod: %d is negative", c.EvictionMaxPodGracePeriod)
-	}
-	if err := pc.Validate(); err != nil {
-		return pc, fmt.Errorf("eviction: %w", err)
-	}
-	return pc, nil
-}
 
 // evictionObserver turns the manager's reports into metrics, the API's
 // event log and log lines.

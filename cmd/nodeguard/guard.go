@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"reflect"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -30,10 +29,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/guard"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
@@ -44,127 +43,19 @@ import (
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
-// DefaultGuardConfigPath is read by nodeguard guard when it exists.
-const DefaultGuardConfigPath = "/etc/nodeguard/guard.yaml"
-
-// guardConfig is nodeguard guard's configuration file. Its keys are those
-// of nodeguard run's that make sense beside a kubelet, with the same
-// meanings; unknown keys are errors.
-type guardConfig struct {
-	RuntimeEndpoint string `json:"runtimeEndpoint"`
-	// CgroupDriver is the kubelet's: "systemd", "cgroupfs", or empty to
-	// find it from which of kubepods.slice and kubepods exists.
-	CgroupDriver string `json:"cgroupDriver"`
-	// CgroupRoot is the kubelet's cgroupRoot ("/"). Relative, it is
-	// beneath the guard's own cgroup: a test's runtime, not a node's.
-	CgroupRoot string `json:"cgroupRoot"`
-	// Kubeconfig is the API server's; empty: the pod's service account
-	// when guard mode runs in a pod (the DaemonSet), otherwise none, and
-	// guard mode acts through cgroups only.
-	Kubeconfig string `json:"kubeconfig"`
-	// NodeName is the node's name in the API (default: the lower-cased
-	// hostname, as the kubelet's).
-	NodeName    string `json:"nodeName"`
-	RootDir     string `json:"rootDir"`
-	MetricsAddr string `json:"metricsAddr"`
-	// EnableProfiling serves Go's /debug/pprof/ beside /metrics.
-	EnableProfiling bool          `json:"enableProfiling"`
-	Eviction        guardEviction `json:"eviction"`
-	Logging         loggingConfig `json:"logging"`
-	Kernel          kernelConfig  `json:"kernel"`
-}
-
-// guardEviction is nodeguard run's eviction section and how a hard
-// eviction removes the pod through the API server.
-type guardEviction struct {
-	evictionConfig `json:",inline"`
-	// HardAction: "delete" (default) or "evict" (guard.HardAction).
-	HardAction string `json:"hardAction"`
-}
-
-func defaultGuardConfig() guardConfig {
-	r := defaultRunConfig()
-	// Memory alone (disk and pid evictions stay the kubelet's, whose
-	// image and container garbage collection comes first), above the
-	// kubelet's 100Mi: the guard acts first.
-	r.Eviction.EvictionHard = map[string]string{"memory.available": "200Mi"}
-	return guardConfig{
-		RuntimeEndpoint: "unix:///run/containerd/containerd.sock",
-		CgroupRoot:      "/",
-		RootDir:         "/var/lib/nodeguard-guard",
-		MetricsAddr:     DefaultMetricsAddr,
-		Eviction:        guardEviction{evictionConfig: r.Eviction, HardAction: string(guard.HardDelete)},
-		Logging:         r.Logging,
-		Kernel:          r.Kernel,
-	}
-}
-
-// loadGuardConfig reads the file at path over the defaults (no path: the
-// defaults); unknown keys and values that do not parse are errors that
-// name them.
-func loadGuardConfig(path string) (guardConfig, error) {
-	cfg := defaultGuardConfig()
-	if path == "" {
-		return cfg, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return cfg, fmt.Errorf("read config: %w", err)
-	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	if err := checkFields(raw, reflect.TypeFor[guardConfig](), ""); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-// Validate names the first bad field.
-func (c guardConfig) Validate() error {
-	// The sections shared with nodeguard run are checked as it checks
-	// them.
-	r := defaultRunConfig()
-	r.RuntimeEndpoint, r.CgroupRoot, r.RootDir, r.MetricsAddr, r.EnableProfiling = c.RuntimeEndpoint, c.CgroupRoot, c.RootDir, c.MetricsAddr, c.EnableProfiling
-	r.Eviction, r.Logging, r.Kernel = c.Eviction.evictionConfig, c.Logging, c.Kernel
-	if c.CgroupDriver != "" {
-		r.CgroupDriver = c.CgroupDriver
-	}
-	if err := r.Validate(); err != nil {
-		return err
-	}
-	if _, err := guard.ParseHardAction(c.Eviction.HardAction); err != nil {
-		return fmt.Errorf("eviction.hardAction: %w", err)
-	}
-	policy, err := c.Eviction.policy()
-	if err != nil {
-		return err
-	}
-	for _, th := range policy.Thresholds {
-		if th.Signal != nodestats.SignalMemoryAvailable && th.Signal != nodestats.SignalAllocatableMemoryAvailable {
-			return fmt.Errorf("eviction: %s: guard mode evicts for memory; disk and pid evictions are the kubelet's (its garbage collection comes first)", th.Signal)
-		}
-	}
-	return nil
-}
-
 func newGuardCmd(g *globalFlags) *cobra.Command {
 	var (
 		configFlag string
-		flags      guardConfig
+		flags      config.Guard
 		output     string
 	)
-	load := func(cmd *cobra.Command) (guardConfig, string, error) {
+	load := func(cmd *cobra.Command) (config.Guard, string, error) {
 		fs := cmd.Flags()
-		p, err := configPathFor(configFlag, fs.Changed("config"), DefaultGuardConfigPath)
+		p, err := config.Path(configFlag, fs.Changed("config"), config.DefaultGuardPath)
 		if err != nil {
-			return guardConfig{}, "", err
+			return config.Guard{}, "", err
 		}
-		cfg, err := loadGuardConfig(p)
+		cfg, err := config.LoadGuard(p)
 		if err != nil {
 			return cfg, p, err
 		}
@@ -242,7 +133,7 @@ the Eviction API, which PodDisruptionBudgets may refuse.`,
 	}
 	for _, c := range []*cobra.Command{cmd, pods} {
 		f := c.Flags()
-		f.StringVar(&configFlag, "config", DefaultGuardConfigPath, "configuration file (YAML; the default is read only if it exists); flags override it")
+		f.StringVar(&configFlag, "config", config.DefaultGuardPath, "configuration file (YAML; the default is read only if it exists); flags override it")
 		f.StringVar(&flags.RuntimeEndpoint, "runtime-endpoint", "", "the kubelet's CRI socket (default unix:///run/containerd/containerd.sock)")
 		f.StringVar(&flags.CgroupDriver, "cgroup-driver", "", "the kubelet's cgroup driver: systemd or cgroupfs (default: found from kubepods.slice or kubepods)")
 		f.StringVar(&flags.CgroupRoot, "cgroup-root", "/", "the kubelet's cgroupRoot")
@@ -269,7 +160,7 @@ type guardSetup struct {
 
 // setupGuard finds the kubelet's cgroups, dials the runtime and, when
 // there is one, the API server.
-func setupGuard(ctx context.Context, cfg guardConfig, log *slog.Logger) (_ *guardSetup, retErr error) {
+func setupGuard(ctx context.Context, cfg config.Guard, log *slog.Logger) (_ *guardSetup, retErr error) {
 	s := &guardSetup{}
 	var err error
 	if s.layout, err = cgroups.Discover(); err != nil {
@@ -292,7 +183,7 @@ func setupGuard(ctx context.Context, cfg guardConfig, log *slog.Logger) (_ *guar
 			s.client.Close()
 		}
 	}()
-	if s.node, err = nodeName(runConfig{NodeName: cfg.NodeName}); err != nil {
+	if s.node, err = nodeName(config.Run{NodeName: cfg.NodeName}); err != nil {
 		return nil, err
 	}
 	s.rc, err = guardRESTConfig(cfg.Kubeconfig)
@@ -333,7 +224,7 @@ func guardRESTConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // guardDriver is the configured driver, or the one whose kubepods exists.
-func guardDriver(layout *cgroups.Layout, cfg guardConfig) (kubepods.Driver, error) {
+func guardDriver(layout *cgroups.Layout, cfg config.Guard) (kubepods.Driver, error) {
 	if cfg.CgroupDriver != "" {
 		return kubepods.ParseDriver(cfg.CgroupDriver)
 	}
@@ -361,7 +252,7 @@ func guardDriver(layout *cgroups.Layout, cfg guardConfig) (kubepods.Driver, erro
 }
 
 // runGuard is nodeguard guard's daemon.
-func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemonControl) (retErr error) {
+func runGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, ctl daemonControl) (retErr error) {
 	g, ctx := group.New(ctx)
 	defer func() {
 		if err := g.Shutdown(); err != nil && !errors.Is(retErr, err) {
@@ -388,7 +279,7 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 		return err
 	}
 	g.Cleanup(store.Close)
-	policy, err := cfg.Eviction.policy()
+	policy, err := cfg.Eviction.Policy()
 	if err != nil {
 		return err
 	}
@@ -491,7 +382,7 @@ func runGuard(ctx context.Context, cfg guardConfig, log *slog.Logger, ctl daemon
 	beats := s.heartbeats()
 	events := api.NewEventLog(4096)
 	if !cfg.Eviction.Disabled {
-		em, _, err := startEviction(g, evictionWiring{cfg: cfg.Eviction.evictionConfig, policy: policy, actor: actor,
+		em, _, err := startEviction(g, evictionWiring{cfg: cfg.Eviction.Eviction, policy: policy, actor: actor,
 			sensing: s, events: events, fwd: fwd, layout: st.layout, kube: st.kube, rootDir: cfg.RootDir, store: store,
 			wire: &wire, beats: &beats, log: log})
 		if err != nil {
@@ -550,7 +441,7 @@ type guardPod struct {
 	Cgroup string `json:"cgroup"`
 }
 
-func guardPods(ctx context.Context, cfg guardConfig, log *slog.Logger, out io.Writer, asJSON bool) error {
+func guardPods(ctx context.Context, cfg config.Guard, log *slog.Logger, out io.Writer, asJSON bool) error {
 	st, err := setupGuard(ctx, cfg, log)
 	if err != nil {
 		return err

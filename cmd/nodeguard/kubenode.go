@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -23,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/kubenode"
 	"github.com/nodeguard/nodeguard/lifecycle"
@@ -32,92 +31,15 @@ import (
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
-// validateNode checks the node-mode keys: kubeconfig, nodeName, nodeIP,
-// registerWithTaints, and nodeLabels against NodeRestriction when a
-// kubeconfig joins a cluster.
-func (c runConfig) validateNode() error {
-	if c.Kubeconfig != "" && !filepath.IsAbs(c.Kubeconfig) {
-		return fmt.Errorf("kubeconfig: %q: want an absolute path", c.Kubeconfig)
-	}
-	if c.NodeName != "" {
-		if errs := validation.IsDNS1123Subdomain(c.NodeName); len(errs) > 0 {
-			return fmt.Errorf("nodeName: %q: %s", c.NodeName, strings.Join(errs, "; "))
-		}
-	}
-	if _, err := parseNodeIPs(c.NodeIP); err != nil {
-		return err
-	}
-	for i, t := range c.RegisterWithTaints {
-		if err := validateTaint(t); err != nil {
-			return fmt.Errorf("registerWithTaints[%d]: %w", i, err)
-		}
-	}
-	if c.Kubeconfig != "" {
-		if err := kubenode.CheckLabels(c.NodeLabels); err != nil {
-			return fmt.Errorf("nodeLabels: %w", err)
-		}
-	}
-	if c.Address != "" {
-		if ip := net.ParseIP(c.Address); ip == nil {
-			return fmt.Errorf("address: %q is not an IP address", c.Address)
-		}
-	}
-	if c.Port < 0 || c.Port > 65535 {
-		return fmt.Errorf("port: %d: want 1-65535 (0: %d)", c.Port, kubenode.DefaultPort)
-	}
-	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
-		return errors.New("tlsCertFile and tlsPrivateKeyFile: give both or neither")
-	}
-	if c.ServerTLSBootstrap && c.TLSCertFile != "" {
-		return errors.New("serverTLSBootstrap and tlsCertFile: one or the other (the bootstrapped certificate replaces the file)")
-	}
-	for key, p := range map[string]string{"tlsCertFile": c.TLSCertFile, "tlsPrivateKeyFile": c.TLSPrivateKeyFile,
-		"authentication.x509.clientCAFile": c.Authentication.X509.ClientCAFile} {
-		if p != "" && !filepath.IsAbs(p) {
-			return fmt.Errorf("%s: %q: want an absolute path", key, p)
-		}
-	}
-	return nil
-}
-
 // nodeEndpointAddresses are the IPs the node's HTTPS endpoint listens on:
 // address when set, else every address (the kubelet's 0.0.0.0, IPv6 too):
 // the API server may dial the node by any of its addresses
 // (--kubelet-preferred-address-types), its Hostname first by default.
-func nodeEndpointAddresses(cfg runConfig) []string {
+func nodeEndpointAddresses(cfg config.Run) []string {
 	if cfg.Address != "" {
 		return []string{cfg.Address}
 	}
 	return []string{""}
-}
-
-// parseNodeIPs reads nodeIP: one address, or an IPv4 and an IPv6 one
-// separated by a comma, as the kubelet's --node-ip.
-func parseNodeIPs(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	parts := strings.Split(s, ",")
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("nodeIP: %q: at most two addresses (IPv4,IPv6)", s)
-	}
-	var out []string
-	var fams []bool
-	for _, p := range parts {
-		ip := net.ParseIP(strings.TrimSpace(p))
-		if ip == nil {
-			return nil, fmt.Errorf("nodeIP: %q: %q is not an IP address", s, p)
-		}
-		if ip.IsUnspecified() {
-			return nil, fmt.Errorf("nodeIP: %q: %s is unspecified", s, ip)
-		}
-		fams = append(fams, ip.To4() != nil)
-		out = append(out, ip.String())
-	}
-	if len(fams) == 2 && fams[0] == fams[1] {
-		return nil, fmt.Errorf("nodeIP: %q: two addresses must be one IPv4 and one IPv6", s)
-	}
-	return out, nil
 }
 
 // parseTaints reads --register-with-taints: key[=value]:Effect, comma
@@ -135,26 +57,12 @@ func parseTaints(s string) ([]corev1.Taint, error) {
 		}
 		k, v, _ := strings.Cut(kv, "=")
 		t := corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffect(effect)}
-		if err := validateTaint(t); err != nil {
+		if err := config.ValidateTaint(t); err != nil {
 			return nil, fmt.Errorf("taint %q: %w", spec, err)
 		}
 		out = append(out, t)
 	}
 	return out, nil
-}
-
-func validateTaint(t corev1.Taint) error {
-	if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
-		return fmt.Errorf("key %q: %s", t.Key, strings.Join(errs, "; "))
-	}
-	if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
-		return fmt.Errorf("value %q: %s", t.Value, strings.Join(errs, "; "))
-	}
-	switch t.Effect {
-	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
-		return nil
-	}
-	return fmt.Errorf("effect %q: want NoSchedule, PreferNoSchedule or NoExecute", t.Effect)
 }
 
 // nodeSystemInfo is status.nodeInfo: the machine's identity and versions.
@@ -201,7 +109,7 @@ const goarch = runtime.GOARCH
 
 // nodeMode is what joining a cluster needs from the rest of the agent.
 type nodeMode struct {
-	cfg         runConfig
+	cfg         config.Run
 	node        cri.NodeInfo
 	capacity    corev1.ResourceList
 	allocatable corev1.ResourceList
@@ -288,7 +196,7 @@ func startNodeMode(g *group.Group, cs kubernetes.Interface, nm nodeMode) (*kuben
 // root dir), pods (maxPods) and the huge page sizes (none pre-allocated
 // here); allocatable is capacity less the reservations, and memory less
 // the hard eviction threshold on memory.available too.
-func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int, cfg runConfig, thresholds []oom.Threshold) (cap, alloc corev1.ResourceList) {
+func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int, cfg config.Run, thresholds []oom.Threshold) (cap, alloc corev1.ResourceList) {
 	cap = capacity.DeepCopy()
 	if eph, ok := node.Allocatable[corev1.ResourceEphemeralStorage]; ok {
 		cap[corev1.ResourceEphemeralStorage] = eph
@@ -451,7 +359,7 @@ func kubeClient(path, nodeName string) (kubernetes.Interface, record.EventBroadc
 
 // nodeName is the node's name: nodeName, else the lower-cased hostname
 // (the kubelet's).
-func nodeName(cfg runConfig) (string, error) {
+func nodeName(cfg config.Run) (string, error) {
 	if cfg.NodeName != "" {
 		return cfg.NodeName, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/internal/logging"
 	"github.com/nodeguard/nodeguard/oom"
 )
@@ -19,14 +20,14 @@ type daemonControl struct {
 	hup    <-chan os.Signal
 	// reload reads and validates the configuration again (the file,
 	// then the flags): see reloader.
-	reload func() (runConfig, error)
+	reload func() (config.Run, error)
 	path   string          // the file, for log lines ("" without one)
 	logs   *logging.Logger // level and format follow reloads
 }
 
 // applyLogging sets the logger's level and format from a validated
 // logging section.
-func applyLogging(l *logging.Logger, c loggingConfig) {
+func applyLogging(l *logging.Logger, c config.Logging) {
 	if l == nil {
 		return
 	}
@@ -45,8 +46,8 @@ func applyLogging(l *logging.Logger, c loggingConfig) {
 // running values stay. A file that does not load or validate changes
 // nothing, and one error line names the field.
 type reloader struct {
-	cur    runConfig // in force
-	load   func() (runConfig, error)
+	cur    config.Run // in force
+	load   func() (config.Run, error)
 	path   string
 	logs   *logging.Logger
 	em     *oom.Manager     // nil: eviction disabled
@@ -80,7 +81,7 @@ func (r *reloader) reload() {
 		r.log.Error("configuration reload refused, the running configuration stays", "config", r.path, "err", err)
 		return
 	}
-	apply, restart, err := configChanges(r.cur, next)
+	apply, restart, err := config.Changes(r.cur, next)
 	if err != nil {
 		r.log.Error("configuration reload refused, the running configuration stays", "config", r.path, "err", err)
 		return
@@ -93,7 +94,7 @@ func (r *reloader) reload() {
 		return
 	}
 	if r.em != nil && slices.ContainsFunc(apply, func(k string) bool { return strings.HasPrefix(k, "eviction.") }) {
-		pc, err := next.Eviction.policy()
+		pc, err := next.Eviction.Policy()
 		if err == nil {
 			err = r.em.SetPolicy(pc)
 		}
@@ -111,7 +112,7 @@ func (r *reloader) reload() {
 			"transition_period", in.EvictionPressureTransitionPeriod, "cool_down", in.CoolDown)
 	}
 	applyLogging(r.logs, next.Logging)
-	r.cur = withReloaded(r.cur, next)
+	r.cur = config.WithReloaded(r.cur, next)
 	r.log.Info("configuration reloaded", "config", r.path, "applied", apply,
 		"log_level", r.cur.Logging.Level, "log_format", r.cur.Logging.Format)
 }
@@ -122,4 +123,21 @@ func (p *podRootTripwire) setThresholds(th []oom.Threshold) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.policy.SetThresholds(th)
+}
+
+// describeThresholds renders a policy's thresholds and rules for one log
+// line: "memory.available<100Mi,nodefs.available<10%".
+func describeThresholds(p oom.PolicyConfig) (thresholds, rules string) {
+	var ts, rs []string
+	for _, t := range p.Thresholds {
+		kind := ""
+		if !t.Hard() {
+			kind = "(soft " + t.GracePeriod.String() + ")"
+		}
+		ts = append(ts, t.String()+kind)
+	}
+	for _, r := range p.PSIRules {
+		rs = append(rs, r.String())
+	}
+	return strings.Join(ts, ","), strings.Join(rs, ",")
 }

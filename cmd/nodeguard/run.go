@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/internal/statestore"
@@ -44,12 +45,12 @@ import (
 )
 
 // DefaultAPISocket is where the local API listens.
-const DefaultAPISocket = api.DefaultSocket
+const DefaultAPISocket = config.DefaultAPISocket
 
 func newRunCmd(g *globalFlags) *cobra.Command {
 	var (
 		configFlag     string
-		flags          runConfig
+		flags          config.Run
 		privateRuntime bool
 		privateNet     bool
 		nodeLabelsFlag map[string]string
@@ -73,15 +74,15 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 			// variables out of the environment.
 			notify := newNotifier(log)
 			fs := cmd.Flags()
-			path, err := configPath(configFlag, fs.Changed("config"))
+			path, err := config.Path(configFlag, fs.Changed("config"), config.DefaultPath)
 			if err != nil {
 				return err
 			}
 			var env *crienv.Env
 			// load is the configuration in force: the file, then the
 			// flags, then the private runtime. At start and every SIGHUP.
-			load := func() (runConfig, error) {
-				cfg, err := loadRunConfig(path)
+			load := func() (config.Run, error) {
+				cfg, err := config.Load(path)
 				if err != nil {
 					return cfg, err
 				}
@@ -122,7 +123,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 					// rendered through netplumb; nodeguard checks and
 					// collects it there.
 					nc := env.NetworkConfig()
-					cfg.Network = networkConfig{
+					cfg.Network = config.Network{
 						Manage: false, Name: nc.Name, Bridge: nc.Bridge, Subnet: nc.Subnet.String(), CNIBinDirs: nc.BinDirs,
 						CNIConfDir: nc.ConfDir, IPAMDir: nc.IPAMDir, NodeNetNS: env.NetNS(), NetNSDirs: []string{env.NetNSDir()},
 					}
@@ -171,7 +172,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 			}
 			return runDaemon(ctx, cfg, privateNet, log, daemonControl{
 				notify: notify, hup: hup, logs: g.logs, path: path,
-				reload: func() (runConfig, error) {
+				reload: func() (config.Run, error) {
 					cfg, err := load()
 					if err == nil {
 						err = cfg.Validate()
@@ -181,7 +182,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&configFlag, "config", DefaultConfigPath, "configuration file (YAML; the default is read only if it exists); flags override it")
+	cmd.Flags().StringVar(&configFlag, "config", config.DefaultPath, "configuration file (YAML; the default is read only if it exists); flags override it")
 	cmd.Flags().StringVar(&flags.RuntimeEndpoint, "runtime-endpoint", "", "the CRI socket, e.g. unix:///run/containerd/containerd.sock")
 	cmd.Flags().StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard", "state directory (pod logs, API pods, volumes)")
 	cmd.Flags().StringVar(&flags.CgroupDriver, "cgroup-driver", "cgroupfs", "cgroup driver: cgroupfs or systemd (the runtime's: containerd's SystemdCgroup)")
@@ -202,7 +203,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 // probeNetNS is where probes dial pod IPs from when nodeguard does not
 // manage the pod network: the configured nodeNetNS, else nodeguard's own
 // namespace, from which the node routes its pods, as the kubelet probes.
-func probeNetNS(n networkConfig) string {
+func probeNetNS(n config.Network) string {
 	if n.NodeNetNS != "" {
 		return n.NodeNetNS
 	}
@@ -220,7 +221,7 @@ func probeNetNS(n networkConfig) string {
 // among them: see sensing.Serve) ends the agent with its error, and
 // systemd restarts it (the pods stay), rather than leave it running with
 // a part dead.
-func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.Logger, ctl daemonControl) (retErr error) {
+func runDaemon(ctx context.Context, cfg config.Run, checkNetwork bool, log *slog.Logger, ctl daemonControl) (retErr error) {
 	g, ctx := group.New(ctx)
 	defer func() {
 		// A part that failed is the cause of the end, and of a
@@ -325,7 +326,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	}
 	var network *lifecycle.Network
 	if cfg.Network.Manage || checkNetwork {
-		nc, err := cfg.Network.netplumb(cfg.RootDir)
+		nc, err := cfg.Network.Netplumb(cfg.RootDir)
 		if err != nil {
 			return err
 		}
@@ -394,7 +395,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if err != nil {
 		return err
 	}
-	policy, err := cfg.Eviction.policy()
+	policy, err := cfg.Eviction.Policy()
 	if err != nil {
 		return err
 	}
@@ -422,7 +423,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 	if cfg.NodeName != "" {
 		node.Name = cfg.NodeName
 	}
-	if ips, _ := parseNodeIPs(cfg.NodeIP); len(ips) > 0 {
+	if ips, _ := config.ParseNodeIPs(cfg.NodeIP); len(ips) > 0 {
 		node.HostIPs = ips
 	}
 	if f := cfg.ImageCredentialsFile; f != "" {
@@ -432,7 +433,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			return fmt.Errorf("imageCredentialsFile: %w", err)
 		}
 	}
-	nodeLabels, err := cfg.nodeLabels()
+	nodeLabels, err := cfg.Labels()
 	if err != nil {
 		return err
 	}
@@ -458,7 +459,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 			ImageVolumes:             imageVolumes.Mount, ImageVolumeSubPath: imageVolumes.SubPath, Runtime: imageVolumes.Runtime,
 			ServiceAccountTokens: kubeCS != nil, ClusterPriorityClasses: kubeCS != nil, ReadinessGates: kubeCS != nil},
 		CgroupV2: layout.Memory.V2(), Logger: log, HasCapSysResource: hasRes, MinOOMScoreAdj: minAdj,
-		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.containerLogPolicy(),
+		BackoffInitial: cfg.BackoffInitial.Duration, BackoffMax: cfg.BackoffMax.Duration, ContainerLogs: cfg.ContainerLogPolicy(),
 	})
 	if err != nil {
 		return err
@@ -641,7 +642,7 @@ func runDaemon(ctx context.Context, cfg runConfig, checkNetwork bool, log *slog.
 // nodeguard run and nodeguard guard alike: the same policy, snapshots,
 // tripwire and events, acting through the mode's actor.
 type evictionWiring struct {
-	cfg     evictionConfig
+	cfg     config.Eviction
 	policy  oom.PolicyConfig
 	actor   oom.Actor
 	reclaim oom.NodeReclaimer // nil: no node-level reclaim (guard mode: the kubelet's images)

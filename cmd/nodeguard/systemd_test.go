@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 
 	"github.com/nodeguard/nodeguard/internal/syncbuf"
@@ -103,7 +104,7 @@ func TestTheSystemdUnitVerifies(t *testing.T) {
 		for _, line := range []string{
 			"Type=notify", "Wants=containerd.service", "After=containerd.service", "Restart=always", "RestartSec=2",
 			"WatchdogSec=30", "OOMScoreAdjust=-999", "KillMode=process", "StandardOutput=journal",
-			"StandardError=journal", "ExecStart=/usr/local/bin/nodeguard run --config " + DefaultConfigPath,
+			"StandardError=journal", "ExecStart=/usr/local/bin/nodeguard run --config " + config.DefaultPath,
 			"ExecReload=/bin/kill -HUP $MAINPID", "TasksMax=infinity",
 		} {
 			if !bytes.Contains(unit, []byte("\n"+line+"\n")) {

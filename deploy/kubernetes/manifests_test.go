@@ -10,17 +10,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"io"
 	"maps"
 	"net/url"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -36,7 +31,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/deploy/kubernetes"
+	"github.com/nodeguard/nodeguard/internal/strictyaml"
 	"github.com/nodeguard/nodeguard/oom"
 )
 
@@ -405,65 +402,11 @@ func stringKey(t *testing.T, cfg map[string]any, key string) string {
 	return s
 }
 
-// evictionKeys are the keys of the eviction section that nodeguard's
-// configuration has today, read from the json tags of cmd/nodeguard's
-// evictionConfig (a type of package main, so parsed rather than
-// imported), with oom.ThresholdConfig's inline.
+// evictionKeys are the keys of nodeguard's eviction section, as the
+// configuration's strict decoder knows them.
 func evictionKeys(t *testing.T) []string {
 	t.Helper()
-	fset := token.NewFileSet()
-	files, err := filepath.Glob("../../cmd/nodeguard/*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st *ast.StructType
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(af, func(n ast.Node) bool {
-			if ts, ok := n.(*ast.TypeSpec); ok && ts.Name.Name == "evictionConfig" {
-				st, _ = ts.Type.(*ast.StructType)
-			}
-			return st == nil
-		})
-	}
-	if st == nil {
-		t.Fatal("no evictionConfig struct in cmd/nodeguard")
-	}
-	var keys []string
-	for _, f := range st.Fields.List {
-		tag := ""
-		if f.Tag != nil {
-			raw, err := strconv.Unquote(f.Tag.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tag, _, _ = strings.Cut(reflect.StructTag(raw).Get("json"), ",")
-		}
-		switch {
-		case len(f.Names) == 0 && tag == "":
-			// Embedded and inline: its fields are the section's.
-			sel, ok := f.Type.(*ast.SelectorExpr)
-			if !ok || sel.Sel.Name != "ThresholdConfig" {
-				t.Fatalf("evictionConfig embeds %T, not oom.ThresholdConfig: teach this test its keys", f.Type)
-			}
-			rt := reflect.TypeFor[oom.ThresholdConfig]()
-			for i := range rt.NumField() {
-				name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
-				keys = append(keys, name)
-			}
-		case tag == "" || tag == "-":
-			t.Fatalf("evictionConfig field %v has no json name", f.Names)
-		default:
-			keys = append(keys, tag)
-		}
-	}
-	return keys
+	return slices.Sorted(maps.Keys(strictyaml.Fields(reflect.TypeFor[config.Eviction]())))
 }
 
 // TestGuardConfigurations checks the key names of the example file and of
