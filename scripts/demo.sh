@@ -169,7 +169,9 @@ run_dir=$(mktemp -d /tmp/nodeguard-demo-run.XXXXXX)
 # step 7's runaway meets the default hard threshold (memory.available<100Mi,
 # copied to allocatableMemory.available) within a second.
 reserved=$(awk '/^MemTotal:/ {printf "%.0f", $2 * 1024 - 1073741824}' /proc/meminfo)
-printf 'systemReserved: {memory: "%s"}\n' "$reserved" >"$run_dir/config.yaml"
+# imagePull off: the private containerd has only the locally built images
+# and no registry.
+printf 'imagePull: false\nsystemReserved: {memory: "%s"}\n' "$reserved" >"$run_dir/config.yaml"
 "$BIN" run --private-runtime --config "$run_dir/config.yaml" --root-dir "$run_dir/root" --api-socket "$run_dir/api.sock" \
 	--pod-manifest-path "$PWD/deploy/examples" --metrics-addr 127.0.0.1:9847 --log-level info 2>"$LOGS/agent.log" &
 run_pid=$!

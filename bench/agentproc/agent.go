@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -106,6 +107,12 @@ func (a *Agent) Start(ctx context.Context, conf map[string]any) (retErr error) {
 	a.mu.Unlock()
 	if running {
 		return errors.New("start the agent: it is running")
+	}
+	if _, ok := conf["imagePull"]; !ok {
+		// The benchmarks' images are built locally into the runtime and
+		// no registry is reachable: nothing is pulled.
+		conf = maps.Clone(conf)
+		conf["imagePull"] = false
 	}
 	b, err := yaml.Marshal(conf)
 	if err != nil {

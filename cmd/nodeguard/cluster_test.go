@@ -72,7 +72,8 @@ func TestNodeModeJoinsARealControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`nodeLabels: {pool: dense}
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`imagePull: false
+nodeLabels: {pool: dense}
 systemReserved: {memory: "%d"}
 eviction:
   evictionHard: {memory.available: 100Mi}

@@ -16,11 +16,16 @@ import (
 func envConfig(t *testing.T, env *crienv.Env, dir string) string {
 	t.Helper()
 	nc := env.NetworkConfig()
-	b, err := yaml.Marshal(map[string]any{"network": map[string]any{
-		"manage": false, "name": nc.Name, "bridge": nc.Bridge, "subnet": nc.Subnet.String(),
-		"cniBinDirs": nc.BinDirs, "cniConfDir": nc.ConfDir, "ipamDir": nc.IPAMDir,
-		"nodeNetNS": env.NetNS(), "netnsDirs": []string{env.NetNSDir()},
-	}})
+	b, err := yaml.Marshal(map[string]any{
+		// The private containerd has only locally built images and no
+		// registry: nothing is pulled.
+		"imagePull": false,
+		"network": map[string]any{
+			"manage": false, "name": nc.Name, "bridge": nc.Bridge, "subnet": nc.Subnet.String(),
+			"cniBinDirs": nc.BinDirs, "cniConfDir": nc.ConfDir, "ipamDir": nc.IPAMDir,
+			"nodeNetNS": env.NetNS(), "netnsDirs": []string{env.NetNSDir()},
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

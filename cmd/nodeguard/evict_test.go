@@ -185,7 +185,9 @@ func startPrivateAgent(t *testing.T, ctx context.Context, config string) (*api.C
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+	// The private containerd has only locally built images and no
+	// registry: nothing is pulled.
+	if err := os.WriteFile(path, []byte("imagePull: false\n"+config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sock, addr := filepath.Join(dir, "api.sock"), freePort(t)

@@ -321,7 +321,7 @@ func TestRunDoesNotOutliveItsMetricsServer(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	config := func(t *testing.T, dir string) string {
 		path := filepath.Join(dir, "config.yaml")
-		if err := os.WriteFile(path, []byte("eviction: {dryRun: true}\n"), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte("imagePull: false\neviction: {dryRun: true}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return path
@@ -380,7 +380,7 @@ func TestRunWatchesTheManifestDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(config, []byte("eviction: {dryRun: true}\n"), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte("imagePull: false\neviction: {dryRun: true}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, dir, config, nil, "--pod-manifest-path", manifests)

@@ -357,7 +357,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	cgtest.RequirePrivileged(t)
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(config, []byte("eviction: {dryRun: true}\n"), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte("imagePull: false\neviction: {dryRun: true}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sock, msgs := notifySocket(t, dir)
@@ -477,7 +477,9 @@ func TestSIGHUPReloadsThresholdsAndLoggingWithoutTouchingPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("logging: {level: info}\neviction:\n  evictionHard: {memory.available: 100Mi}\n")
+	// The private containerd has no registry: nothing is pulled (the
+	// reload below turns it on, a change that needs a restart).
+	write("logging: {level: info}\nimagePull: false\neviction:\n  evictionHard: {memory.available: 100Mi}\n")
 	d := startDaemon(t, dir, config, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

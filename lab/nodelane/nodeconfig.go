@@ -50,9 +50,11 @@ type NodeValues struct {
 }
 
 // Node returns the values of the lane's node with the static pods in
-// ManifestDir.
+// ManifestDir. imagePull is off: the lane's images are imported into
+// containerd beforehand and no registry is reachable from the node.
 func Node() NodeValues {
-	return NodeValues{RuntimeEndpoint: RuntimeEndpoint, CgroupDriver: CgroupDriver, CgroupRoot: CgroupRoot, PodManifestPath: ManifestDir}
+	return NodeValues{RuntimeEndpoint: RuntimeEndpoint, CgroupDriver: CgroupDriver, CgroupRoot: CgroupRoot, PodManifestPath: ManifestDir,
+		Set: []Setting{{Path: []string{"imagePull"}, Value: false}}}
 }
 
 // settings returns every value v writes, in order.

@@ -43,6 +43,7 @@ func TestNodeConfigChangesOnlyTheNodeValues(t *testing.T) {
 		"cgroupRoot":      CgroupRoot,
 		"podManifestPath": ManifestDir,
 		"systemReserved":  map[string]any{"memory": "1333Mi"},
+		"imagePull":       false,
 	}
 	for k, w := range want {
 		if !reflect.DeepEqual(after[k], w) {
