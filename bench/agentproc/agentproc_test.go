@@ -47,9 +47,19 @@ func TestAnAgentThatExitsBeforeItsAPIAnswersSaysWhy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got map[string]map[string]bool
-		if err := yaml.Unmarshal(conf, &got); err != nil || !got["eviction"]["disabled"] {
+		var got struct {
+			Eviction struct {
+				Disabled bool `json:"disabled"`
+			} `json:"eviction"`
+			ImagePull *bool `json:"imagePull"`
+		}
+		if err := yaml.Unmarshal(conf, &got); err != nil || !got.Eviction.Disabled {
 			t.Errorf("configuration file %q (%v), want eviction.disabled", conf, err)
+		}
+		// The benchmarks' images are local: a configuration that does
+		// not say otherwise pulls nothing.
+		if got.ImagePull == nil || *got.ImagePull {
+			t.Errorf("configuration file %q, want imagePull: false", conf)
 		}
 	})
 }
