@@ -141,10 +141,10 @@ type Run struct {
 	// <rootDir>/pki and renewed before it expires. Excludes tlsCertFile.
 	// Kubelet: serverTLSBootstrap.
 	ServerTLSBootstrap bool `json:"serverTLSBootstrap"`
-	// Authentication of the HTTPS endpoint's callers: client certificates
-	// of authentication.x509.clientCAFile (the API server's
-	// --kubelet-client-certificate); each user is then authorized by the
-	// API server (SubjectAccessReview of nodes/proxy).
+	// Authentication is how the HTTPS endpoint's callers are known: by
+	// client certificates of authentication.x509.clientCAFile (the API
+	// server's --kubelet-client-certificate); each user is then authorized
+	// by the API server (SubjectAccessReview of nodes/proxy).
 	Authentication Authentication `json:"authentication"`
 	// SystemReserved (e.g. {memory: 512Mi, cpu: 500m}; memory, cpu and pid)
 	// is taken off the node's capacity; the rest, node allocatable, is
