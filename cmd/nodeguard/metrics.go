@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/loader/event"
@@ -27,9 +28,8 @@ import (
 	"github.com/nodeguard/nodeguard/psi"
 )
 
-// DefaultMetricsAddr is loopback only: a node agent's metrics are scraped
-// by a local or sidecar Prometheus unless the operator opens them up.
-const DefaultMetricsAddr = "127.0.0.1:9847"
+// DefaultMetricsAddr is the configuration's (loopback only).
+const DefaultMetricsAddr = config.DefaultMetricsAddr
 
 type senseFlags struct {
 	metricsAddr string
