@@ -153,8 +153,8 @@ FUZZ_TARGETS ?= \
 	./cgroups:FuzzParseSelfCgroup \
 	./cgroups:FuzzDiscoverFS \
 	./mounts:FuzzValidatePath \
-	./oom:FuzzParseThresholdList \
-	./oom:FuzzParsePSIRule \
+	./eviction:FuzzParseThresholdList \
+	./eviction:FuzzParsePSIRule \
 	./pressure/tripwire:FuzzDecodeRecord \
 	./lifecycle:FuzzAPIPodRecord \
 	./lifecycle:FuzzEvictionRecord \

@@ -70,7 +70,7 @@ var floors = map[string]floor{
 	"pressure/tripwire": sense,
 
 	"evictionapi": decide,
-	"oom":         decide,
+	"eviction":    decide,
 	"metrics":     decide,
 
 	"lifecycle":             act,

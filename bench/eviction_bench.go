@@ -22,11 +22,11 @@ import (
 	"github.com/nodeguard/nodeguard/bench/agentproc"
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/lab/crienv"
 	"github.com/nodeguard/nodeguard/lab/images"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -261,7 +261,7 @@ func runRace(ctx context.Context, o raceOptions) (res raceResult, retErr error) 
 // which enforceNodeAllocatable copies to allocatableMemory.available);
 // eviction.disabled for the baselines.
 func RaceAgentConfig(memTotal, budget, threshold uint64, evictionDisabled bool) map[string]any {
-	hard := oom.DefaultEvictionHard()
+	hard := eviction.DefaultEvictionHard()
 	hard[string(nodestats.SignalMemoryAvailable)] = strconv.FormatUint(threshold, 10)
 	return map[string]any{
 		"systemReserved": map[string]string{"memory": strconv.FormatUint(memTotal-budget, 10)},

@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/eviction"
 )
 
 // Eviction is the eviction section: the kubelet's eviction fields with
@@ -71,8 +71,8 @@ type Eviction struct {
 
 // Thresholds is the section's kubelet threshold fields, as the oom
 // package parses them.
-func (c Eviction) Thresholds() oom.ThresholdConfig {
-	return oom.ThresholdConfig{
+func (c Eviction) Thresholds() eviction.ThresholdConfig {
+	return eviction.ThresholdConfig{
 		EvictionHard:            c.EvictionHard,
 		EvictionSoft:            c.EvictionSoft,
 		EvictionSoftGracePeriod: c.EvictionSoftGracePeriod,
@@ -82,21 +82,21 @@ func (c Eviction) Thresholds() oom.ThresholdConfig {
 }
 
 // Policy parses the section into the oom package's configuration.
-func (c Eviction) Policy() (oom.PolicyConfig, error) {
+func (c Eviction) Policy() (eviction.PolicyConfig, error) {
 	tc := c.Thresholds()
 	if tc.EvictionHard == nil {
-		tc.EvictionHard = oom.DefaultEvictionHard()
+		tc.EvictionHard = eviction.DefaultEvictionHard()
 	}
 	if tc.EnforceNodeAllocatable == nil {
 		// nodeguard enforces node allocatable on kubepods, as the
 		// kubelet's enforceNodeAllocatable=[pods].
 		tc.EnforceNodeAllocatable = []string{"pods"}
 	}
-	th, err := oom.ParseThresholds(tc)
+	th, err := eviction.ParseThresholds(tc)
 	if err != nil {
-		return oom.PolicyConfig{}, fmt.Errorf("eviction: %w", err)
+		return eviction.PolicyConfig{}, fmt.Errorf("eviction: %w", err)
 	}
-	pc := oom.PolicyConfig{
+	pc := eviction.PolicyConfig{
 		Thresholds:                       th,
 		EvictionPressureTransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
 		EvictionMaxPodGracePeriod:        time.Duration(c.EvictionMaxPodGracePeriod) * time.Second,
@@ -104,7 +104,7 @@ func (c Eviction) Policy() (oom.PolicyConfig, error) {
 		DryRun:                           c.DryRun,
 	}
 	for i, s := range c.PSIRules {
-		r, err := oom.ParsePSIRule(s)
+		r, err := eviction.ParsePSIRule(s)
 		if err != nil {
 			return pc, fmt.Errorf("eviction.psiRules[%d]: %w", i, err)
 		}

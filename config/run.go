@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/logging"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
@@ -23,7 +24,6 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/netplumb"
-	"github.com/nodeguard/nodeguard/oom"
 )
 
 // DefaultPath is the configuration `nodeguard run` reads when --config is
@@ -342,8 +342,8 @@ func Default() Run {
 		Volumes: Volumes{SourceDir: "/etc/nodeguard/sources"},
 		Eviction: Eviction{
 			EnforceNodeAllocatable:           []string{"pods"},
-			EvictionPressureTransitionPeriod: metav1.Duration{Duration: oom.DefaultPressureTransitionPeriod},
-			Tick:                             metav1.Duration{Duration: oom.DefaultTick},
+			EvictionPressureTransitionPeriod: metav1.Duration{Duration: eviction.DefaultPressureTransitionPeriod},
+			Tick:                             metav1.Duration{Duration: eviction.DefaultTick},
 		},
 		Logging: Logging{Level: "info", Format: "text"},
 		Kernel:  Kernel{BPF: true, RingSizeBytes: loader.DefaultRingSize, QueueSize: loader.DefaultQueueSize},
@@ -354,7 +354,7 @@ func Default() Run {
 // written out: what `nodeguard config defaults` prints.
 func (c Run) Effective() Run {
 	if c.Eviction.EvictionHard == nil {
-		c.Eviction.EvictionHard = oom.DefaultEvictionHard()
+		c.Eviction.EvictionHard = eviction.DefaultEvictionHard()
 	}
 	return c
 }

@@ -27,9 +27,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/lab/cluster"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -244,7 +244,7 @@ func TestGuardWithAPIServer(t *testing.T) {
 		if err := fa.WaitAPI(mctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		th, err := oom.ParseThresholds(oom.ThresholdConfig{EvictionHard: map[string]string{},
+		th, err := eviction.ParseThresholds(eviction.ThresholdConfig{EvictionHard: map[string]string{},
 			EvictionSoft: map[string]string{"memory.available": "1Gi"}, EvictionSoftGracePeriod: map[string]string{"memory.available": "1s"}})
 		must(t, err)
 		calls := &countingActor{Actor: fa}
@@ -253,7 +253,7 @@ func TestGuardWithAPIServer(t *testing.T) {
 			return &pressure.Snapshot{Time: now, Signals: []nodestats.Observation{
 				{Signal: nodestats.SignalMemoryAvailable, Available: 100 << 20, Capacity: 8 << 30, Time: now}}}, nil
 		}
-		m, err := oom.NewManager(oom.ManagerConfig{Policy: oom.PolicyConfig{Thresholds: th}, Actor: calls, Snapshot: snap,
+		m, err := eviction.NewManager(eviction.ManagerConfig{Policy: eviction.PolicyConfig{Thresholds: th}, Actor: calls, Snapshot: snap,
 			Tick: 100 * time.Millisecond})
 		must(t, err)
 		m.Run(mctx)

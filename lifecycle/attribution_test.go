@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/loader/event"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -65,7 +65,7 @@ func TestAnOOMKillInAPodCgroupTheSnapshotLacksIsAttributed(t *testing.T) {
 	}
 
 	// A node at ease, and none of the pods' cgroups in the snapshot.
-	em, err := oom.NewManager(oom.ManagerConfig{
+	em, err := eviction.NewManager(eviction.ManagerConfig{
 		Actor: actor, Tick: time.Hour,
 		Snapshot: func(context.Context) (*pressure.Snapshot, error) {
 			now := time.Now()

@@ -41,7 +41,7 @@ func (m *Manager) endPastDeadline(st *podState) bool {
 		m.mu.Unlock()
 		return false
 	}
-	ev := &eviction{Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Grace: grace(st.pod), At: now}
+	ev := &evictionRecord{Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Grace: grace(st.pod), At: now}
 	st.evicted = ev
 	st.status.Phase = corev1.PodFailed
 	st.status.Reason, st.status.Message = ev.Reason, ev.Message

@@ -144,10 +144,10 @@ func (m *Manager) stamp(p *corev1.Pod, source string) {
 // add makes the admitted pods out desired, replacing desired pods of
 // their names. rejected, when set, ends them as soon as they are added
 // (restore.go). A pod recorded as evicted is added Failed.
-func (m *Manager) add(out []*corev1.Pod, source string, rejected *eviction) {
+func (m *Manager) add(out []*corev1.Pod, source string, rejected *evictionRecord) {
 	// The eviction records are read before the lock: a read may
 	// quarantine or rewrite one.
-	evs := make([]*eviction, len(out))
+	evs := make([]*evictionRecord, len(out))
 	for i, p := range out {
 		if !m.desired(p.UID) {
 			evs[i] = m.loadEviction(p.UID)
@@ -175,7 +175,7 @@ func (m *Manager) add(out []*corev1.Pod, source string, rejected *eviction) {
 			status: corev1.PodStatus{Phase: corev1.PodPending}}
 		ev := evs[i]
 		if ev == nil && rejected != nil {
-			ev = new(eviction)
+			ev = new(evictionRecord)
 			*ev = *rejected
 		}
 		if ev != nil {

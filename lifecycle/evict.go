@@ -38,7 +38,7 @@ var KindEviction = statestore.Kind{Name: "eviction", Version: 1}
 // A pod past its activeDeadlineSeconds ends the same way, with its own
 // Reason (deadline.go); so does a pod rejected at its re-admission after a
 // restart (restore.go), which is not persisted and keeps its volumes.
-type eviction struct {
+type evictionRecord struct {
 	// Reason is the pod status reason; ReasonEvicted when empty (records
 	// written before there were others).
 	Reason  string        `json:"reason,omitempty"`
@@ -52,7 +52,7 @@ type eviction struct {
 }
 
 // Validate refuses a record that no eviction wrote.
-func (e *eviction) Validate() error {
+func (e *evictionRecord) Validate() error {
 	switch {
 	case e.Grace < 0:
 		return fmt.Errorf("negative grace period %s", e.Grace)
@@ -63,7 +63,7 @@ func (e *eviction) Validate() error {
 }
 
 // reason is the pod status reason of the ended pod.
-func (e *eviction) reason() string {
+func (e *evictionRecord) reason() string {
 	if e.Reason == "" {
 		return ReasonEvicted
 	}
@@ -72,8 +72,8 @@ func (e *eviction) reason() string {
 
 // decodeEviction decodes and validates one KindEviction record (what
 // loadEviction does with it, and what FuzzEvictionRecord drives).
-func decodeEviction(r statestore.Record) (*eviction, error) {
-	var e eviction
+func decodeEviction(r statestore.Record) (*evictionRecord, error) {
+	var e evictionRecord
 	if err := statestore.Decode(r, &e); err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func decodeEviction(r statestore.Record) (*eviction, error) {
 }
 
 // recordEviction persists ev for the pod uid, atomically and durably.
-func (m *Manager) recordEviction(uid types.UID, ev *eviction) error {
+func (m *Manager) recordEviction(uid types.UID, ev *evictionRecord) error {
 	if err := m.state.Put(KindEviction, string(uid), ev); err != nil {
 		return fmt.Errorf("record the eviction of pod %s: %w", uid, err)
 	}
@@ -106,10 +106,10 @@ func (m *Manager) forgetEviction(uid types.UID) {
 // again), and a readable record saying so replaces the quarantined one,
 // so that the next start does not run it either. Deleting the pod (and
 // applying it again) runs it.
-func (m *Manager) loadEviction(uid types.UID) *eviction {
+func (m *Manager) loadEviction(uid types.UID) *evictionRecord {
 	r, ok, err := m.state.Get(KindEviction, string(uid))
 	if err == nil && ok {
-		var ev *eviction
+		var ev *evictionRecord
 		if ev, err = decodeEviction(r); err == nil {
 			return ev
 		}
@@ -120,7 +120,7 @@ func (m *Manager) loadEviction(uid types.UID) *eviction {
 		defer m.mu.Unlock()
 		return m.legacyEvictions[uid] // one not migrated (statestore failed)
 	}
-	ev := &eviction{Reason: ReasonEvicted, At: m.now(),
+	ev := &evictionRecord{Reason: ReasonEvicted, At: m.now(),
 		Message: "The pod's eviction record could not be read; the pod is kept stopped as evicted: " + err.Error()}
 	m.log.Error("eviction record unreadable: the pod is kept stopped, as evicted", "uid", uid, "err", err)
 	if errors.Is(err, statestore.ErrCorrupt) {
@@ -352,7 +352,7 @@ func (a *EvictionActor) Evict(ctx context.Context, d evictionapi.Decision) error
 	if d.Hard {
 		g = 0
 	}
-	ev := &eviction{Message: d.Message, Grace: g, At: m.now()}
+	ev := &evictionRecord{Message: d.Message, Grace: g, At: m.now()}
 	st.evicted = ev
 	st.status.Phase = corev1.PodFailed
 	st.status.Reason, st.status.Message = ReasonEvicted, d.Message

@@ -9,10 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/mounts"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -126,7 +126,7 @@ func TestEvictionRanksPIDAndInodePressureByUse(t *testing.T) {
 	}
 
 	for _, sig := range []nodestats.Signal{nodestats.SignalPIDAvailable, nodestats.SignalNodeFsInodesFree, nodestats.SignalImageFsInodesFree} {
-		if first := oom.Rank(pods, sig)[0]; first.Name != "busy" {
+		if first := eviction.Rank(pods, sig)[0]; first.Name != "busy" {
 			t.Errorf("under %s the policy ranks %s first (%d PIDs, %d inodes, cgroup id %d), want busy (%d PIDs, %d inodes, cgroup id %d)",
 				sig, first.Name, first.PIDs, first.Inodes, first.CgroupID, busy.PIDs, busy.Inodes, busy.CgroupID)
 		}

@@ -10,17 +10,17 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/mounts"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/qos"
 )
 
 // The kubelet's local-storage eviction signals, decided in package oom.
 const (
-	SignalEmptyDirFsLimit           = oom.SignalEmptyDirFsLimit
-	SignalEphemeralPodFsLimit       = oom.SignalEphemeralPodFsLimit
-	SignalEphemeralContainerFsLimit = oom.SignalEphemeralContainerFsLimit
+	SignalEmptyDirFsLimit           = eviction.SignalEmptyDirFsLimit
+	SignalEphemeralPodFsLimit       = eviction.SignalEphemeralPodFsLimit
+	SignalEphemeralContainerFsLimit = eviction.SignalEphemeralContainerFsLimit
 )
 
 const (
@@ -61,10 +61,10 @@ type LocalStorageConfig struct {
 	}
 }
 
-// checkLocalStorage is the local-storage decision (oom.CheckLocalStorage)
+// checkLocalStorage is the local-storage decision (eviction.CheckLocalStorage)
 // on a pod's measured storage.
-func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (oom.LocalStorageViolation, bool) {
-	u := oom.LocalStorageUsage{EmptyDirs: map[string]uint64{}, Ephemeral: s.EphemeralBytes(), Containers: map[string]uint64{}}
+func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (eviction.LocalStorageViolation, bool) {
+	u := eviction.LocalStorageUsage{EmptyDirs: map[string]uint64{}, Ephemeral: s.EphemeralBytes(), Containers: map[string]uint64{}}
 	for _, v := range s.Volumes {
 		if v.Plugin == mounts.PluginEmptyDir {
 			u.EmptyDirs[v.Name] = v.Bytes
@@ -73,7 +73,7 @@ func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (oom.LocalStorageViolatio
 	for _, c := range s.Containers {
 		u.Containers[c.Name] = c.RootfsBytes + c.LogsBytes
 	}
-	return oom.CheckLocalStorage(pod, u)
+	return eviction.CheckLocalStorage(pod, u)
 }
 
 // localStorage is the state of the local-storage passes.

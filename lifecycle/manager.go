@@ -247,7 +247,7 @@ type Manager struct {
 	loadedSources map[string]bool
 	// legacyEvictions: eviction records of an older agent that could
 	// not be moved into the store (migrate.go; guarded by mu).
-	legacyEvictions map[types.UID]*eviction
+	legacyEvictions map[types.UID]*evictionRecord
 	// unavailable: the sources that could not be loaded, and the API
 	// pods (by record key) and pod UIDs whose records could not be read,
 	// each with why: their sandboxes are not orphans (sources.go;
@@ -291,8 +291,8 @@ type podState struct {
 	lastErr  string
 	kick     chan struct{} // wakes the pod's worker
 	volumes  *mounts.PodVolumes
-	evicted  *eviction // set once the eviction manager ended it
-	working  bool      // a worker runs for this pod (guarded by Manager.mu)
+	evicted  *evictionRecord // set once the eviction manager ended it
+	working  bool            // a worker runs for this pod (guarded by Manager.mu)
 }
 
 func (st *podState) poke() {
@@ -360,7 +360,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: log, now: cfg.Now, kick: make(chan struct{}, 1), pods: map[types.UID]*podState{},
 		orphans: map[types.UID]bool{}, slots: newSlots(cfg.Workers, cfg.Stops), ls: newLocalStorage(cfg.LocalStorage), rotator: rotator,
-		state: state, apiRecords: map[string]types.UID{}, staticRecords: map[string]uint32{}, loadedSources: map[string]bool{}, legacyEvictions: map[types.UID]*eviction{}, unavailable: newUnavailable()}
+		state: state, apiRecords: map[string]types.UID{}, staticRecords: map[string]uint32{}, loadedSources: map[string]bool{}, legacyEvictions: map[types.UID]*evictionRecord{}, unavailable: newUnavailable()}
 	dial, closeDial, err := probeDialer(cfg.Network, cfg.ProbeNetNS)
 	if err != nil {
 		return nil, fmt.Errorf("new pod manager: %w", err)

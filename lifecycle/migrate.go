@@ -178,7 +178,7 @@ func (m *Manager) migrateEvictions(dir string) {
 		uid := legacyUID(path)
 		ev, readErr := decodeLegacyEviction(path)
 		if readErr != nil {
-			ev = &eviction{Reason: ReasonEvicted, At: m.now(),
+			ev = &evictionRecord{Reason: ReasonEvicted, At: m.now(),
 				Message: "The pod's eviction record could not be read; the pod is kept stopped as evicted: " + readErr.Error()}
 		}
 		if ev.At.IsZero() {
@@ -213,12 +213,12 @@ func (m *Manager) migrateEvictions(dir string) {
 }
 
 // decodeLegacyEviction reads an older agent's eviction file.
-func decodeLegacyEviction(path string) (*eviction, error) {
+func decodeLegacyEviction(path string) (*evictionRecord, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var e *eviction
+	var e *evictionRecord
 	if err := json.Unmarshal(b, &e); err != nil {
 		return nil, err
 	}

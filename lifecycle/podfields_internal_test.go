@@ -196,7 +196,7 @@ func TestEndPastDeadline(t *testing.T) {
 		}
 	})
 	t.Run("an eviction record from before reasons reads as Evicted", func(t *testing.T) {
-		if got := (&eviction{Message: "m"}).reason(); got != ReasonEvicted {
+		if got := (&evictionRecord{Message: "m"}).reason(); got != ReasonEvicted {
 			t.Fatalf("reason %q", got)
 		}
 	})

@@ -49,7 +49,7 @@ func (m *Manager) restore(p *corev1.Pod, source string) (*corev1.Pod, error) {
 	reason, msg := rejection(err)
 	m.log.Warn("pod rejected at its re-admission: kept Failed, its containers stopped, its volumes and record kept",
 		"pod", key(q), "source", source, "reason", reason, "err", err)
-	m.add([]*corev1.Pod{q}, source, &eviction{Reason: reason, Message: msg, Grace: grace(q), At: m.now(), rejected: true})
+	m.add([]*corev1.Pod{q}, source, &evictionRecord{Reason: reason, Message: msg, Grace: grace(q), At: m.now(), rejected: true})
 	m.event(q, "", corev1.EventTypeWarning, reason, msg)
 	return q, nil
 }

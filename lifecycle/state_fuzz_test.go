@@ -88,9 +88,9 @@ func FuzzAPIPodRecord(f *testing.F) {
 // record file: the envelope, then decodeEviction.
 func FuzzEvictionRecord(f *testing.F) {
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	f.Add(storedRecord(f, KindEviction, "u1", &eviction{Message: "The node was low on resource: memory.", At: at}), "u1")
-	f.Add(storedRecord(f, KindEviction, "u1", &eviction{Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Grace: time.Second, At: at}), "u1")
-	f.Add(storedRecord(f, KindEviction, "u1", &eviction{Grace: -1, At: at}), "u1")
+	f.Add(storedRecord(f, KindEviction, "u1", &evictionRecord{Message: "The node was low on resource: memory.", At: at}), "u1")
+	f.Add(storedRecord(f, KindEviction, "u1", &evictionRecord{Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Grace: time.Second, At: at}), "u1")
+	f.Add(storedRecord(f, KindEviction, "u1", &evictionRecord{Grace: -1, At: at}), "u1")
 	f.Add([]byte(`{"format":1,"kind":"eviction","key":"u1","version":2,"crc32c":0,"data":{}}`), "u1")
 	f.Add([]byte(`{"format":1,"kind":"evic`), "u1")
 	f.Fuzz(func(t *testing.T, b []byte, key string) {

@@ -2,7 +2,7 @@
 // pressure files (/proc/pressure/{cpu,memory,io,irq} and the cgroup2
 // *.pressure files), keeps them open for cheap re-reads, and arms PSI
 // triggers whose wake-ups it hands to the caller. It only senses: what a
-// pressure reading means is decided elsewhere (package oom).
+// pressure reading means is decided elsewhere (package eviction).
 //
 // The file format is Documentation/accounting/psi.rst: one line per kind,
 //

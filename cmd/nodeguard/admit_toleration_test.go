@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodeguard/nodeguard/oom"
+	"github.com/nodeguard/nodeguard/eviction"
 )
 
 // TestTolerableMemoryPressure: as the kubelet's eviction admission, a pod
@@ -17,11 +17,11 @@ func TestTolerableMemoryPressure(t *testing.T) {
 	everything := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}}
 	other := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: []corev1.Toleration{
 		{Key: corev1.TaintNodeDiskPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}}}
-	mem := map[oom.Condition]bool{oom.MemoryPressure: true}
-	memDisk := map[oom.Condition]bool{oom.MemoryPressure: true, oom.DiskPressure: true}
+	mem := map[eviction.Condition]bool{eviction.MemoryPressure: true}
+	memDisk := map[eviction.Condition]bool{eviction.MemoryPressure: true, eviction.DiskPressure: true}
 	tests := []struct {
 		name  string
-		conds map[oom.Condition]bool
+		conds map[eviction.Condition]bool
 		pod   *corev1.Pod
 		want  bool
 	}{
@@ -30,7 +30,7 @@ func TestTolerableMemoryPressure(t *testing.T) {
 		{"a pod tolerating another taint, under memory pressure", mem, other, false},
 		{"a pod with no toleration, under memory pressure", mem, &corev1.Pod{}, false},
 		{"a pod tolerating memory pressure, under memory and disk pressure", memDisk, tolerating, false},
-		{"a pod tolerating memory pressure, with no pressure (Admit decides)", map[oom.Condition]bool{}, tolerating, false},
+		{"a pod tolerating memory pressure, with no pressure (Admit decides)", map[eviction.Condition]bool{}, tolerating, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 	"github.com/nodeguard/nodeguard/bench"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/config"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -68,7 +68,7 @@ func TestRaceAgentConfig(t *testing.T) {
 				if got[nodestats.SignalAllocatableMemoryAvailable] != threshold || got[nodestats.SignalMemoryAvailable] != threshold {
 					t.Errorf("memory thresholds %v, want %d", got, threshold)
 				}
-				for s := range oom.DefaultEvictionHard() {
+				for s := range eviction.DefaultEvictionHard() {
 					if _, ok := got[nodestats.Signal(s)]; !ok {
 						t.Errorf("default threshold %s dropped", s)
 					}
@@ -101,10 +101,10 @@ func mustJSON(t *testing.T, v any) string {
 // event log for an eviction is what the race's nodeguard strategy reads.
 func TestTheRaceReadsTheAgentsEvictionEvent(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.UTC)
-	d := oom.Decision{Time: t0.Add(2 * time.Millisecond), ObservedAt: t0.Add(time.Millisecond), Signal: "allocatableMemory.available",
+	d := eviction.Decision{Time: t0.Add(2 * time.Millisecond), ObservedAt: t0.Add(time.Millisecond), Signal: "allocatableMemory.available",
 		Threshold: "allocatableMemory.available<107374182", Observed: 105e6, Hard: true,
-		Victim: oom.Pod{UID: "u1", Namespace: "bench-eviction", Name: "hog"}}
-	tm := oom.Timing{Crossed: t0, Detected: t0.Add(100 * time.Microsecond), Decided: t0.Add(2 * time.Millisecond), KillSent: t0.Add(5 * time.Millisecond)}
+		Victim: eviction.Pod{UID: "u1", Namespace: "bench-eviction", Name: "hog"}}
+	tm := eviction.Timing{Crossed: t0, Detected: t0.Add(100 * time.Microsecond), Decided: t0.Add(2 * time.Millisecond), KillSent: t0.Add(5 * time.Millisecond)}
 	events := api.NewEventLog(8)
 	(&evictionObserver{events: events}).OnDecision(d, tm)
 	evs := events.EventsSince(t.Context(), 0, 0)

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/config"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/lifecycle"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -101,7 +101,7 @@ func TestRunSensesTheImageFilesystemTheRuntimeNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := oom.NewPolicy(pc)
+	pol, err := eviction.NewPolicy(pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,12 +109,12 @@ func TestRunSensesTheImageFilesystemTheRuntimeNames(t *testing.T) {
 	for _, o := range snap.Signals {
 		sigs[o.Signal] = o
 	}
-	res := pol.Evaluate(oom.Observations{Time: snap.Time, Signals: sigs}, snap.Time)
+	res := pol.Evaluate(eviction.Observations{Time: snap.Time, Signals: sigs}, snap.Time)
 	met := false
 	for _, m := range res.Met {
 		met = met || m.Threshold == "imagefs.available<15%"
 	}
-	if !met || !res.Conditions[oom.DiskPressure] {
-		t.Errorf("imagefs.available<15%% met %v, DiskPressure %v; want both (met: %+v)", met, res.Conditions[oom.DiskPressure], res.Met)
+	if !met || !res.Conditions[eviction.DiskPressure] {
+		t.Errorf("imagefs.available<15%% met %v, DiskPressure %v; want both (met: %+v)", met, res.Conditions[eviction.DiskPressure], res.Met)
 	}
 }

@@ -12,33 +12,33 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups/cgstat"
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/loader/event"
 	"github.com/nodeguard/nodeguard/metrics"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
-// oneVictim is an oom.Actor with one pod, whose evictions succeed and
+// oneVictim is an eviction.Actor with one pod, whose evictions succeed and
 // change nothing: only an event can tell the manager the pod's memory is
 // released.
-type oneVictim struct{ ref oom.PodRef }
+type oneVictim struct{ ref eviction.PodRef }
 
-func (a *oneVictim) Pods(bool) []oom.PodRef                    { return []oom.PodRef{a.ref} }
-func (a *oneVictim) Evict(context.Context, oom.Decision) error { return nil }
-func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error       { return nil }
-func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error        { return nil }
+func (a *oneVictim) Pods(bool) []eviction.PodRef                    { return []eviction.PodRef{a.ref} }
+func (a *oneVictim) Evict(context.Context, eviction.Decision) error { return nil }
+func (a *oneVictim) SetOOMScoreAdj(types.UID, int) error            { return nil }
+func (a *oneVictim) RestoreOOMScoreAdj(types.UID) error             { return nil }
 
-// releases is an oom.Observer that hands decisions and releases to
+// releases is an eviction.Observer that hands decisions and releases to
 // channels.
 type releases struct {
-	oom.NopObserver
-	decided, released chan oom.Decision
+	eviction.NopObserver
+	decided, released chan eviction.Decision
 }
 
-func (r *releases) OnDecision(d oom.Decision, _ oom.Timing) { r.decided <- d }
-func (r *releases) OnReleased(d oom.Decision, _ oom.Timing) { r.released <- d }
+func (r *releases) OnDecision(d eviction.Decision, _ eviction.Timing) { r.decided <- d }
+func (r *releases) OnReleased(d eviction.Decision, _ eviction.Timing) { r.released <- d }
 
 // pressed is a snapshot source in which memory.available stays under the
 // hard threshold and the victim's cgroup keeps its working set: the
@@ -61,14 +61,14 @@ func pressed(rel string, memHier uint32) func(context.Context) (*pressure.Snapsh
 // hour, so nothing but an event can report the release within the test.
 func startVictimManager(t *testing.T, rel string, memHier uint32, events <-chan event.Event) *releases {
 	t.Helper()
-	thresholds, err := oom.ParseThresholds(oom.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi"}})
+	thresholds, err := eviction.ParseThresholds(eviction.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := &releases{decided: make(chan oom.Decision, 4), released: make(chan oom.Decision, 4)}
-	actor := &oneVictim{ref: oom.PodRef{CgroupRel: rel, Pod: oom.Pod{UID: "u-hog", Namespace: "default", Name: "hog", QOS: "BestEffort"}}}
-	em, err := oom.NewManager(oom.ManagerConfig{
-		Policy: oom.PolicyConfig{Thresholds: thresholds}, Actor: actor,
+	obs := &releases{decided: make(chan eviction.Decision, 4), released: make(chan eviction.Decision, 4)}
+	actor := &oneVictim{ref: eviction.PodRef{CgroupRel: rel, Pod: eviction.Pod{UID: "u-hog", Namespace: "default", Name: "hog", QOS: "BestEffort"}}}
+	em, err := eviction.NewManager(eviction.ManagerConfig{
+		Policy: eviction.PolicyConfig{Thresholds: thresholds}, Actor: actor,
 		Snapshot: pressed(rel, memHier), Tick: time.Hour, Observer: obs,
 	})
 	if err != nil {

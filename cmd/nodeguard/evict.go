@@ -13,10 +13,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/metrics"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/pressure/tripwire"
@@ -34,7 +34,7 @@ type evictionObserver struct {
 	onConditions atomic.Pointer[func()]
 }
 
-func stages(t oom.Timing) map[string]time.Duration {
+func stages(t eviction.Timing) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for name, d := range map[string]time.Duration{
 		metrics.StageDetect: t.Detect(), metrics.StageDecide: t.Decide(), metrics.StageKill: t.Kill(),
@@ -68,7 +68,7 @@ type decisionEvent struct {
 	GracePeriod time.Duration `json:"grace_period"`
 }
 
-func toEvent(d oom.Decision, t oom.Timing) decisionEvent {
+func toEvent(d eviction.Decision, t eviction.Timing) decisionEvent {
 	e := decisionEvent{
 		Signal: d.Signal, Threshold: d.Threshold, Observed: d.Observed,
 		Victim: d.Victim.Namespace + "/" + d.Victim.Name, UID: string(d.Victim.UID), Rank: d.Rank,
@@ -83,21 +83,21 @@ func toEvent(d oom.Decision, t oom.Timing) decisionEvent {
 	return e
 }
 
-func (o *evictionObserver) OnDecision(d oom.Decision, t oom.Timing) {
+func (o *evictionObserver) OnDecision(d eviction.Decision, t eviction.Timing) {
 	if o.m != nil && t.Err == nil {
 		o.m.Evicted(d.Signal, d.DryRun, stages(t))
 	}
 	o.events.Append(t.Decided, "eviction", toEvent(d, t))
 }
 
-func (o *evictionObserver) OnReleased(d oom.Decision, t oom.Timing) {
+func (o *evictionObserver) OnReleased(d eviction.Decision, t eviction.Timing) {
 	if o.m != nil {
 		o.m.Released(t.Release(), t.Total())
 	}
 	o.events.Append(t.Released, "eviction_released", toEvent(d, t))
 }
 
-func (o *evictionObserver) OnConditions(c map[oom.Condition]bool) {
+func (o *evictionObserver) OnConditions(c map[eviction.Condition]bool) {
 	if f := o.onConditions.Load(); f != nil {
 		(*f)()
 	}
@@ -111,7 +111,7 @@ func (o *evictionObserver) OnConditions(c map[oom.Condition]bool) {
 	o.events.Append(time.Now(), "node_conditions", out)
 }
 
-func (o *evictionObserver) OnOOMKill(a oom.OOMKillAttribution) {
+func (o *evictionObserver) OnOOMKill(a eviction.OOMKillAttribution) {
 	ns, pod := "", ""
 	if a.Pod != nil {
 		ns, pod = a.Pod.Namespace, a.Pod.Name
@@ -134,7 +134,7 @@ func (o *evictionObserver) OnStaleness(d time.Duration) {
 // admitter is the lifecycle's admission hook, bound to the eviction
 // policy once it exists.
 type admitter struct {
-	policy atomic.Pointer[oom.Policy]
+	policy atomic.Pointer[eviction.Policy]
 	// fit, in node mode, is the node allocatable check (fitsAllocatable).
 	fit func(*corev1.Pod) error
 }
@@ -152,17 +152,17 @@ func (a *admitter) admit(p *corev1.Pod) error {
 	if tolerableMemoryPressure(pol.Conditions(), p) {
 		return nil
 	}
-	return pol.Admit(oom.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p),
+	return pol.Admit(eviction.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p),
 		Priority: qos.Priority(p), Critical: qos.IsCritical(p)})
 }
 
 // tolerableMemoryPressure is the kubelet's exception to its eviction
 // admission (pkg/kubelet/eviction Admit): under MemoryPressure alone, a
 // BestEffort pod that tolerates the node.kubernetes.io/memory-pressure
-// NoSchedule taint is admitted (oom.Policy.Admit leaves this check to its
+// NoSchedule taint is admitted (eviction.Policy.Admit leaves this check to its
 // caller: its Pod carries no tolerations).
-func tolerableMemoryPressure(conds map[oom.Condition]bool, p *corev1.Pod) bool {
-	if !conds[oom.MemoryPressure] || conds[oom.DiskPressure] || conds[oom.PIDPressure] {
+func tolerableMemoryPressure(conds map[eviction.Condition]bool, p *corev1.Pod) bool {
+	if !conds[eviction.MemoryPressure] || conds[eviction.DiskPressure] || conds[eviction.PIDPressure] {
 		return false
 	}
 	taint := &corev1.Taint{Key: corev1.TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule}
@@ -175,7 +175,7 @@ func tolerableMemoryPressure(conds map[oom.Condition]bool, p *corev1.Pod) bool {
 }
 
 // podRootTripwire is the tripwire on the pod cgroup root, armed where
-// oom.TripwirePolicy says after every snapshot, waking the manager when
+// eviction.TripwirePolicy says after every snapshot, waking the manager when
 // it fires. On cgroup v2 it is the working set (tripwire.KindWorkingSet,
 // with its memory.high assist): a line it has fired for does not fire
 // again until the working set has come back below it (with hysteresis),
@@ -186,7 +186,7 @@ type podRootTripwire struct {
 	mu  sync.Mutex
 	// policy and failed are guarded by mu: snapshots and reloads come
 	// from different goroutines.
-	policy *oom.TripwirePolicy
+	policy *eviction.TripwirePolicy
 	failed bool
 }
 
@@ -199,7 +199,7 @@ type podRootTripwire struct {
 // and memory.high goes back to "max" (the kubelet never sets memory.high
 // on kubepods) only when it holds a value the tripwire of thresholds th
 // could have written on a node of capacity bytes (tripwireWrites).
-func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, store *statestore.Store, legacyDir string, capacity uint64, log *slog.Logger) (*podRootTripwire, error) {
+func newPodRootTripwire(dir cgroups.Dir, th []eviction.Threshold, store *statestore.Store, legacyDir string, capacity uint64, log *slog.Logger) (*podRootTripwire, error) {
 	opts := tripwire.Options{Logger: log, Store: store, LegacyStateDir: legacyDir,
 		Unarmed: tripwire.DefaultUnarmed, Written: tripwireWrites(th, capacity)}
 	tw, err := tripwire.New(dir.Path, dir.Hierarchy.V2(), opts)
@@ -207,12 +207,12 @@ func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, store *statestore.S
 		return nil, err
 	}
 	chase := !dir.Hierarchy.V2() || opts.Mechanism == tripwire.KindMemoryHigh
-	return &podRootTripwire{tw: tw, log: log, policy: oom.NewTripwirePolicy(th, chase)}, nil
+	return &podRootTripwire{tw: tw, log: log, policy: eviction.NewTripwirePolicy(th, chase)}, nil
 }
 
 // tripwireWrites bounds the memory.high values the pod root's tripwire
 // can write with thresholds th on a node of capacity bytes (MemTotal, the
-// kubelet's memory capacity). Its line (oom.TripwirePolicy.Line) is where
+// kubelet's memory capacity). Its line (eviction.TripwirePolicy.Line) is where
 // a memory threshold is crossed: allocatable minus the threshold, or
 // capacity minus the threshold minus the node's memory outside the pods,
 // so never above capacity minus the threshold, and anywhere above zero as
@@ -222,7 +222,7 @@ func newPodRootTripwire(dir cgroups.Dir, th []oom.Threshold, store *statestore.S
 // much; inactive_file and usage are at most capacity. So: from 256 KiB to
 // the highest line plus capacity. Without a memory threshold or a
 // capacity the tripwire never arms, and nothing is recognised as its.
-func tripwireWrites(th []oom.Threshold, capacity uint64) tripwire.HighRange {
+func tripwireWrites(th []eviction.Threshold, capacity uint64) tripwire.HighRange {
 	var top uint64
 	for _, t := range th {
 		if t.Signal != nodestats.SignalMemoryAvailable && t.Signal != nodestats.SignalAllocatableMemoryAvailable {
@@ -267,7 +267,7 @@ func (p *podRootTripwire) rearm(s *pressure.Snapshot) {
 // run forwards fires to the manager until ctx ends; the tripwire
 // stopping before is an error (its cgroup went away, its descriptor
 // failed).
-func (p *podRootTripwire) run(ctx context.Context, mgr *oom.Manager) error {
+func (p *podRootTripwire) run(ctx context.Context, mgr *eviction.Manager) error {
 	for {
 		select {
 		case <-ctx.Done():

@@ -33,12 +33,12 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/config"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/guard"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/metrics"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -286,7 +286,7 @@ func runGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, ctl daemo
 	if st.kcs == nil {
 		// Soft decisions only ever ask the Eviction API: without one
 		// they could only fail, every evaluation.
-		var hard []oom.Threshold
+		var hard []eviction.Threshold
 		for _, th := range policy.Thresholds {
 			if th.Hard() {
 				hard = append(hard, th)
@@ -350,7 +350,7 @@ func runGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, ctl daemo
 	g.Go("guard pods", actor.Run)
 
 	fwd := newEventForwarder(1024, st.layout.Memory.ID)
-	var evictMgr atomic.Pointer[oom.Manager]
+	var evictMgr atomic.Pointer[eviction.Manager]
 	var wire atomic.Pointer[podRootTripwire]
 	sf := &senseFlags{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{st.kube}, rootDir: cfg.RootDir,
 		imageFS: "/var/lib/containerd",
@@ -391,7 +391,7 @@ func runGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, ctl daemo
 		evictMgr.Store(em)
 		tick := cfg.Eviction.Tick.Duration
 		if tick <= 0 {
-			tick = oom.DefaultTick
+			tick = eviction.DefaultTick
 		}
 		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
 	}

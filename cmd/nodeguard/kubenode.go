@@ -22,12 +22,12 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/nodeguard/nodeguard/config"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/kubenode"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -115,7 +115,7 @@ type nodeMode struct {
 	allocatable corev1.ResourceList
 	runtime     *cri.Client
 	// conditions are the eviction manager's (nil: none runs).
-	conditions func() map[oom.Condition]bool
+	conditions func() map[eviction.Condition]bool
 	// heartbeat is when the pod lifecycle last made a pass.
 	heartbeat func() time.Time
 	// endpoint serves the node's HTTPS endpoint (the local API's server,
@@ -148,7 +148,7 @@ func startNodeMode(g *group.Group, cs kubernetes.Interface, nm nodeMode) (*kuben
 			var h kubenode.Health
 			if nm.conditions != nil {
 				c := nm.conditions()
-				h.MemoryPressure, h.DiskPressure, h.PIDPressure = c[oom.MemoryPressure], c[oom.DiskPressure], c[oom.PIDPressure]
+				h.MemoryPressure, h.DiskPressure, h.PIDPressure = c[eviction.MemoryPressure], c[eviction.DiskPressure], c[eviction.PIDPressure]
 			}
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -196,7 +196,7 @@ func startNodeMode(g *group.Group, cs kubernetes.Interface, nm nodeMode) (*kuben
 // root dir), pods (maxPods) and the huge page sizes (none pre-allocated
 // here); allocatable is capacity less the reservations, and memory less
 // the hard eviction threshold on memory.available too.
-func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int, cfg config.Run, thresholds []oom.Threshold) (cap, alloc corev1.ResourceList) {
+func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int, cfg config.Run, thresholds []eviction.Threshold) (cap, alloc corev1.ResourceList) {
 	cap = capacity.DeepCopy()
 	if eph, ok := node.Allocatable[corev1.ResourceEphemeralStorage]; ok {
 		cap[corev1.ResourceEphemeralStorage] = eph
@@ -296,12 +296,12 @@ func (e *resourceRejection) Error() string {
 // refused, as the kubelet's admission results name them.
 func rejectReason(err error) (string, string) {
 	var rr *resourceRejection
-	var ae *oom.AdmitError
+	var ae *eviction.AdmitError
 	switch {
 	case errors.As(err, &rr):
 		return rr.Reason(), rr.Error()
 	case errors.As(err, &ae):
-		return oom.AdmitReason, ae.Error()
+		return eviction.AdmitReason, ae.Error()
 	case strings.Contains(err.Error(), lifecycle.ReasonNodeAffinity+": "):
 		return lifecycle.ReasonNodeAffinity, lifecycle.MessageNodeAffinity
 	case errors.Is(err, lifecycle.ErrInvalid):

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/nodeguard/nodeguard/config"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/logging"
-	"github.com/nodeguard/nodeguard/oom"
 )
 
 // daemonControl is what runDaemon needs from the command beyond the
@@ -50,8 +50,8 @@ type reloader struct {
 	load   func() (config.Run, error)
 	path   string
 	logs   *logging.Logger
-	em     *oom.Manager     // nil: eviction disabled
-	wire   *podRootTripwire // nil: no tripwire
+	em     *eviction.Manager // nil: eviction disabled
+	wire   *podRootTripwire  // nil: no tripwire
 	n      *notifier
 	log    *slog.Logger
 	status func() string
@@ -119,7 +119,7 @@ func (r *reloader) reload() {
 
 // setThresholds re-aims the tripwire at new thresholds: the next snapshot
 // arms it afresh.
-func (p *podRootTripwire) setThresholds(th []oom.Threshold) {
+func (p *podRootTripwire) setThresholds(th []eviction.Threshold) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.policy.SetThresholds(th)
@@ -127,7 +127,7 @@ func (p *podRootTripwire) setThresholds(th []oom.Threshold) {
 
 // describeThresholds renders a policy's thresholds and rules for one log
 // line: "memory.available<100Mi,nodefs.available<10%".
-func describeThresholds(p oom.PolicyConfig) (thresholds, rules string) {
+func describeThresholds(p eviction.PolicyConfig) (thresholds, rules string) {
 	var ts, rs []string
 	for _, t := range p.Thresholds {
 		kind := ""

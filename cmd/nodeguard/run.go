@@ -24,6 +24,7 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/config"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/internal/statestore"
@@ -38,7 +39,6 @@ import (
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/netplumb"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/psi"
@@ -517,7 +517,7 @@ func runDaemon(ctx context.Context, cfg config.Run, checkNetwork bool, log *slog
 	storage := &storageSampler{mgr: mgr, every: 10 * time.Second, log: log}
 	g.Go("storage sampler", func(ctx context.Context) error { storage.Run(ctx); return nil })
 	fwd := newEventForwarder(1024, layout.Memory.ID)
-	var evictMgr atomic.Pointer[oom.Manager]
+	var evictMgr atomic.Pointer[eviction.Manager]
 	// Set once the eviction manager exists, after sensing has started:
 	// read by the sensor's observer goroutine.
 	var wire atomic.Pointer[podRootTripwire]
@@ -565,7 +565,7 @@ func runDaemon(ctx context.Context, cfg config.Run, checkNetwork bool, log *slog
 	}
 	var obs *evictionObserver
 	if !cfg.Eviction.Disabled {
-		var em *oom.Manager
+		var em *eviction.Manager
 		em, obs, err = startEviction(g, evictionWiring{cfg: cfg.Eviction, policy: policy, actor: evictionActor,
 			reclaim: disk.reclaim, sensing: s, events: events, fwd: fwd, layout: layout, kube: kube, rootDir: cfg.RootDir, store: store,
 			wire: &wire, beats: &beats, log: log})
@@ -616,7 +616,7 @@ func runDaemon(ctx context.Context, cfg config.Run, checkNetwork bool, log *slog
 	if em != nil {
 		tick := cfg.Eviction.Tick.Duration
 		if tick <= 0 {
-			tick = oom.DefaultTick
+			tick = eviction.DefaultTick
 		}
 		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
 	}
@@ -643,9 +643,9 @@ func runDaemon(ctx context.Context, cfg config.Run, checkNetwork bool, log *slog
 // tripwire and events, acting through the mode's actor.
 type evictionWiring struct {
 	cfg     config.Eviction
-	policy  oom.PolicyConfig
-	actor   oom.Actor
-	reclaim oom.NodeReclaimer // nil: no node-level reclaim (guard mode: the kubelet's images)
+	policy  eviction.PolicyConfig
+	actor   eviction.Actor
+	reclaim eviction.NodeReclaimer // nil: no node-level reclaim (guard mode: the kubelet's images)
 	sensing *sensing
 	events  *api.EventLog
 	fwd     *eventForwarder
@@ -664,10 +664,10 @@ type evictionWiring struct {
 // startEviction starts the eviction manager in g: its loop, its kernel
 // events and the tripwire on the pod root. The manager's observer counts
 // decisions in the metrics and the event log.
-func startEviction(g *group.Group, w evictionWiring) (*oom.Manager, *evictionObserver, error) {
+func startEviction(g *group.Group, w evictionWiring) (*eviction.Manager, *evictionObserver, error) {
 	log, s := w.log, w.sensing
 	obs := &evictionObserver{m: s.exporter.Eviction(), events: w.events, log: log}
-	em, err := oom.NewManager(oom.ManagerConfig{
+	em, err := eviction.NewManager(eviction.ManagerConfig{
 		Policy: w.policy, Actor: w.actor,
 		Snapshot:     func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },
 		SnapshotCalm: func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.FreshCalm(ctx), nil },
@@ -708,7 +708,7 @@ func startEviction(g *group.Group, w evictionWiring) (*oom.Manager, *evictionObs
 // podCgroups makes the pods and the cgroups above them hot (read every
 // tick), the containers' read when a scrape asks (pressure.Config.Hot,
 // Sensor.Scrape), and the pods' own calm: read only while memory is near
-// a threshold (oom.Policy.Calm); far from every one, the eviction
+// a threshold (eviction.Policy.Calm); far from every one, the eviction
 // manager's ticks read them every 5th second with the containers'.
 func (f *senseFlags) podCgroups(driver kubepods.Driver) {
 	f.hot = func(rel string) bool { return !kubepods.BeneathPod(driver, rel) }
@@ -717,7 +717,7 @@ func (f *senseFlags) podCgroups(driver kubepods.Driver) {
 
 // wakeEviction hands PSI trigger wake-ups to the eviction manager and
 // every snapshot to the pod-root tripwire, once they exist.
-func (f *senseFlags) wakeEviction(em *atomic.Pointer[oom.Manager], wire *atomic.Pointer[podRootTripwire]) {
+func (f *senseFlags) wakeEviction(em *atomic.Pointer[eviction.Manager], wire *atomic.Pointer[podRootTripwire]) {
 	f.onWake = func(w psi.Wake) {
 		if m := em.Load(); m != nil {
 			m.Wake("psi:"+w.Trigger.String(), w.Time)

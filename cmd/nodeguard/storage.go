@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/metrics"
-	"github.com/nodeguard/nodeguard/oom"
 )
 
 // storageSampler hands the pod manager's newest sample of every pod's
@@ -72,8 +72,8 @@ type decisionRelay struct {
 }
 
 type earlyDecision struct {
-	d oom.Decision
-	t oom.Timing
+	d eviction.Decision
+	t eviction.Timing
 }
 
 // earlyDecisions bounds what is kept before binding: one per pod of a
@@ -81,7 +81,7 @@ type earlyDecision struct {
 const earlyDecisions = 128
 
 // OnDecision implements lifecycle.LocalStorageConfig.Observer.
-func (r *decisionRelay) OnDecision(d oom.Decision, t oom.Timing) {
+func (r *decisionRelay) OnDecision(d eviction.Decision, t eviction.Timing) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.to != nil {

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/metrics"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 )
 
@@ -48,15 +48,15 @@ func TestDecisionRelay(t *testing.T) {
 	events := api.NewEventLog(1024)
 	obs := &evictionObserver{m: e.Eviction(), events: events, log: slog.New(slog.DiscardHandler)}
 	r := &decisionRelay{}
-	d := oom.Decision{Signal: lifecycle.SignalEmptyDirFsLimit, Message: "m"}
+	d := eviction.Decision{Signal: lifecycle.SignalEmptyDirFsLimit, Message: "m"}
 	now := time.Now()
 	for range earlyDecisions + 2 {
-		r.OnDecision(d, oom.Timing{Decided: now, KillSent: now})
+		r.OnDecision(d, eviction.Timing{Decided: now, KillSent: now})
 	}
 	if lost := r.bind(obs); lost != 2 {
 		t.Errorf("bind reports %d lost, want 2 beyond the bound of %d", lost, earlyDecisions)
 	}
-	r.OnDecision(oom.Decision{Signal: lifecycle.SignalEphemeralPodFsLimit}, oom.Timing{Decided: now, KillSent: now})
+	r.OnDecision(eviction.Decision{Signal: lifecycle.SignalEphemeralPodFsLimit}, eviction.Timing{Decided: now, KillSent: now})
 	got := evictionsBySignal(t, e)
 	if got[lifecycle.SignalEmptyDirFsLimit] != earlyDecisions || got[lifecycle.SignalEphemeralPodFsLimit] != 1 {
 		t.Errorf("kubelet_evictions by signal = %v, want %d %s and 1 %s", got, earlyDecisions,

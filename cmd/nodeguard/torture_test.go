@@ -26,11 +26,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lab/crienv"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/oom"
 )
 
 // The restart torture test's size and bounds. Its defaults keep it near
@@ -939,7 +939,7 @@ func (tt *torture) opRaise() bool {
 			break
 		}
 	}
-	tt.note("raised to %d: %v", oom.NextVictimOOMScoreAdj, raised)
+	tt.note("raised to %d: %v", eviction.NextVictimOOMScoreAdj, raised)
 	tt.halt(true)
 	tt.writeConfig()
 	tt.restartChecks("SIGKILL after an oom_score_adj raise")
@@ -1193,7 +1193,7 @@ func (tt *torture) raisedPods() map[string][]int {
 					}
 					seen[pid] = true
 					adj, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
-					if err == nil && strings.TrimSpace(string(adj)) == strconv.Itoa(oom.NextVictimOOMScoreAdj) {
+					if err == nil && strings.TrimSpace(string(adj)) == strconv.Itoa(eviction.NextVictimOOMScoreAdj) {
 						out[name] = append(out[name], pid)
 					}
 				}
@@ -1213,7 +1213,7 @@ func (tt *torture) checkOOMScoreAdj(why string) bool {
 	}
 	if key := fmt.Sprint(raised); !tt.reported[key] {
 		tt.reported[key] = true
-		tt.t.Errorf("step %d (%s): oom_score_adj %d left raised with no agent raising it: %v", tt.step, why, oom.NextVictimOOMScoreAdj, raised)
+		tt.t.Errorf("step %d (%s): oom_score_adj %d left raised with no agent raising it: %v", tt.step, why, eviction.NextVictimOOMScoreAdj, raised)
 	}
 	return false
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/nodeguard/nodeguard/cgroups"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/statestore"
-	"github.com/nodeguard/nodeguard/oom"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/pressure/tripwire"
@@ -31,16 +31,16 @@ func (a *armRecorder) Arm(th uint64) error {
 	return a.err
 }
 
-// The placement is oom.TripwirePolicy's (tested there); the wiring arms
+// The placement is eviction.TripwirePolicy's (tested there); the wiring arms
 // where it says, and tries a failed Arm again at the next snapshot
 // instead of taking the wire for armed.
 func TestPodRootTripwireArmsWhereThePolicySaysAndRetriesAFailedArm(t *testing.T) {
 	const capacity = 1 << 30
-	th := []oom.Threshold{{Signal: nodestats.SignalAllocatableMemoryAvailable, Value: oom.ThresholdValue{Quantity: 100 << 20}}}
+	th := []eviction.Threshold{{Signal: nodestats.SignalAllocatableMemoryAvailable, Value: eviction.ThresholdValue{Quantity: 100 << 20}}}
 	s := &pressure.Snapshot{Signals: []nodestats.Observation{{Signal: nodestats.SignalAllocatableMemoryAvailable, Available: capacity / 2, Capacity: capacity}}}
 	const line = capacity - 100<<20
 	rec := &armRecorder{err: errors.New("cgroup.event_control: no such file")}
-	p := &podRootTripwire{tw: rec, log: slog.New(slog.DiscardHandler), policy: oom.NewTripwirePolicy(th, false)}
+	p := &podRootTripwire{tw: rec, log: slog.New(slog.DiscardHandler), policy: eviction.NewTripwirePolicy(th, false)}
 	p.rearm(s)
 	rec.err = nil
 	p.rearm(s)
@@ -57,14 +57,14 @@ func TestPodRootTripwireArmsWhereThePolicySaysAndRetriesAFailedArm(t *testing.T)
 func TestTheTripwireIsDownWhileArmingFails(t *testing.T) {
 	const capacity = 1 << 30
 	const line = capacity - 100<<20
-	th := []oom.Threshold{{Signal: nodestats.SignalAllocatableMemoryAvailable, Value: oom.ThresholdValue{Quantity: 100 << 20}}}
+	th := []eviction.Threshold{{Signal: nodestats.SignalAllocatableMemoryAvailable, Value: eviction.ThresholdValue{Quantity: 100 << 20}}}
 	snap := func(usage uint64) *pressure.Snapshot {
 		s := &pressure.Snapshot{Signals: []nodestats.Observation{{Signal: nodestats.SignalAllocatableMemoryAvailable, Available: capacity / 2, Capacity: capacity}}}
 		s.Node.Pods.Usage = usage
 		return s
 	}
 	tw := &armRecorder{}
-	p := &podRootTripwire{tw: tw, log: slog.New(slog.DiscardHandler), policy: oom.NewTripwirePolicy(th, true)}
+	p := &podRootTripwire{tw: tw, log: slog.New(slog.DiscardHandler), policy: eviction.NewTripwirePolicy(th, true)}
 	hb := p.heartbeat()
 	down := func() string {
 		why, _ := hb.stuck(time.Now(), time.Now(), time.Second)
@@ -99,9 +99,9 @@ func TestTheTripwireIsDownWhileArmingFails(t *testing.T) {
 
 func TestTripwireWritesBoundsWhatThePodRootsTripwireWrites(t *testing.T) {
 	const capacity = 8 << 30
-	th := func(c oom.ThresholdConfig) []oom.Threshold {
+	th := func(c eviction.ThresholdConfig) []eviction.Threshold {
 		t.Helper()
-		ts, err := oom.ParseThresholds(c)
+		ts, err := eviction.ParseThresholds(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,23 +109,23 @@ func TestTripwireWritesBoundsWhatThePodRootsTripwireWrites(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		th       []oom.Threshold
+		th       []eviction.Threshold
 		capacity uint64
 		want     tripwire.HighRange
 	}{
 		{"memory.available: up to the highest line plus the capacity",
-			th(oom.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "200Mi"}}), capacity,
+			th(eviction.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "200Mi"}}), capacity,
 			tripwire.HighRange{Min: 256 << 10, Max: capacity - 200<<20 + capacity}},
 		{"the smallest threshold gives the highest line",
-			th(oom.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi", "allocatableMemory.available": "1Gi"}}), capacity,
+			th(eviction.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi", "allocatableMemory.available": "1Gi"}}), capacity,
 			tripwire.HighRange{Min: 256 << 10, Max: capacity - 100<<20 + capacity}},
 		{"a percentage resolves against the capacity",
-			th(oom.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "10%"}}), capacity,
+			th(eviction.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "10%"}}), capacity,
 			tripwire.HighRange{Min: 256 << 10, Max: capacity - capacity/10 + capacity}},
 		{"without a memory threshold nothing is the tripwire's",
-			th(oom.ThresholdConfig{EvictionHard: map[string]string{"nodefs.available": "10%"}}), capacity, tripwire.HighRange{}},
+			th(eviction.ThresholdConfig{EvictionHard: map[string]string{"nodefs.available": "10%"}}), capacity, tripwire.HighRange{}},
 		{"without a capacity nothing is the tripwire's",
-			th(oom.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi"}}), 0, tripwire.HighRange{}},
+			th(eviction.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "100Mi"}}), 0, tripwire.HighRange{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +142,7 @@ func TestTripwireWritesBoundsWhatThePodRootsTripwireWrites(t *testing.T) {
 // memory.high far above every line is left; the tripwire runs either way.
 func TestPodRootTripwireRepairsAfterAnUnreadableRecord(t *testing.T) {
 	const capacity = 4 << 30
-	th, err := oom.ParseThresholds(oom.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "200Mi"}})
+	th, err := eviction.ParseThresholds(eviction.ThresholdConfig{EvictionHard: map[string]string{"memory.available": "200Mi"}})
 	if err != nil {
 		t.Fatal(err)
 	}

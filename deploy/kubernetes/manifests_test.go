@@ -33,8 +33,8 @@ import (
 
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/deploy/kubernetes"
+	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/strictyaml"
-	"github.com/nodeguard/nodeguard/oom"
 )
 
 // exampleConfig is the guard's example configuration file.
@@ -432,7 +432,7 @@ func TestGuardConfigurations(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowedEviction := append(evictionKeys(t), "hardAction")
-	kubeletHard := resource.MustParse(oom.DefaultEvictionHard()["memory.available"])
+	kubeletHard := resource.MustParse(eviction.DefaultEvictionHard()["memory.available"])
 	for _, tc := range []struct {
 		name string
 		data []byte

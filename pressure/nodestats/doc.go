@@ -4,7 +4,7 @@
 // with the memory usage of the root (and pod root) memory cgroup, which
 // package cgstat reads (cgstat.CgroupMemory, ReadCgroupMemoryV1/V2: every
 // cgroup file is read in the cgroups room). It only senses: thresholds,
-// grace periods and decisions live in package oom.
+// grace periods and decisions live in package eviction.
 //
 // The signals are defined exactly as the kubelet defines them, and every
 // formula names the Kubernetes, cAdvisor or runc source it follows:

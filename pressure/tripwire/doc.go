@@ -4,7 +4,7 @@
 // set on cgroup v2, from a poll whose period shrinks with the distance to
 // the line (an event at the charge exists there only as memory.high, which
 // throttles every pod). It only senses: what a crossing means is decided
-// by package oom, which confirms every Fire on a fresh snapshot.
+// by package eviction, which confirms every Fire on a fresh snapshot.
 //
 // # Mechanisms
 //

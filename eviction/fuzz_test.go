@@ -1,4 +1,4 @@
-package oom
+package eviction
 
 import (
 	"errors"

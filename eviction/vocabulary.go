@@ -1,10 +1,10 @@
-package oom
+package eviction
 
 import "github.com/nodeguard/nodeguard/evictionapi"
 
-// The eviction vocabulary lives in package eviction, so that the act rooms
-// need not import the policy; these names keep oom's own code and its
-// callers reading as before.
+// The eviction vocabulary lives in package evictionapi, so that the act
+// rooms need not import the policy; these names let the policy's code and
+// the assembly say eviction.Decision.
 type (
 	Pod           = evictionapi.Pod
 	PodRef        = evictionapi.PodRef

@@ -1,5 +1,6 @@
-// Package oom decides and acts on memory, disk and PID pressure: the
-// eviction policy and the manager loop that runs it.
+// Package eviction decides on memory, disk and PID pressure, as the
+// kubelet's eviction manager does and with PSI rules and kernel events
+// besides: the eviction policy and the manager loop that runs it.
 //
 // The policy (Policy) is pure: observations (a pressure snapshot turned
 // into signals, the pods with their usage and ranks inputs) and the time
@@ -86,4 +87,4 @@
 //     raise that failed (perhaps in part) is put back all the same, and
 //     tried again while the pod stays the next victim. Dry run changes
 //     nothing and evicts nothing.
-package oom
+package eviction
