@@ -98,7 +98,7 @@ var labImporters = []string{"bench"}
 var knownLabImports = map[string]string{
 	// run --private-runtime starts the demo's private containerd and
 	// builds its images (lab/crienv); the demo is to start it itself.
-	"cmd/nodeguard -> lab/crienv": "the demo's private runtime",
+	"agent -> lab/crienv": "the demo's private runtime",
 }
 
 func floorOf(rel string) (floor, bool) {

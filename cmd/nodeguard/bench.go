@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodeguard/nodeguard/agent"
 	"github.com/nodeguard/nodeguard/bench"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 )
@@ -84,7 +85,7 @@ and starts N more while they are in grace, and reports both side by side.`,
 				return fmt.Errorf("--pods and --parallel must be positive")
 			}
 			return bench.ChurnBench(cmd.Context(), bench.ChurnOptions{Config: cfg, Endpoint: endpoint, CgroupRoot: cgroupRoot, OutDir: out,
-				MinOOMScoreAdj: ownOOMScoreAdj(), Log: log, Report: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr()})
+				MinOOMScoreAdj: agent.OwnOOMScoreAdj(), Log: log, Report: cmd.OutOrStdout(), Progress: cmd.ErrOrStderr()})
 		},
 	}
 	cmd.Flags().IntVar(&cfg.Pods, "pods", cfg.Pods, "pods per strategy")

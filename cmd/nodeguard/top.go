@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodeguard/nodeguard/agent"
 	"github.com/nodeguard/nodeguard/loader"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
@@ -17,7 +18,7 @@ import (
 )
 
 func newTopCmd(g *globalFlags) *cobra.Command {
-	f := &senseFlags{}
+	o := agent.SenseOptions{Version: version}
 	var (
 		once     bool
 		interval time.Duration
@@ -42,24 +43,23 @@ one frame (two snapshots --interval apart, for the rates) and exits.`,
 			default:
 				return fmt.Errorf("--sort %q: want pressure, workingset or reclaim", sortBy)
 			}
-			f.metricsAddr = ""
-			s, err := startSensing(cmd.Context(), f, log)
+			s, err := agent.OpenSensor(cmd.Context(), o, log)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			out := cmd.OutOrStdout()
 			ctx := cmd.Context()
-			prev := s.snapper.Snapshot(ctx, time.Now())
-			prevReclaim := reclaimByKey(s.pipeline)
+			prev := s.Snapshot(ctx, time.Now())
+			prevReclaim := reclaimByKey(s.Pipeline())
 			for {
 				select {
 				case <-ctx.Done():
 					return nil
 				case <-time.After(interval):
 				}
-				cur := s.snapper.Snapshot(ctx, time.Now())
-				curReclaim := reclaimByKey(s.pipeline)
+				cur := s.Snapshot(ctx, time.Now())
+				curReclaim := reclaimByKey(s.Pipeline())
 				var b strings.Builder
 				if !once {
 					b.WriteString("\x1b[H\x1b[2J")
@@ -73,7 +73,7 @@ one frame (two snapshots --interval apart, for the rates) and exits.`,
 			}
 		},
 	}
-	f.register(cmd)
+	senseFlags(cmd, &o)
 	cmd.Flags().Lookup("metrics-addr").Hidden = true
 	cmd.Flags().BoolVar(&once, "once", false, "print one frame and exit (for scripts)")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval (and the rate window)")
