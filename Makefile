@@ -57,7 +57,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1)
 	$(GO) vet ./...
 	$(GO) vet -tags nodelane ./lab/nodelane/
-	$(GO) vet -tags clusterlane ./lab/cluster/ ./cmd/nodeguard/ ./guard/
+	$(GO) vet -tags clusterlane ./lab/cluster/ ./agent/ ./cmd/nodeguard/ ./guard/
 
 # The test command of README.md and .ci/run: the host lane, then the lanes
 # that boot guests, in two chains side by side (scripts/lanes.sh; each
@@ -173,7 +173,7 @@ FUZZ_TARGETS ?= \
 # Go module proxy into /var/cache/nodeguard-cp (scripts/controlplane.sh:
 # 10-25 min cold on 2 cores, nothing when cached), started on 127.0.0.1
 # with Node,RBAC and NodeRestriction and checked (lab/cluster), then
-# nodeguard in node mode against it (cmd/nodeguard, TestNodeMode*: the
+# nodeguard in node mode against it (agent, TestNodeMode*: the
 # Node Ready with its capacity and Lease, a Deployment's pods Running, a
 # graceful delete, a rejection with its Event, NotReady once stopped),
 # and last the node lane's node-mode check: nodeguard as make install
@@ -197,7 +197,7 @@ test-cluster: test-cluster-host test-cluster-node
 test-cluster-host: deps
 	@bin=$$(scripts/controlplane.sh) && \
 		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestControlPlane$$' ./lab/cluster/ && \
-		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./cmd/nodeguard/ && \
+		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 12m -v -run '^TestNodeMode' ./agent/ && \
 		NODEGUARD_CP_BIN=$$bin $(GO) test -tags clusterlane -count=1 -timeout 10m -v -run '^TestGuard' ./guard/
 
 test-cluster-node:

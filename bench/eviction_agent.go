@@ -79,7 +79,7 @@ func (e AgentEviction) Reason() string {
 }
 
 // agentDecision is the JSON of an "eviction" event, the fields the race
-// reads (cmd/nodeguard's decisionEvent writes them).
+// reads (agent's decisionEvent writes them).
 type agentDecision struct {
 	Signal     string    `json:"signal"`
 	Threshold  string    `json:"threshold"`

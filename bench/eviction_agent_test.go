@@ -19,7 +19,7 @@ import (
 )
 
 // evictionEvent is an "eviction" event as the agent writes it
-// (cmd/nodeguard decisionEvent; its test decodes the real one).
+// (agent decisionEvent; its test decodes the real one).
 const evictionEvent = `{"signal":"allocatableMemory.available","threshold":"allocatableMemory.available<107374182",
 "observed":105693184,"victim":"bench-eviction/hog","uid":"e127","rank":0,"hard":true,"dry_run":false,"message":"m",
 "crossed":"2026-12-01T08:24:34.610000000Z","observed_at":"2026-12-01T08:24:34.611906862Z","kill_sent":"2026-12-01T08:24:34.619780958Z",

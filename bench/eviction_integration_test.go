@@ -86,7 +86,7 @@ func TestEvictionTrialAgainstARealContainerd(t *testing.T) {
 		HogImage: images.HogName, BusyboxImage: env.BusyboxImage(), Background: background,
 		Seed: 1, Progress: &progress, Log: log,
 	}
-	// No agent here (cmd/nodeguard's TestBenchEvictionOnTheRealAgent races
+	// No agent here (bench's TestBenchEvictionOnTheRealAgent races
 	// on one): the test sets the budget itself, as the agent's node
 	// allocatable would.
 	if _, err := cg.EnforceAllocatable(ctx, corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(budget, resource.BinarySI)}, nil, nil); err != nil {
