@@ -233,11 +233,14 @@ cur_log="$LOGS/agent.log"
 "$BIN" events --agent --api-socket "$run_dir/api.sock" --duration 12s >"$run_dir/events" 2>&1 &
 events_pid=$!
 "$BIN" pod apply -f deploy/demo/hog.yaml --api-socket "$run_dir/api.sock"
+# The pod's status reason says Evicted; pod ls's STATUS column, as
+# kubectl's, shows the last container state (Error) once it is synced.
 for _ in $(seq 1 40); do
-	"$BIN" pod ls --api-socket "$run_dir/api.sock" 2>/dev/null | grep -q Evicted && break
+	"$BIN" pod get hog -o yaml --api-socket "$run_dir/api.sock" 2>/dev/null | grep -q '^  reason: Evicted' && break
 	sleep 0.5
 done
 "$BIN" pod ls --api-socket "$run_dir/api.sock" || true
+"$BIN" pod get hog -o yaml --api-socket "$run_dir/api.sock" 2>/dev/null | grep -E '^  (phase|reason|message):' || true
 echo
 echo "nodeguard events --agent (the decision with its stage latencies, the node condition):"
 sleep 1
