@@ -81,13 +81,23 @@ func (m *Manager) observeContainers(ctx context.Context, st *podState, byName ma
 }
 
 // published reports what the pod's published status (the API server's
-// copy in node mode) last said of container id: ready, and started.
-// Only the same container counts; a replaced one starts over.
+// copy in node mode) last said of container id: ready, and started. Only
+// the same container counts; a replaced one starts over. Ready counts only
+// while the pod's Ready condition is True too: when a node stops
+// reporting, the node controller sets that condition False and leaves the
+// containers' ready as they were, and a pod the cluster already took out
+// of its endpoints is not put back before a probe says so.
 func published(pod *corev1.Pod, name, id string) (ready, started bool) {
+	podReady := false
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			podReady = c.Status == corev1.ConditionTrue
+		}
+	}
 	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, cs := range list {
 			if cs.Name == name && cs.ContainerID == "containerd://"+id {
-				return cs.Ready, cs.Started != nil && *cs.Started
+				return cs.Ready && podReady, cs.Started != nil && *cs.Started
 			}
 		}
 	}

@@ -226,26 +226,34 @@ func (m *Manager) Stop() {
 
 // SetContainer records what the runtime says of a pod's container.
 //
-// A container it has no result for yet that the last published status
-// said was ready or started (Container.WasReady, WasStarted) has that
-// result at once, for a probe of that kind it has; its worker counts from
-// there.
+// A running container it has no result for yet that the last published
+// status said was started or ready (Container.WasStarted, WasReady) has
+// that result at once, for a probe of that kind it has; its worker counts
+// from there. Readiness is carried only with a start: carried (its own
+// WasStarted) or needless (no startup probe).
 func (m *Manager) SetContainer(uid types.UID, name string, c Container) {
-	var carried []resultKey
+	var carried []Update
 	m.mu.Lock()
 	m.containers[ctrKey{uid, name}] = c
-	for _, k := range []Kind{Startup, Readiness} {
-		key := resultKey{uid, name, k}
-		if was := (k == Startup && c.WasStarted) || (k == Readiness && c.WasReady); !was || c.ID == "" || m.probed[key] == nil {
-			continue
-		}
-		if r, ok := m.results[key]; !ok || r.containerID != c.ID {
-			carried = append(carried, key)
+	if c.Running && c.ID != "" {
+		started := m.probed[resultKey{uid, name, Startup}] == nil || c.WasStarted
+		for _, k := range []Kind{Startup, Readiness} {
+			key := resultKey{uid, name, k}
+			was := (k == Startup && c.WasStarted) || (k == Readiness && c.WasReady && started)
+			if !was || m.probed[key] == nil {
+				continue
+			}
+			// Carried and recorded in one locked step: the worker's first
+			// look (setInitial) comes before it, and keeps it, or after it
+			// and finds it; never between.
+			if u, ok := m.setInitialLocked(key, c.ID, Success); ok {
+				carried = append(carried, u)
+			}
 		}
 	}
 	m.mu.Unlock()
-	for _, key := range carried {
-		m.setInitial(key, c.ID, Success)
+	for _, u := range carried {
+		m.report(u)
 	}
 }
 
@@ -320,12 +328,28 @@ func (m *Manager) Trigger(uid types.UID, name string, k Kind) {
 // already (carried over from its published status, or counted).
 func (m *Manager) setInitial(k resultKey, id string, r Result) {
 	m.mu.Lock()
-	old, had := m.results[k]
+	u, ok := m.setInitialLocked(k, id, r)
 	m.mu.Unlock()
-	if had && old.containerID == id {
-		return
+	if ok {
+		m.report(u)
 	}
-	m.set(k, id, r, "")
+}
+
+// setInitialLocked is setInitial's check and write, with m.mu held; ok
+// reports a result recorded, to be reported once the lock is let go.
+func (m *Manager) setInitialLocked(k resultKey, id string, r Result) (Update, bool) {
+	if old, had := m.results[k]; had && old.containerID == id {
+		return Update{}, false
+	}
+	m.results[k] = result{containerID: id, result: r}
+	return Update{PodUID: k.uid, Container: k.container, ContainerID: id, Kind: k.kind, Result: r}, true
+}
+
+// report tells Config.OnUpdate of a changed result; never with m.mu held.
+func (m *Manager) report(u Update) {
+	if m.cfg.OnUpdate != nil {
+		m.cfg.OnUpdate(u)
+	}
 }
 
 // set records a result and reports it if it changed.
@@ -337,9 +361,7 @@ func (m *Manager) set(k resultKey, id string, r Result, msg string) {
 	if had && old.containerID == id && old.result == r {
 		return
 	}
-	if m.cfg.OnUpdate != nil {
-		m.cfg.OnUpdate(Update{PodUID: k.uid, Container: k.container, ContainerID: id, Kind: k.kind, Result: r, Message: msg})
-	}
+	m.report(Update{PodUID: k.uid, Container: k.container, ContainerID: id, Kind: k.kind, Result: r, Message: msg})
 }
 
 func (m *Manager) count(pod *corev1.Pod, k resultKey, r Result) {

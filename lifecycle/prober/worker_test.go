@@ -116,6 +116,37 @@ func TestWorker(t *testing.T) {
 			t.Fatal("no updates reported for the carried results")
 		}
 	})
+	t.Run("the carry and the worker's first look race without losing the carry", func(t *testing.T) {
+		for i := 0; i < 200; i++ {
+			fp := &fakeProber{results: []Result{Failure}}
+			pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 3, 1)})
+			m, clk, ws, _ := setup(t, pod, fp)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				// Its first look, at c1 or at the adopted c2: one Failure of 3.
+				ws[Readiness].doProbe(ctx)
+			}()
+			m.SetContainer(pod.UID, "a", Container{ID: "c2", Running: true, StartedAt: clk.t, WasReady: true})
+			<-done
+			if !m.Ready(pod.UID, "a", "c2", true) {
+				t.Fatalf("iteration %d: the carried readiness was lost to the worker's first look", i)
+			}
+		}
+	})
+	t.Run("readiness is carried only with a start", func(t *testing.T) {
+		fp := &fakeProber{results: []Result{Failure}}
+		pod := testPod(corev1.Container{Name: "a", StartupProbe: probe(0, 1, 1), ReadinessProbe: probe(0, 3, 1)})
+		m, clk, _, _ := setup(t, pod, fp)
+		m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: true, StartedAt: clk.t, WasReady: true})
+		if _, ok := m.Result(pod.UID, "a", "c1", Readiness); ok {
+			t.Fatal("readiness carried for a container whose start was not")
+		}
+		m.SetContainer(pod.UID, "a", Container{ID: "c1", Running: false, StartedAt: clk.t, WasReady: true, WasStarted: true})
+		if m.Started(pod.UID, "a", "c1") {
+			t.Fatal("a start carried for a container that is not running")
+		}
+	})
 	t.Run("failures count only at failureThreshold", func(t *testing.T) {
 		fp := &fakeProber{results: []Result{Success, Failure, Failure, Success, Failure, Failure, Failure}}
 		pod := testPod(corev1.Container{Name: "a", ReadinessProbe: probe(0, 3, 1)})
