@@ -9,7 +9,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,7 +31,6 @@ import (
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/guard"
-	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/metrics"
@@ -147,14 +145,9 @@ func guardDriver(layout *cgroups.Layout, cfg config.Guard) (kubepods.Driver, err
 // RunGuard is nodeguard guard's daemon: it runs until ctx ends or a part
 // of it fails.
 func RunGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, opts Options) (retErr error) {
-	g, ctx := group.New(ctx)
-	defer func() {
-		if err := g.Shutdown(); err != nil && !errors.Is(retErr, err) {
-			retErr = errors.Join(err, retErr)
-		}
-	}()
-	n := opts.Notifier
-	daemonSelf(g, n, log)
+	d, ctx := startBase(ctx, "nodeguard guard", log, opts)
+	defer d.shutdown(&retErr)
+	g, n := d.g, d.n
 	lockMemory(log)
 	klog.SetSlogLogger(log.With("component", "k8s"))
 	n.Status("connecting to the runtime at %s", cfg.RuntimeEndpoint)
@@ -254,68 +247,34 @@ func RunGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, opts Opti
 	}
 	sf.podCgroups(st.driver)
 	sf.wakeEviction(&evictMgr, &wire)
-	n.Status("starting sensing")
-	s, err := startSensing(ctx, sf, log)
+	s, am, err := d.startSensing(ctx, sf, store, fwd, metrics.AgentSources{Eviction: !cfg.Eviction.Disabled,
+		Guard: func() metrics.GuardCounts {
+			c := actor.Counts()
+			return metrics.GuardCounts{Pods: len(actor.Found()), Kills: c.Killed, Evictions: c.Evictions, Deletes: c.Deletes,
+				Refused: c.Refused, APIErrors: c.APIErrors, KubeletEv: c.KubeletEvicting, Pending: c.Pending}
+		}})
 	if err != nil {
-		return fmt.Errorf("start sensing: %w", err)
+		return err
 	}
-	g.Cleanup(s.Close)
-	if opts.Logs != nil {
-		s.exporter.LogDropped(opts.Logs.Dropped)
-	}
-	if err := s.exporter.Registry().Register(store.Collector()); err != nil {
-		return fmt.Errorf("register the state store's metrics: %w", err)
-	}
-	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
-	s.exporter.Guard(func() metrics.GuardCounts {
-		c := actor.Counts()
-		return metrics.GuardCounts{Pods: len(actor.Found()), Kills: c.Killed, Evictions: c.Evictions, Deletes: c.Deletes,
-			Refused: c.Refused, APIErrors: c.APIErrors, KubeletEv: c.KubeletEvicting, Pending: c.Pending}
-	})
-	g.Go("sensing", s.Serve)
-	beats := s.heartbeats()
+	d.serveSensing(s)
 	events := api.NewEventLog(4096)
 	if !cfg.Eviction.Disabled {
 		em, _, err := startEviction(g, evictionWiring{cfg: cfg.Eviction.Eviction, policy: policy, actor: actor,
-			sensing: s, events: events, fwd: fwd, layout: st.layout, kube: st.kube, rootDir: cfg.RootDir, store: store,
-			wire: &wire, beats: &beats, log: log})
+			sensing: s, metrics: am.Eviction, events: events, fwd: fwd, layout: st.layout, kube: st.kube, rootDir: cfg.RootDir, store: store,
+			wire: &wire, beats: &d.beats, log: log})
 		if err != nil {
 			return err
 		}
 		evictMgr.Store(em)
-		tick := cfg.Eviction.Tick.Duration
-		if tick <= 0 {
-			tick = eviction.DefaultTick
-		}
-		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
+		d.beats = append(d.beats, evictionBeat(em, cfg.Eviction.Eviction))
 	}
 	status := func() string {
 		c := actor.Counts()
 		return fmt.Sprintf("guarding %d pods of the kubelet; %d killed, %d refused by budgets", len(actor.Found()), c.Killed, c.Refused)
 	}
-	if n.enabled() {
-		g.Go("watchdog", func(ctx context.Context) error { n.runWatchdog(ctx, beats, status); return nil })
-	}
-	g.Go("SIGHUP", func(ctx context.Context) error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-opts.HUP:
-				log.Warn("SIGHUP: guard mode does not reload its configuration; restart it to apply a change")
-			}
-		}
-	})
-	n.ready(status())
-	log.Info("nodeguard guard running", "kubepods", st.kube, "bpf", cfg.Kernel.BPF, "hard_action", hard,
+	onHUP := func() { log.Warn("SIGHUP: guard mode does not reload its configuration; restart it to apply a change") }
+	return d.serve(ctx, status, "SIGHUP", onHUP, "kubepods", st.kube, "bpf", cfg.Kernel.BPF, "hard_action", hard,
 		"thresholds", len(policy.Thresholds), "systemd_notify", n.enabled())
-	<-ctx.Done()
-	if err := g.Shutdown(); err != nil {
-		log.Error("nodeguard guard stops: a part of it failed", "err", err)
-		return err
-	}
-	log.Info("nodeguard guard stopped")
-	return nil
 }
 
 // guardPod is a line of `nodeguard guard pods`.

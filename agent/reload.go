@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"context"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 
@@ -44,18 +42,11 @@ type reloader struct {
 	status func() string
 }
 
-// run reloads on every signal until ctx ends.
-func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			r.n.reloading()
-			r.reload()
-			r.n.ready(r.status())
-		}
-	}
+// onHUP is one SIGHUP, told to systemd: RELOADING=1, then READY=1.
+func (r *reloader) onHUP() {
+	r.n.reloading()
+	r.reload()
+	r.n.ready(r.status())
 }
 
 // reload is one SIGHUP.

@@ -61,16 +61,9 @@ func probeNetNS(n config.Network) string {
 // systemd restarts it (the pods stay), rather than leave it running with
 // a part dead.
 func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (retErr error) {
-	g, ctx := group.New(ctx)
-	defer func() {
-		// A part that failed is the cause of the end, and of a
-		// start-up step that then saw its context cancelled.
-		if err := g.Shutdown(); err != nil && !errors.Is(retErr, err) {
-			retErr = errors.Join(err, retErr)
-		}
-	}()
-	n := opts.Notifier
-	daemonSelf(g, n, log)
+	d, ctx := startBase(ctx, "nodeguard", log, opts)
+	defer d.shutdown(&retErr)
+	g, n := d.g, d.n
 	layout, err := cgroups.Discover()
 	if err != nil {
 		return fmt.Errorf("discover cgroups: %w", err)
@@ -367,31 +360,21 @@ func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (r
 	}
 	sf.podCgroups(driver)
 	sf.wakeEviction(&evictMgr, &wire)
-	n.Status("starting sensing")
-	s, err := startSensing(ctx, sf, log)
+	s, am, err := d.startSensing(ctx, sf, store, fwd, metrics.AgentSources{Eviction: !cfg.Eviction.Disabled, GC: true,
+		Probes: func() []metrics.ProbeSeries {
+			counts := mgr.ProbeCounts()
+			out := make([]metrics.ProbeSeries, len(counts))
+			for i, c := range counts {
+				out[i] = metrics.ProbeSeries{ProbeType: c.ProbeType, Result: c.Result, Container: c.Container, Pod: c.Pod, Namespace: c.Namespace, Value: c.Value}
+			}
+			return out
+		}})
 	if err != nil {
-		return fmt.Errorf("start sensing: %w", err)
+		return err
 	}
-	g.Cleanup(s.Close)
-	if opts.Logs != nil {
-		s.exporter.LogDropped(opts.Logs.Dropped)
-	}
-	if err := s.exporter.Registry().Register(store.Collector()); err != nil {
-		return fmt.Errorf("register the state store's metrics: %w", err)
-	}
-	s.exporter.EvictionEventsDropped(forwardedKinds(), fwd.Dropped)
-	s.exporter.ProbeResults(func() []metrics.ProbeSeries {
-		counts := mgr.ProbeCounts()
-		out := make([]metrics.ProbeSeries, len(counts))
-		for i, c := range counts {
-			out[i] = metrics.ProbeSeries{ProbeType: c.ProbeType, Result: c.Result, Container: c.Container, Pod: c.Pod, Namespace: c.Namespace, Value: c.Value}
-		}
-		return out
-	})
-	disk.metrics.Store(s.exporter.GC())
+	disk.metrics.Store(am.GC)
 	g.Go("image garbage collection", func(ctx context.Context) error { disk.images.Run(ctx); return nil })
-	g.Go("sensing", s.Serve)
-	beats := s.heartbeats()
+	d.serveSensing(s)
 
 	// Before anything raises: the oom_score_adj an agent that died left
 	// raised, put back with or without eviction.
@@ -406,8 +389,8 @@ func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (r
 	if !cfg.Eviction.Disabled {
 		var em *eviction.Manager
 		em, obs, err = startEviction(g, evictionWiring{cfg: cfg.Eviction, policy: policy, actor: evictionActor,
-			reclaim: disk.reclaim, sensing: s, events: events, fwd: fwd, layout: layout, kube: kube, rootDir: cfg.RootDir, store: store,
-			wire: &wire, beats: &beats, log: log})
+			reclaim: disk.reclaim, sensing: s, metrics: am.Eviction, events: events, fwd: fwd, layout: layout, kube: kube, rootDir: cfg.RootDir, store: store,
+			wire: &wire, beats: &d.beats, log: log})
 		if err != nil {
 			return err
 		}
@@ -450,31 +433,15 @@ func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (r
 		return err
 	}
 	status := func() string { return fmt.Sprintf("running: %d pods", len(mgr.List())) }
-	beats = append(beats, heartbeat{name: "pod lifecycle", period: lifecycle.DefaultResync, last: mgr.Heartbeat})
+	d.beats = append(d.beats, heartbeat{name: "pod lifecycle", period: lifecycle.DefaultResync, last: mgr.Heartbeat})
 	em := evictMgr.Load()
 	if em != nil {
-		tick := cfg.Eviction.Tick.Duration
-		if tick <= 0 {
-			tick = eviction.DefaultTick
-		}
-		beats = append(beats, heartbeat{name: "eviction", period: tick, last: counterBeat(em.Evaluations, time.Now)})
+		d.beats = append(d.beats, evictionBeat(em, cfg.Eviction))
 	}
 	rl := &reloader{cur: cfg, load: opts.Reload, path: opts.ConfigPath, logs: opts.Logs, em: em, wire: wire.Load(), n: n, log: log, status: status}
-	if n.enabled() {
-		g.Go("watchdog", func(ctx context.Context) error { n.runWatchdog(ctx, beats, status); return nil })
-	}
-	g.Go("reloader", func(ctx context.Context) error { rl.run(ctx, opts.HUP); return nil })
 	g.Go("api server", srv.Serve)
-	n.ready(status())
-	log.Info("nodeguard running", "api_socket", cfg.APISocket, "cgroup_root", cfg.CgroupRoot, "manifests", cfg.PodManifestPath,
+	return d.serve(ctx, status, "reloader", rl.onHUP, "api_socket", cfg.APISocket, "cgroup_root", cfg.CgroupRoot, "manifests", cfg.PodManifestPath,
 		"systemd_notify", n.enabled(), "watchdog", n.watchdog)
-	<-ctx.Done()
-	if err := g.Shutdown(); err != nil {
-		log.Error("nodeguard stops: a part of it failed", "err", err)
-		return err
-	}
-	log.Info("nodeguard stopped")
-	return nil
 }
 
 // evictionWiring is what the eviction manager is started with, in
@@ -486,6 +453,8 @@ type evictionWiring struct {
 	actor   eviction.Actor
 	reclaim eviction.NodeReclaimer // nil: no node-level reclaim (guard mode: the kubelet's images)
 	sensing *sensing
+	// metrics are the eviction series (metrics.AgentSources.Eviction).
+	metrics *metrics.Eviction
 	events  *api.EventLog
 	fwd     *eventForwarder
 	layout  *cgroups.Layout
@@ -505,7 +474,7 @@ type evictionWiring struct {
 // decisions in the metrics and the event log.
 func startEviction(g *group.Group, w evictionWiring) (*eviction.Manager, *evictionObserver, error) {
 	log, s := w.log, w.sensing
-	obs := &evictionObserver{m: s.exporter.Eviction(), events: w.events, log: log}
+	obs := &evictionObserver{m: w.metrics, events: w.events, log: log}
 	em, err := eviction.NewManager(eviction.ManagerConfig{
 		Policy: w.policy, Actor: w.actor,
 		Snapshot:     func(ctx context.Context) (*pressure.Snapshot, error) { return s.sensor.Fresh(ctx), nil },

@@ -31,17 +31,19 @@ var updateDocs = flag.Bool("update-docs", false, "rewrite docs/metrics.md from t
 // TestMetricsDocIsCurrent.
 const metricsDoc = "../docs/metrics.md"
 
-// registration is one call an agent makes on its exporter after
-// metrics.New, with the commands that make it. The agents make them in
-// cmd/nodeguard (run.go and guard.go); TestDocsKnowEveryRegistration
-// fails when the exporter gains a method this list does not place.
+// registration is one source of metrics.AgentSources, which the agents
+// (package agent) register through Exporter.RegisterAgent after
+// metrics.New, with the commands that give it. TestDocsKnowEveryRegistration
+// fails when AgentSources gains a source this list does not place, or the
+// exporter a registering method RegisterAgent does not call.
 type registration struct {
-	// what is the Exporter method, or "Options.<field>" for a source of
+	// what is the AgentSources field, or "Options.<field>" for a source of
 	// metrics.New that only some commands give.
 	what  string
 	where string
-	// register makes the call on e and feeds it a value for each of its
-	// series, so that a vector without children still shows in Gather.
+	// register registers the source on e through RegisterAgent and feeds
+	// it a value for each of its series, so that a vector without children
+	// still shows in Gather.
 	register func(t *testing.T, e *metrics.Exporter)
 }
 
@@ -52,10 +54,10 @@ var optional = []string{"Options.Kernel", "Options.Storage"}
 var registrations = []registration{
 	{"Options.Kernel", "all, unless kernel.bpf is off (--no-bpf)", nil},
 	{"Options.Storage", "run", nil},
-	{"LogDropped", "run, guard", func(_ *testing.T, e *metrics.Exporter) {
-		e.LogDropped(func() uint64 { return 3 })
+	{"LogDropped", "run, guard", func(t *testing.T, e *metrics.Exporter) {
+		registerAgent(t, e, metrics.AgentSources{LogDropped: func() uint64 { return 3 }})
 	}},
-	{"State store", "run, guard", func(t *testing.T, e *metrics.Exporter) {
+	{"State", "run, guard", func(t *testing.T, e *metrics.Exporter) {
 		store, err := statestore.Open(t.TempDir(), statestore.Options{Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
@@ -66,15 +68,13 @@ var registrations = []registration{
 			t.Fatal(err)
 		}
 		_ = store.Reject(k, "a", errors.New("unreadable")) // counted; the error is the one it was given
-		if err := e.Registry().Register(store.Collector()); err != nil {
-			t.Fatal(err)
-		}
+		registerAgent(t, e, metrics.AgentSources{State: store.Collector()})
 	}},
-	{"EvictionEventsDropped", "run, guard", func(_ *testing.T, e *metrics.Exporter) {
-		e.EvictionEventsDropped([]event.Kind{event.KindOOMKill}, func(event.Kind) uint64 { return 1 })
+	{"EventsDropped", "run, guard", func(t *testing.T, e *metrics.Exporter) {
+		registerAgent(t, e, metrics.AgentSources{EventKinds: []event.Kind{event.KindOOMKill}, EventsDropped: func(event.Kind) uint64 { return 1 }})
 	}},
-	{"Eviction", "run, guard; not with eviction disabled", func(_ *testing.T, e *metrics.Exporter) {
-		v := e.Eviction()
+	{"Eviction", "run, guard; not with eviction disabled", func(t *testing.T, e *metrics.Exporter) {
+		v := registerAgent(t, e, metrics.AgentSources{Eviction: true}).Eviction
 		v.Evicted("memory.available", false, map[string]time.Duration{metrics.StageRelease: time.Millisecond})
 		v.Evicted("memory.available", true, nil)
 		v.Released(time.Millisecond, 2*time.Millisecond)
@@ -82,25 +82,39 @@ var registrations = []registration{
 		v.Condition("MemoryPressure", true)
 		v.OOMKill("default", "web")
 	}},
-	{"ProbeResults", "run", func(_ *testing.T, e *metrics.Exporter) {
-		e.ProbeResults(func() []metrics.ProbeSeries {
+	{"Probes", "run", func(t *testing.T, e *metrics.Exporter) {
+		registerAgent(t, e, metrics.AgentSources{Probes: func() []metrics.ProbeSeries {
 			return []metrics.ProbeSeries{{ProbeType: "Liveness", Result: "successful", Container: "app", Pod: "web", Namespace: "default", Value: 1}}
-		})
+		}})
 	}},
-	{"GC", "run", func(_ *testing.T, e *metrics.Exporter) {
-		v := e.GC()
+	{"GC", "run", func(t *testing.T, e *metrics.Exporter) {
+		v := registerAgent(t, e, metrics.AgentSources{GC: true}).GC
 		v.ImageRemoved(1 << 20)
 		v.ContainersRemoved(1, 1)
 		v.Reclaimed("nodefs.available")
 	}},
-	{"Guard", "guard", func(_ *testing.T, e *metrics.Exporter) {
-		e.Guard(func() metrics.GuardCounts { return metrics.GuardCounts{Pods: 1, Kills: 1} })
+	{"Guard", "guard", func(t *testing.T, e *metrics.Exporter) {
+		registerAgent(t, e, metrics.AgentSources{Guard: func() metrics.GuardCounts { return metrics.GuardCounts{Pods: 1, Kills: 1} }})
 	}},
+}
+
+// registerAgent registers s on e as the agents do.
+func registerAgent(t *testing.T, e *metrics.Exporter, s metrics.AgentSources) metrics.AgentMetrics {
+	t.Helper()
+	m, err := e.RegisterAgent(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // notRegistering are the exporter's methods that register nothing (or,
 // WithRuntimeCollectors, only the client library's go_* and process_*).
 var notRegistering = []string{"Registry", "ObserveEvent", "ObserveSnapshot", "ObserveWakeup", "WithRuntimeCollectors"}
+
+// throughRegisterAgent are the exporter's registering methods that
+// RegisterAgent calls, one per source of AgentSources.
+var throughRegisterAgent = []string{"RegisterAgent", "LogDropped", "EvictionEventsDropped", "Eviction", "ProbeResults", "GC", "Guard"}
 
 // family is one row of the document.
 type family struct {
@@ -240,18 +254,26 @@ func TestMetricsDocIsCurrent(t *testing.T) {
 }
 
 // TestDocsKnowEveryRegistration fails when the exporter gains a method
-// the generator does not place: a new registration must be added to
-// registrations (with the commands that make it) or, if it registers
-// nothing, to notRegistering.
+// the generator does not place: a new registration goes through
+// RegisterAgent (a source of AgentSources, its method in
+// throughRegisterAgent) and is added to registrations with the commands
+// that give it, or, if it registers nothing, to notRegistering.
 func TestDocsKnowEveryRegistration(t *testing.T) {
-	known := slices.Clone(notRegistering)
-	for _, r := range registrations {
-		known = append(known, r.what)
-	}
+	known := slices.Concat(notRegistering, throughRegisterAgent)
 	typ := reflect.TypeFor[*metrics.Exporter]()
 	for i := range typ.NumMethod() {
 		if m := typ.Method(i).Name; !slices.Contains(known, m) {
-			t.Errorf("Exporter.%s is not placed in docs_test.go's registrations (nor in notRegistering)", m)
+			t.Errorf("Exporter.%s is neither called by RegisterAgent (throughRegisterAgent) nor in notRegistering: the agents register through RegisterAgent", m)
+		}
+	}
+	sources := reflect.TypeFor[metrics.AgentSources]()
+	for i := range sources.NumField() {
+		f := sources.Field(i).Name
+		if f == "EventKinds" { // EventsDropped's kinds
+			continue
+		}
+		if !slices.ContainsFunc(registrations, func(r registration) bool { return r.what == f }) {
+			t.Errorf("AgentSources.%s is not placed in docs_test.go's registrations", f)
 		}
 	}
 	// Every source of Options either feeds the series of every command
