@@ -69,7 +69,7 @@ type Eviction struct {
 	Disabled bool `json:"disabled"`
 }
 
-// Thresholds is the section's kubelet threshold fields, as the oom
+// Thresholds is the section's kubelet threshold fields, as the eviction
 // package parses them.
 func (c Eviction) Thresholds() eviction.ThresholdConfig {
 	return eviction.ThresholdConfig{
@@ -81,7 +81,7 @@ func (c Eviction) Thresholds() eviction.ThresholdConfig {
 	}
 }
 
-// Policy parses the section into the oom package's configuration.
+// Policy parses the section into the eviction package's configuration.
 func (c Eviction) Policy() (eviction.PolicyConfig, error) {
 	tc := c.Thresholds()
 	if tc.EvictionHard == nil {

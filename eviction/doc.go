@@ -87,4 +87,8 @@
 //     raise that failed (perhaps in part) is put back all the same, and
 //     tried again while the pod stays the next victim. Dry run changes
 //     nothing and evicts nothing.
+//
+// The local-storage decision (emptyDir sizeLimit and ephemeral-storage
+// limits, the kubelet's localStorageEviction) is the subpackage
+// localstorage, which the lifecycle calls on the storage it measures.
 package eviction

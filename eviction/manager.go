@@ -294,7 +294,7 @@ func (m *Manager) Released(uid types.UID, at time.Time) {
 // It returns nil when ctx ends; a second concurrent Run is an error.
 func (m *Manager) Run(ctx context.Context) error {
 	if !m.running.CompareAndSwap(false, true) {
-		return errors.New("oom manager: already running")
+		return errors.New("eviction manager: already running")
 	}
 	defer m.running.Store(false)
 	t := time.NewTicker(m.cfg.Tick)

@@ -10,17 +10,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/nodeguard/nodeguard/eviction"
+	"github.com/nodeguard/nodeguard/eviction/localstorage"
 	"github.com/nodeguard/nodeguard/evictionapi"
 	"github.com/nodeguard/nodeguard/mounts"
 	"github.com/nodeguard/nodeguard/qos"
 )
 
-// The kubelet's local-storage eviction signals, decided in package oom.
+// The kubelet's local-storage eviction signals (eviction/localstorage
+// decides).
 const (
-	SignalEmptyDirFsLimit           = eviction.SignalEmptyDirFsLimit
-	SignalEphemeralPodFsLimit       = eviction.SignalEphemeralPodFsLimit
-	SignalEphemeralContainerFsLimit = eviction.SignalEphemeralContainerFsLimit
+	SignalEmptyDirFsLimit           = localstorage.SignalEmptyDirFsLimit
+	SignalEphemeralPodFsLimit       = localstorage.SignalEphemeralPodFsLimit
+	SignalEphemeralContainerFsLimit = localstorage.SignalEphemeralContainerFsLimit
 )
 
 const (
@@ -61,10 +62,10 @@ type LocalStorageConfig struct {
 	}
 }
 
-// checkLocalStorage is the local-storage decision (eviction.CheckLocalStorage)
+// checkLocalStorage is the local-storage decision (localstorage.Check)
 // on a pod's measured storage.
-func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (eviction.LocalStorageViolation, bool) {
-	u := eviction.LocalStorageUsage{EmptyDirs: map[string]uint64{}, Ephemeral: s.EphemeralBytes(), Containers: map[string]uint64{}}
+func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (localstorage.Violation, bool) {
+	u := localstorage.Usage{EmptyDirs: map[string]uint64{}, Ephemeral: s.EphemeralBytes(), Containers: map[string]uint64{}}
 	for _, v := range s.Volumes {
 		if v.Plugin == mounts.PluginEmptyDir {
 			u.EmptyDirs[v.Name] = v.Bytes
@@ -73,7 +74,7 @@ func checkLocalStorage(pod *corev1.Pod, s *PodStorage) (eviction.LocalStorageVio
 	for _, c := range s.Containers {
 		u.Containers[c.Name] = c.RootfsBytes + c.LogsBytes
 	}
-	return eviction.CheckLocalStorage(pod, u)
+	return localstorage.Check(pod, u)
 }
 
 // localStorage is the state of the local-storage passes.

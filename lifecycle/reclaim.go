@@ -24,7 +24,7 @@ type (
 
 // NodeReclaimer is the kubelet's signalToNodeReclaimFuncs
 // (pkg/kubelet/eviction/helpers.go buildSignalToNodeReclaimFuncs), for
-// the eviction manager (oom.NodeReclaimer):
+// the eviction manager (evictionapi.NodeReclaimer):
 //
 //   - imagefs and nodefs on one filesystem: every disk signal removes dead
 //     containers and sandboxes, then unused images;

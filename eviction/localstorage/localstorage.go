@@ -1,4 +1,11 @@
-package eviction
+// Package localstorage is the kubelet's local-storage eviction decision
+// (LocalStorageCapacityIsolation): a pod whose emptyDir holds more than its
+// sizeLimit, whose ephemeral storage is past the sum of its containers'
+// limits, or one of whose containers is past its own, is to be evicted,
+// with the kubelet's signal and message. It decides on measurements its
+// caller makes (the lifecycle walks the volumes, layers and logs) and
+// knows nothing of how they are made.
+package localstorage
 
 import (
 	"fmt"
@@ -26,24 +33,24 @@ const (
 	containerEphemeralStorageMessageFmt = "Container %s exceeded its local ephemeral storage limit %q. "
 )
 
-// LocalStorageUsage is one pod's measured local storage, what the
+// Usage is one pod's measured local storage, what the
 // local-storage decision reads; the act room that measures it (the
 // lifecycle) fills it.
-type LocalStorageUsage struct {
+type Usage struct {
 	// EmptyDirs are the bytes in each measured emptyDir, by volume name.
 	EmptyDirs map[string]uint64
 	// Ephemeral is what counts against the pod's ephemeral-storage limit:
-	// disk-backed emptyDirs, writable layers and logs.
+	// every volume not backed by memory, writable layers and logs.
 	Ephemeral uint64
 	// Containers are each measured container's writable layer and logs,
 	// by container name.
 	Containers map[string]uint64
 }
 
-// LocalStorageViolation is the first of a pod's local-storage limits its
+// Violation is the first of a pod's local-storage limits its
 // usage is past, in the kubelet's order: emptyDir sizeLimits, then the
 // pod's total, then each container's.
-type LocalStorageViolation struct {
+type Violation struct {
 	Signal string
 	// Threshold names the limit and its value, as a field path of the pod.
 	Threshold string
@@ -51,7 +58,7 @@ type LocalStorageViolation struct {
 	Message   string
 }
 
-// CheckLocalStorage is the kubelet's localStorageEviction decision for one pod,
+// Check is the kubelet's localStorageEviction decision for one pod,
 // given its measured storage. Like the kubelet: every emptyDir with a
 // positive sizeLimit is checked (a memory-backed one is a tmpfs of at most
 // that size, so it can pass it only by rounding to whole pages); the pod's
@@ -61,7 +68,7 @@ type LocalStorageViolation struct {
 // container's own use is its writable layer and logs, for app containers
 // with a non-zero limit. A pod with none of these limits is never in
 // violation, whatever it uses.
-func CheckLocalStorage(pod *corev1.Pod, s LocalStorageUsage) (LocalStorageViolation, bool) {
+func Check(pod *corev1.Pod, s Usage) (Violation, bool) {
 	used := s.EmptyDirs
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
@@ -70,7 +77,7 @@ func CheckLocalStorage(pod *corev1.Pod, s LocalStorageUsage) (LocalStorageViolat
 		}
 		u, measured := used[v.Name]
 		if lim := v.EmptyDir.SizeLimit; measured && exceeds(u, lim) {
-			return LocalStorageViolation{
+			return Violation{
 				Signal:    SignalEmptyDirFsLimit,
 				Threshold: field.NewPath("spec", "volumes").Index(i).Child("emptyDir", "sizeLimit").String() + "=" + lim.String(),
 				Used:      u,
@@ -80,7 +87,7 @@ func CheckLocalStorage(pod *corev1.Pod, s LocalStorageUsage) (LocalStorageViolat
 	}
 	if lim, ok := qos.PodLimits(pod)[corev1.ResourceEphemeralStorage]; ok {
 		if u := s.Ephemeral; exceeds(u, &lim) {
-			return LocalStorageViolation{
+			return Violation{
 				Signal:    SignalEphemeralPodFsLimit,
 				Threshold: "sum of spec.containers[*].resources.limits[ephemeral-storage]=" + lim.String(),
 				Used:      u,
@@ -96,7 +103,7 @@ func CheckLocalStorage(pod *corev1.Pod, s LocalStorageUsage) (LocalStorageViolat
 			continue
 		}
 		if exceeds(u, lim) {
-			return LocalStorageViolation{
+			return Violation{
 				Signal: SignalEphemeralContainerFsLimit,
 				Threshold: field.NewPath("spec", "containers").Index(i).Child("resources", "limits").Key(string(corev1.ResourceEphemeralStorage)).String() +
 					"=" + lim.String(),
@@ -105,7 +112,7 @@ func CheckLocalStorage(pod *corev1.Pod, s LocalStorageUsage) (LocalStorageViolat
 			}, true
 		}
 	}
-	return LocalStorageViolation{}, false
+	return Violation{}, false
 }
 
 // exceeds compares as the kubelet does, on quantities: used > limit.
