@@ -1,5 +1,5 @@
-// Where the agent itself runs, checked at start: its cgroup root, its
-// placement beside the runtime, its own oom_score_adj.
+// Where the agent itself runs, checked at start: its cgroup root and its
+// placement beside the runtime.
 
 package agent
 
@@ -7,19 +7,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
-	"github.com/nodeguard/nodeguard/qos"
 )
 
 // refuseRelativeRootInService refuses a relative cgroup root beneath a
@@ -67,71 +61,4 @@ func checkPlacement(ctx context.Context, client *cri.Client, cgm *kubepods.Manag
 		return cgm.CheckRuntimeCgroup(pid)
 	}
 	return nil
-}
-
-// setOwnOOMScoreAdj gives nodeguard the kubelet's own -999, so that the OOM
-// killer takes pods before the agent that guards them. Without
-// CAP_SYS_RESOURCE the kernel refuses values below the current minimum:
-// one log line says so and what stays in force.
-func setOwnOOMScoreAdj(log *slog.Logger) {
-	want := qos.NodeguardOOMScoreAdj
-	err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(want)), 0)
-	if err != nil {
-		log.Warn("oom_score_adj of nodeguard not lowered (no CAP_SYS_RESOURCE?)", "wanted", want, "kept", OwnOOMScoreAdj(), "err", err)
-		return
-	}
-	log.Info("oom_score_adj of nodeguard set", "value", want)
-}
-
-// OwnOOMScoreAdj reads this process's oom_score_adj: the floor without
-// CAP_SYS_RESOURCE.
-func OwnOOMScoreAdj() int {
-	b, err := os.ReadFile("/proc/self/oom_score_adj")
-	if err != nil {
-		return 0
-	}
-	var v int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &v); err != nil {
-		return 0
-	}
-	return v
-}
-
-// daemonGCPercent is the agent's garbage-collection target (GOGC) unless
-// the environment sets GOGC. A node agent's memory comes out of the node's
-// reserve, and most of its heap is the same few megabytes of pod and
-// cgroup state rebuilt every second: at the Go default of 100 the heap
-// peaks at twice what is live. 50 keeps max RSS under the 80 MiB target
-// for little CPU (docs/benchmarks.md has the figures). (Prometheus lowers
-// its GOGC to 75 for the same reason.)
-const daemonGCPercent = 50
-
-// setDaemonGC applies daemonGCPercent unless GOGC is set, and says which
-// is in force.
-func setDaemonGC(log *slog.Logger) {
-	if v, ok := os.LookupEnv("GOGC"); ok {
-		log.Debug("garbage collection target from GOGC", "GOGC", v)
-		return
-	}
-	debug.SetGCPercent(daemonGCPercent)
-	log.Debug("garbage collection target", "GOGC", daemonGCPercent)
-}
-
-// lockMemory keeps the agent's pages in memory: mlockall(MCL_CURRENT |
-// MCL_FUTURE | MCL_ONFAULT), every page locked as it is first touched and
-// none loaded before. A node that thrashes evicts the page cache it
-// re-reads, the agent's own code among it: measured on the node lane's
-// guest, a tail /dev/zero pod stalled the node for minutes and the guard
-// beside the kubelet, its text paged out, did not act on a PSI rule met
-// for minutes. Locked, the code it runs stays resident (a static binary's
-// text is file-backed: the first thing reclaim takes) and the heap it
-// grows is never swapped. ONFAULT: the pages never touched (most of the
-// binary) cost nothing. Without CAP_IPC_LOCK and under RLIMIT_MEMLOCK it
-// fails: one line says so, and the agent runs unlocked.
-func lockMemory(log *slog.Logger) {
-	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT); err != nil {
-		log.Warn("memory not locked: under heavy memory pressure the kernel may page the agent's code out and stall it (CAP_IPC_LOCK and LimitMEMLOCK=infinity allow it)", "err", err)
-		return
-	}
-	log.Info("memory locked as touched (mlockall, on fault)")
 }

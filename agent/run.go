@@ -537,16 +537,3 @@ func (f *senseFlags) wakeEviction(em *atomic.Pointer[eviction.Manager], wire *at
 		}
 	}
 }
-
-// daemonSelf is what every daemon of nodeguard does for itself at start:
-// STOPPING=1 to systemd once its group ends, the kubelet's own
-// oom_score_adj, the daemon's garbage-collection target.
-func daemonSelf(g *group.Group, n *Notifier, log *slog.Logger) {
-	g.Go("stop notice", func(ctx context.Context) error {
-		<-ctx.Done()
-		n.stopping()
-		return nil
-	})
-	setOwnOOMScoreAdj(log)
-	setDaemonGC(log)
-}
