@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
+	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
@@ -28,6 +29,33 @@ func refuseRelativeRootInService(h *cgroups.Hierarchy, root string) error {
 		return nil
 	}
 	return fmt.Errorf("cgroupRoot %q is relative, beneath the systemd service's cgroup %s: on cgroup v2 systemd could not start the agent there again after a restart once pod cgroups hang from it; use cgroupRoot: / (the default)", root, h.Own)
+}
+
+// cgroupDriver is the driver the agent makes pod cgroups with: the
+// configured one, else the runtime's as it reports it, else cgroupfs
+// (kubepods.DriverFor). A configured driver is checked against the
+// runtime's later (checkPlacement).
+func cgroupDriver(ctx context.Context, cfg config.Run, client *cri.Client, log *slog.Logger) (kubepods.Driver, error) {
+	if cfg.CgroupDriver != "" {
+		return kubepods.ParseDriver(cfg.CgroupDriver)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	reported, ok, err := client.CgroupDriver(cctx)
+	d, derr := kubepods.DriverFor("", reported)
+	switch {
+	case derr != nil:
+		return "", fmt.Errorf("the runtime's cgroup driver: %w", derr)
+	case err != nil || !ok:
+		log.Warn("cgroupDriver is not set and the runtime does not report its own (CRI RuntimeConfig needs containerd 2.0 or later): using cgroupfs, the kubelet's default; set cgroupDriver if the runtime uses systemd",
+			"err", err)
+	default:
+		log.Info("cgroup driver: the runtime's", "cgroup_driver", d)
+	}
+	if d == kubepods.Systemd && !path.IsAbs(cfg.CgroupRoot) {
+		return "", fmt.Errorf("cgroupRoot %q: the runtime's driver is systemd, which needs an absolute root (/ on a node)", cfg.CgroupRoot)
+	}
+	return d, nil
 }
 
 // checkPlacement makes sure the runtime will put containers into the

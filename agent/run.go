@@ -91,16 +91,6 @@ func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (r
 				"cgroup", path.Join(layout.Unified.Own, cgroups.AgentLeaf))
 		}
 	}
-	driver, err := kubepods.ParseDriver(cfg.CgroupDriver)
-	if err != nil {
-		return err
-	}
-	n.Status("preparing pod cgroups (%s driver)", driver)
-	cgm, err := kubepods.New(ctx, layout, driver, cfg.CgroupRoot, kubepods.Options{Log: log})
-	if err != nil {
-		return err
-	}
-	g.Cleanup(func() { cgm.Close() })
 	var dialOpts []cri.Option
 	if cfg.ImagePull {
 		dialOpts = append(dialOpts, cri.WithImagePull())
@@ -115,6 +105,16 @@ func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (r
 	g.Cleanup(func() { client.Close() })
 	info := client.Runtime()
 	log.Info("runtime connected", "endpoint", cfg.RuntimeEndpoint, "runtime", info, "pid", client.RuntimePID())
+	driver, err := cgroupDriver(ctx, cfg, client, log)
+	if err != nil {
+		return err
+	}
+	n.Status("preparing pod cgroups (%s driver)", driver)
+	cgm, err := kubepods.New(ctx, layout, driver, cfg.CgroupRoot, kubepods.Options{Log: log})
+	if err != nil {
+		return err
+	}
+	g.Cleanup(func() { cgm.Close() })
 	if err := checkPlacement(ctx, client, cgm, log); err != nil {
 		return err
 	}

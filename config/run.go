@@ -51,7 +51,10 @@ type Run struct {
 	RootDir string `json:"rootDir"`
 	// CgroupDriver is how pod cgroups are made and named: "cgroupfs"
 	// (directories nodeguard makes) or "systemd" (slices systemd makes
-	// over D-Bus). It must be the runtime's (containerd's SystemdCgroup).
+	// over D-Bus). Empty (the default) is the runtime's, as it reports it
+	// through CRI RuntimeConfig (containerd 2.0 and later; containerd's
+	// SystemdCgroup), else cgroupfs; a driver set here must be the
+	// runtime's, and a runtime that reports another is refused at start.
 	// Kubelet: cgroupDriver.
 	CgroupDriver string `json:"cgroupDriver"`
 	// CgroupRoot is where kubepods goes beneath. Absolute on a node ("/");
@@ -323,7 +326,7 @@ func Default() Run {
 		// /kubepods.slice with systemd. Absolute, so that the containers
 		// land where nodeguard limits and watches whatever cgroup the
 		// runtime runs in.
-		CgroupDriver:   string(kubepods.Cgroupfs),
+		CgroupDriver:   "",
 		CgroupRoot:     "/",
 		APISocket:      DefaultAPISocket,
 		MetricsAddr:    DefaultMetricsAddr,
@@ -476,7 +479,7 @@ func (c Run) Validate() error {
 	if err := c.ContainerLogPolicy().Validate(); err != nil {
 		return err
 	}
-	d, err := kubepods.ParseDriver(c.CgroupDriver)
+	d, err := kubepods.DriverFor(c.CgroupDriver, "")
 	if err != nil {
 		return fmt.Errorf("cgroupDriver: %q: %w: want %q or %q", c.CgroupDriver, kubepods.ErrUnknownDriver, kubepods.Cgroupfs, kubepods.Systemd)
 	}

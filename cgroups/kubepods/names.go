@@ -59,6 +59,21 @@ func ParseDriver(s string) (Driver, error) {
 	return "", fmt.Errorf("parse cgroup driver %q: %w (supported: %q, %q)", s, ErrUnknownDriver, Cgroupfs, Systemd)
 }
 
+// DriverFor is the driver an agent uses: the configured one when set,
+// else the runtime's as it reports it (CRI RuntimeConfig; "" when it does
+// not), else Cgroupfs, the kubelet's default. The kubelet takes the
+// runtime's too (KubeletCgroupDriverFromCRI); nodeguard refuses to start
+// on a runtime whose driver is not the configured one (CheckRuntimeDriver).
+func DriverFor(configured, runtime string) (Driver, error) {
+	switch {
+	case configured != "":
+		return ParseDriver(configured)
+	case runtime != "":
+		return ParseDriver(runtime)
+	}
+	return Cgroupfs, nil
+}
+
 // Name returns the name of the node-allocatable cgroup that holds every
 // pod: <root>/kubepods or /kubepods.slice (NodeAllocatableRoot).
 func Name(d Driver, root string) (string, error) {

@@ -122,7 +122,7 @@ func newDoctorCmd(g *globalFlags) *cobra.Command {
 		asJSON     bool
 		configFlag string
 	)
-	opts := doctorOptions{RuntimeEndpoint: defaultDoctorRuntimeEndpoint, CgroupDriver: string(kubepods.Cgroupfs), CgroupRoot: "/"}
+	opts := doctorOptions{RuntimeEndpoint: defaultDoctorRuntimeEndpoint, CgroupRoot: "/"}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check what this kernel and host allow nodeguard to do",
@@ -184,7 +184,7 @@ explicitly given --runtime-endpoint does not answer.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringVar(&opts.RuntimeEndpoint, "runtime-endpoint", opts.RuntimeEndpoint, "CRI socket to check")
 	cmd.Flags().StringVar(&configFlag, "config", config.DefaultPath, "the agent's configuration (read only if it exists): its runtime endpoint, cgroup driver and root are checked")
-	cmd.Flags().StringVar(&opts.CgroupDriver, "cgroup-driver", opts.CgroupDriver, "the agent's cgroup driver: cgroupfs or systemd")
+	cmd.Flags().StringVar(&opts.CgroupDriver, "cgroup-driver", opts.CgroupDriver, "the agent's cgroup driver: cgroupfs or systemd (default: the runtime's, else cgroupfs)")
 	cmd.Flags().StringVar(&opts.CgroupRoot, "cgroup-root", opts.CgroupRoot, "the agent's cgroup root")
 	return cmd
 }
@@ -309,10 +309,12 @@ func runDoctor(ctx context.Context, log *slog.Logger, opts doctorOptions) *docto
 		add(check{Name: "psi triggers", Status: st, Detail: "smallest window " + w.String()})
 	}
 
+	// The runtime first: the pod cgroups' driver, when cgroupDriver is
+	// not set, is the one it reports.
+	add(checkRuntime(ctx, r, layout, opts))
 	if layout != nil && layout.Memory != nil {
 		add(checkPodCgroups(ctx, r, layout, opts))
 	}
-	add(checkRuntime(ctx, r, layout, opts))
 	add(checkCNIPlugins(r, opts.CNIBinDirs))
 	add(checkIptables(ctx))
 
@@ -376,11 +378,17 @@ func checkRuntime(ctx context.Context, r *doctorReport, layout *cgroups.Layout, 
 			c.Detail += "; cgroup driver unknown: " + err.Error()
 		case !ok:
 			c.Detail += "; it does not report its cgroup driver (CRI RuntimeConfig needs containerd >= 2.0)"
-			c.Fix = "check it by hand: SystemdCgroup = true under the runc options of /etc/containerd/config.toml is systemd, absent or false is cgroupfs (`containerd config dump | grep SystemdCgroup`); it must equal cgroupDriver (" + opts.CgroupDriver + "); nodeguard also checks every sandbox's cgroup"
+			want := opts.CgroupDriver
+			if want == "" {
+				want = string(kubepods.Cgroupfs) + ", what nodeguard uses when cgroupDriver is not set and the runtime does not say"
+			}
+			c.Fix = "check it by hand: SystemdCgroup = true under the runc options of /etc/containerd/config.toml is systemd, absent or false is cgroupfs (`containerd config dump | grep SystemdCgroup`); it must equal cgroupDriver (" + want + "); nodeguard also checks every sandbox's cgroup"
 		default:
 			r.Runtime.CgroupDriver = d
 			c.Detail += "; cgroup driver " + d
-			if d != opts.CgroupDriver {
+			if opts.CgroupDriver == "" {
+				c.Detail += " (nodeguard follows it: cgroupDriver is not set)"
+			} else if d != opts.CgroupDriver {
 				c.Status = stFail
 				c.Fix = "set cgroupDriver: " + d + " in nodeguard's configuration (it is " + opts.CgroupDriver + "), or change the runtime's"
 			}
@@ -471,8 +479,8 @@ func checkIptables(ctx context.Context) check {
 // cgroup is made beneath this process's own and removed.
 func checkPodCgroups(ctx context.Context, r *doctorReport, layout *cgroups.Layout, opts doctorOptions) check {
 	c := check{Name: "pod cgroups"}
-	r.PodCgroups.Driver, r.PodCgroups.Root = opts.CgroupDriver, opts.CgroupRoot
-	driver, err := kubepods.ParseDriver(opts.CgroupDriver)
+	driver, err := kubepods.DriverFor(opts.CgroupDriver, r.Runtime.CgroupDriver)
+	r.PodCgroups.Driver, r.PodCgroups.Root = string(driver), opts.CgroupRoot
 	if err != nil {
 		c.Status, c.Detail, c.Fix = stFail, err.Error(), "pass --cgroup-driver cgroupfs or systemd"
 		return c

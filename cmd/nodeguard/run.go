@@ -138,7 +138,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&configFlag, "config", config.DefaultPath, "configuration file (YAML; the default is read only if it exists); flags override it")
 	cmd.Flags().StringVar(&flags.RuntimeEndpoint, "runtime-endpoint", "", "the CRI socket, e.g. unix:///run/containerd/containerd.sock")
 	cmd.Flags().StringVar(&flags.RootDir, "root-dir", "/var/lib/nodeguard", "state directory (pod logs, API pods, volumes)")
-	cmd.Flags().StringVar(&flags.CgroupDriver, "cgroup-driver", "cgroupfs", "cgroup driver: cgroupfs or systemd (the runtime's: containerd's SystemdCgroup)")
+	cmd.Flags().StringVar(&flags.CgroupDriver, "cgroup-driver", "", "cgroup driver: cgroupfs or systemd (default: the runtime's as CRI RuntimeConfig reports it, else cgroupfs)")
 	cmd.Flags().StringVar(&flags.CgroupRoot, "cgroup-root", "/", "cgroup root for kubepods: / on a node (relative: beneath nodeguard's own cgroup, for a runtime that shares it)")
 	cmd.Flags().StringVar(&flags.PodManifestPath, "pod-manifest-path", "", "directory of static pod manifests, watched")
 	cmd.Flags().StringVar(&flags.APISocket, "api-socket", DefaultAPISocket, "local API socket (root only)")
