@@ -10,6 +10,7 @@ import (
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/imagegc"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
@@ -19,8 +20,8 @@ import (
 // the node-level reclaim the eviction manager runs before a disk
 // eviction.
 type diskGC struct {
-	imageFS *lifecycle.ImageFS
-	images  *lifecycle.ImageGC
+	imageFS *imagegc.ImageFS
+	images  *imagegc.Collector
 	reclaim *lifecycle.NodeReclaimer
 	// metrics is set once the exporter exists (after sensing started).
 	metrics atomic.Pointer[metrics.GC]
@@ -43,7 +44,7 @@ var _ diskRuntime = (*cri.Client)(nil)
 // observes them for the snapshots too) and what its sandbox image is. An image filesystem it cannot observe now is logged: the
 // imagefs.* signals are then missing until it can (every snapshot asks
 // again), and nodefs and imagefs are taken as one filesystem.
-func newDiskGC(ctx context.Context, client diskRuntime, imageFS *lifecycle.ImageFS, mgr *lifecycle.Manager, cfg config.Run, nodeFS string, log *slog.Logger) (*diskGC, error) {
+func newDiskGC(ctx context.Context, client diskRuntime, imageFS *imagegc.ImageFS, mgr *lifecycle.Manager, cfg config.Run, nodeFS string, log *slog.Logger) (*diskGC, error) {
 	d := &diskGC{imageFS: imageFS}
 	dedicated := false
 	if st, err := d.imageFS.Stats(ctx); err != nil {
@@ -70,7 +71,7 @@ func newDiskGC(ctx context.Context, client diskRuntime, imageFS *lifecycle.Image
 		}
 		log.Info("image gc: the runtime's sandbox image is never removed", "image", ref)
 	}
-	images, err := lifecycle.NewImageGC(lifecycle.ImageGCConfig{
+	images, err := imagegc.New(imagegc.Config{
 		Runtime: client, FS: d.imageFS, Policy: cfg.ImageGCPolicy(), Pinned: pinned, Logger: log,
 		InUse: mgr.ImageVolumeImages,
 		OnRemoved: func(_ string, size uint64) {

@@ -12,7 +12,7 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/eviction"
-	"github.com/nodeguard/nodeguard/lifecycle"
+	"github.com/nodeguard/nodeguard/lifecycle/imagegc"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -67,7 +67,7 @@ func TestRunSensesTheImageFilesystemTheRuntimeNames(t *testing.T) {
 		return nodestats.FSStats{Path: path, CapacityBytes: 100 << 30, FreeBytes: 11 << 30, AvailableBytes: 10 << 30,
 			Inodes: 1 << 20, InodesFree: 1 << 19}, nil
 	}
-	disk, err := newDiskGC(ctx, rt, &lifecycle.ImageFS{Runtime: rt, StatFS: statfs}, nil, config.Default(), rootDir, log)
+	disk, err := newDiskGC(ctx, rt, &imagegc.ImageFS{Runtime: rt, StatFS: statfs}, nil, config.Default(), rootDir, log)
 	if err != nil {
 		t.Fatal(err)
 	}

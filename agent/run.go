@@ -31,6 +31,7 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/credentials"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/lifecycle/filesource"
+	"github.com/nodeguard/nodeguard/lifecycle/imagegc"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/mounts"
@@ -296,7 +297,7 @@ func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (r
 	if err != nil {
 		return err
 	}
-	disk, err := newDiskGC(ctx, client, &lifecycle.ImageFS{Runtime: client}, mgr, cfg, cfg.RootDir, log)
+	disk, err := newDiskGC(ctx, client, &imagegc.ImageFS{Runtime: client}, mgr, cfg, cfg.RootDir, log)
 	if err != nil {
 		return err
 	}

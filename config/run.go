@@ -20,6 +20,7 @@ import (
 	"github.com/nodeguard/nodeguard/internal/logging"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
+	"github.com/nodeguard/nodeguard/lifecycle/imagegc"
 	"github.com/nodeguard/nodeguard/lifecycle/logs"
 	"github.com/nodeguard/nodeguard/lifecycle/podspec"
 	"github.com/nodeguard/nodeguard/loader"
@@ -337,9 +338,9 @@ func Default() Run {
 		ContainerLogMaxFiles: logs.DefaultMaxFiles,
 		ImagePull:            true,
 
-		ImageGCHighThresholdPercent: lifecycle.DefaultImageGCHighThresholdPercent,
-		ImageGCLowThresholdPercent:  lifecycle.DefaultImageGCLowThresholdPercent,
-		ImageMinimumGCAge:           metav1.Duration{Duration: lifecycle.DefaultImageMinimumGCAge},
+		ImageGCHighThresholdPercent: imagegc.DefaultHighThresholdPercent,
+		ImageGCLowThresholdPercent:  imagegc.DefaultLowThresholdPercent,
+		ImageMinimumGCAge:           metav1.Duration{Duration: imagegc.DefaultMinimumAge},
 		Network: Network{Manage: true, Name: nd.Name, Bridge: nd.Bridge, MaxPods: nd.MaxPods,
 			CNIBinDirs: slices.Clone(nd.BinDirs), CNIConfDir: nd.ConfDir, NetNSDirs: []string{"/var/run/netns"}},
 		Volumes: Volumes{SourceDir: "/etc/nodeguard/sources"},
@@ -363,8 +364,8 @@ func (c Run) Effective() Run {
 }
 
 // ImageGCPolicy is the image collector's policy from the kubelet's keys.
-func (c Run) ImageGCPolicy() lifecycle.ImageGCPolicy {
-	return lifecycle.ImageGCPolicy{
+func (c Run) ImageGCPolicy() imagegc.Policy {
+	return imagegc.Policy{
 		HighThresholdPercent: int(c.ImageGCHighThresholdPercent),
 		LowThresholdPercent:  int(c.ImageGCLowThresholdPercent),
 		MinAge:               c.ImageMinimumGCAge.Duration,

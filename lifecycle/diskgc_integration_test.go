@@ -18,6 +18,7 @@ import (
 	"github.com/nodeguard/nodeguard/lab/images"
 	"github.com/nodeguard/nodeguard/lifecycle"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
+	"github.com/nodeguard/nodeguard/lifecycle/imagegc"
 )
 
 // envPod runs a busybox pod straight through the env's CRI (not through
@@ -75,7 +76,7 @@ func TestDiskGCOnARealRuntime(t *testing.T) {
 	defer cancel()
 
 	t.Run("the image filesystem the runtime names has a real capacity", func(t *testing.T) {
-		st, err := (&lifecycle.ImageFS{Runtime: r.client}).Stats(ctx)
+		st, err := (&imagegc.ImageFS{Runtime: r.client}).Stats(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,8 +176,8 @@ func TestDiskGCOnARealRuntime(t *testing.T) {
 			t.Errorf("SandboxImage = %q, %v, %v; want the env's %q", sandboxImage, ok, err, r.env.PauseImage())
 		}
 		var removed []string
-		g, err := lifecycle.NewImageGC(lifecycle.ImageGCConfig{
-			Runtime: r.client, FS: &lifecycle.ImageFS{Runtime: r.client}, Policy: lifecycle.DefaultImageGCPolicy(),
+		g, err := imagegc.New(imagegc.Config{
+			Runtime: r.client, FS: &imagegc.ImageFS{Runtime: r.client}, Policy: imagegc.DefaultPolicy(),
 			Pinned: []string{sandboxImage}, OnRemoved: func(id string, _ uint64) { removed = append(removed, id) },
 		})
 		if err != nil {

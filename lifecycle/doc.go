@@ -99,14 +99,8 @@
 //     critical and exempt pods are spared (and warned about at admission).
 //
 // Disk, as the kubelet's garbage collectors and eviction manager
-// (imagefs.go, imagegc.go, containergc.go, reclaim.go): ImageFS observes
-// the image filesystem the runtime names in CRI ImageFsInfo, with a
-// bounded statfs of its mountpoint, for the imagefs.* signals; ImageGC
-// removes unused images least recently used first between the kubelet's
-// imageGCHighThresholdPercent and imageGCLowThresholdPercent, every 5 min,
-// never one a container uses (anyone's, running or not), one pinned
-// (by the runtime, or the runtime's sandbox image) or one seen for less
-// than imageMinimumGCAge; DeleteAllUnusedContainers removes nodeguard's
+// (containergc.go, reclaim.go, and the subpackage imagegc: the image
+// filesystem and the image collector): DeleteAllUnusedContainers removes nodeguard's
 // dead containers and not-ready sandboxes no pod needs; NodeReclaimer runs
 // those two, per disk signal, before the eviction manager evicts for disk.
 //
@@ -127,8 +121,8 @@
 // stop slots); sandbox.go, containers.go, sidecars.go and status.go (one
 // pod's sync: its sandbox, its containers, its init sequence and stop
 // order, its status); teardown.go and orphans.go
-// (stopping and removing sandboxes); gc.go, containergc.go, imagegc.go,
-// imagefs.go and reclaim.go (collection and node-level reclaim); evict.go,
+// (stopping and removing sandboxes); gc.go, containergc.go and reclaim.go
+// (collection and node-level reclaim); evict.go,
 // oomscore.go and localstorage.go (the eviction manager's actor, the next
 // victim's oom_score_adj, local-storage limits); images.go (pull policy,
 // pulls with credentials), imagevolumes.go (image volumes), containerlogs.go (logs and rotation), exec.go

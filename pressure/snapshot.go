@@ -131,7 +131,7 @@ type Config struct {
 	StatFS        func(path string) (nodestats.FSStats, error)
 	// ImageFS, when set, replaces ImageFSPath: the runtime names its image
 	// filesystem (CRI ImageFsInfo) and the function statfs's it, bounded,
-	// as the kubelet's CRI stats provider does (lifecycle.ImageFS.FSStats).
+	// as the kubelet's CRI stats provider does (imagegc.ImageFS.FSStats).
 	ImageFS func(ctx context.Context) (nodestats.FSStats, error)
 	// RescanEvery walks the roots again to find cgroups missed by Add.
 	RescanEvery time.Duration

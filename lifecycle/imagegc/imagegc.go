@@ -1,4 +1,4 @@
-package lifecycle
+package imagegc
 
 import (
 	"cmp"
@@ -15,30 +15,30 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Defaults of ImageGCPolicy and ImageGC, the kubelet's.
+// Defaults of Policy and Collector, the kubelet's.
 const (
-	// DefaultImageGCHighThresholdPercent: above this image filesystem
+	// DefaultHighThresholdPercent: above this image filesystem
 	// usage the periodic collection removes images
 	// (imageGCHighThresholdPercent).
-	DefaultImageGCHighThresholdPercent = 85
-	// DefaultImageGCLowThresholdPercent: it removes until usage is back
+	DefaultHighThresholdPercent = 85
+	// DefaultLowThresholdPercent: it removes until usage is back
 	// to this (imageGCLowThresholdPercent).
-	DefaultImageGCLowThresholdPercent = 80
-	// DefaultImageMinimumGCAge: an image seen for less than this is never
+	DefaultLowThresholdPercent = 80
+	// DefaultMinimumAge: an image seen for less than this is never
 	// removed: it may just have been pulled for a container about to be
 	// created (imageMinimumGCAge).
-	DefaultImageMinimumGCAge = 2 * time.Minute
-	// DefaultImageGCPeriod is the kubelet's ImageGCPeriod.
-	DefaultImageGCPeriod = 5 * time.Minute
+	DefaultMinimumAge = 2 * time.Minute
+	// DefaultPeriod is the kubelet's ImageGCPeriod.
+	DefaultPeriod = 5 * time.Minute
 )
 
-// ErrImageGCPolicy is wrapped for an invalid ImageGCPolicy.
-var ErrImageGCPolicy = errors.New("invalid image GC policy")
+// ErrPolicy is wrapped for an invalid Policy.
+var ErrPolicy = errors.New("invalid image GC policy")
 
-// ImageGCPolicy is the kubelet's image garbage collection policy: a band
+// Policy is the kubelet's image garbage collection policy: a band
 // of image filesystem usage, in percent of its capacity, and a minimum
 // age.
-type ImageGCPolicy struct {
+type Policy struct {
 	// HighThresholdPercent: at or above this usage the periodic
 	// collection frees down to LowThresholdPercent. 100 disables the
 	// periodic collection (the kubelet's rule); the eviction path still
@@ -49,30 +49,30 @@ type ImageGCPolicy struct {
 	MinAge time.Duration
 }
 
-// DefaultImageGCPolicy returns the kubelet's defaults: 85 %, 80 %, 2m.
-func DefaultImageGCPolicy() ImageGCPolicy {
-	return ImageGCPolicy{
-		HighThresholdPercent: DefaultImageGCHighThresholdPercent,
-		LowThresholdPercent:  DefaultImageGCLowThresholdPercent,
-		MinAge:               DefaultImageMinimumGCAge,
+// DefaultPolicy returns the kubelet's defaults: 85 %, 80 %, 2m.
+func DefaultPolicy() Policy {
+	return Policy{
+		HighThresholdPercent: DefaultHighThresholdPercent,
+		LowThresholdPercent:  DefaultLowThresholdPercent,
+		MinAge:               DefaultMinimumAge,
 	}
 }
 
 // Validate checks p as the kubelet validates its configuration; errors
 // name the kubelet's field.
-func (p ImageGCPolicy) Validate() error {
+func (p Policy) Validate() error {
 	var errs []error
 	if p.HighThresholdPercent < 0 || p.HighThresholdPercent > 100 {
-		errs = append(errs, fmt.Errorf("imageGCHighThresholdPercent: %w: %d is not between 0 and 100", ErrImageGCPolicy, p.HighThresholdPercent))
+		errs = append(errs, fmt.Errorf("imageGCHighThresholdPercent: %w: %d is not between 0 and 100", ErrPolicy, p.HighThresholdPercent))
 	}
 	if p.LowThresholdPercent < 0 || p.LowThresholdPercent > 100 {
-		errs = append(errs, fmt.Errorf("imageGCLowThresholdPercent: %w: %d is not between 0 and 100", ErrImageGCPolicy, p.LowThresholdPercent))
+		errs = append(errs, fmt.Errorf("imageGCLowThresholdPercent: %w: %d is not between 0 and 100", ErrPolicy, p.LowThresholdPercent))
 	}
 	if p.LowThresholdPercent > p.HighThresholdPercent {
-		errs = append(errs, fmt.Errorf("imageGCLowThresholdPercent: %w: %d is above imageGCHighThresholdPercent %d", ErrImageGCPolicy, p.LowThresholdPercent, p.HighThresholdPercent))
+		errs = append(errs, fmt.Errorf("imageGCLowThresholdPercent: %w: %d is above imageGCHighThresholdPercent %d", ErrPolicy, p.LowThresholdPercent, p.HighThresholdPercent))
 	}
 	if p.MinAge < 0 {
-		errs = append(errs, fmt.Errorf("imageMinimumGCAge: %w: %v is negative", ErrImageGCPolicy, p.MinAge))
+		errs = append(errs, fmt.Errorf("imageMinimumGCAge: %w: %v is negative", ErrPolicy, p.MinAge))
 	}
 	return errors.Join(errs...)
 }
@@ -91,11 +91,11 @@ type imageFSStatser interface {
 	Stats(ctx context.Context) (ImageFSStats, error)
 }
 
-// ImageGCConfig configures an ImageGC.
-type ImageGCConfig struct {
+// Config configures an Collector.
+type Config struct {
 	Runtime imageGCRuntime
 	FS      imageFSStatser
-	Policy  ImageGCPolicy
+	Policy  Policy
 	// Pinned are image references (IDs, tags or digests) that are never
 	// removed, besides the images the runtime marks pinned: the runtime's
 	// sandbox image, which a runtime that does not pin it (containerd 1.x)
@@ -106,7 +106,7 @@ type ImageGCConfig struct {
 	// (Manager.ImageVolumeImages). They are kept and marked used, as a
 	// container's image.
 	InUse func() []string
-	// Period: DefaultImageGCPeriod when 0.
+	// Period: DefaultPeriod when 0.
 	Period time.Duration
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -115,15 +115,15 @@ type ImageGCConfig struct {
 	OnRemoved func(id string, size uint64)
 }
 
-// ImageGC is the kubelet's image garbage collector (pkg/kubelet/images
+// Collector is the kubelet's image garbage collector (pkg/kubelet/images
 // image_gc_manager.go) over the CRI: it keeps a record of every image
 // with when it was first seen and last used by a container, and removes
 // unused images least recently used first, never one a container
 // (nodeguard's or anyone's, running or not) uses, never a pinned one, and
 // never one seen for less than MinAge. Its methods are safe for
 // concurrent use; removals are serialised.
-type ImageGC struct {
-	cfg ImageGCConfig
+type Collector struct {
+	cfg Config
 	log *slog.Logger
 
 	removing sync.Mutex // held by freeSpace: one collection at a time
@@ -141,8 +141,8 @@ type imageRecord struct {
 	tags          []string // for log lines
 }
 
-// NewImageGC validates cfg and returns a collector with no records.
-func NewImageGC(cfg ImageGCConfig) (*ImageGC, error) {
+// New validates cfg and returns a collector with no records.
+func New(cfg Config) (*Collector, error) {
 	if cfg.Runtime == nil || cfg.FS == nil {
 		return nil, errors.New("new image gc: runtime and image filesystem are required")
 	}
@@ -153,7 +153,7 @@ func NewImageGC(cfg ImageGCConfig) (*ImageGC, error) {
 		return nil, fmt.Errorf("new image gc: period %v is negative", cfg.Period)
 	}
 	if cfg.Period == 0 {
-		cfg.Period = DefaultImageGCPeriod
+		cfg.Period = DefaultPeriod
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -162,14 +162,14 @@ func NewImageGC(cfg ImageGCConfig) (*ImageGC, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ImageGC{cfg: cfg, log: log, records: map[string]*imageRecord{}}, nil
+	return &Collector{cfg: cfg, log: log, records: map[string]*imageRecord{}}, nil
 }
 
 // Run records the images at once and collects every Period until ctx is
 // done. The first record dates every image found "in the unknown past"
 // (the kubelet's rule): what was there before nodeguard started is old
 // enough to go.
-func (g *ImageGC) Run(ctx context.Context) {
+func (g *Collector) Run(ctx context.Context) {
 	if err := g.detect(ctx, time.Time{}); err != nil {
 		g.log.Warn("image gc: list images", "err", err)
 	}
@@ -197,7 +197,7 @@ func (g *ImageGC) Run(ctx context.Context) {
 // GarbageCollect applies the policy once: at or above
 // HighThresholdPercent usage of the image filesystem, it frees enough to
 // get back to LowThresholdPercent. Freeing less than that is an error.
-func (g *ImageGC) GarbageCollect(ctx context.Context) error {
+func (g *Collector) GarbageCollect(ctx context.Context) error {
 	st, err := g.cfg.FS.Stats(ctx)
 	if err != nil {
 		return fmt.Errorf("image gc: %w", err)
@@ -227,21 +227,21 @@ func (g *ImageGC) GarbageCollect(ctx context.Context) error {
 // DeleteUnusedImages removes every unused image old enough, whatever the
 // usage: the eviction path's node-level reclaim. It returns the bytes
 // freed (the images' sizes as the runtime reports them), also on error.
-func (g *ImageGC) DeleteUnusedImages(ctx context.Context) (int64, error) {
+func (g *Collector) DeleteUnusedImages(ctx context.Context) (int64, error) {
 	return g.freeSpace(ctx, math.MaxInt64, g.cfg.Now())
 }
 
 // detect brings the records up to date with the runtime: new images are
 // first seen at detected (zero on the first call: the unknown past),
 // images a container uses were last used now, vanished ones are dropped.
-func (g *ImageGC) detect(ctx context.Context, detected time.Time) error {
+func (g *Collector) detect(ctx context.Context, detected time.Time) error {
 	_, err := g.detectKeep(ctx, detected)
 	return err
 }
 
 // detectKeep is detect returning the IDs that must stay: in use or pinned.
-func (g *ImageGC) detectKeep(ctx context.Context, detected time.Time) (keep map[string]bool, err error) {
-	cctx, cancel := call(ctx)
+func (g *Collector) detectKeep(ctx context.Context, detected time.Time) (keep map[string]bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	imgs, err := g.cfg.Runtime.ListImages(cctx)
 	if err != nil {
@@ -345,7 +345,7 @@ func evictionOrder(records map[string]*imageRecord, keep map[string]bool, freeTi
 
 // freeSpace removes images in eviction order until want bytes are freed;
 // a failed removal is reported and the next image tried.
-func (g *ImageGC) freeSpace(ctx context.Context, want int64, freeTime time.Time) (int64, error) {
+func (g *Collector) freeSpace(ctx context.Context, want int64, freeTime time.Time) (int64, error) {
 	g.removing.Lock()
 	defer g.removing.Unlock()
 	keep, err := g.detectKeep(ctx, freeTime)
@@ -361,7 +361,7 @@ func (g *ImageGC) freeSpace(ctx context.Context, want int64, freeTime time.Time)
 		if freed >= want {
 			break
 		}
-		cctx, cancel := call(ctx)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		err := g.cfg.Runtime.RemoveImage(cctx, c.id)
 		cancel()
 		if err != nil {
@@ -383,3 +383,7 @@ func (g *ImageGC) freeSpace(ctx context.Context, want int64, freeTime time.Time)
 	}
 	return freed, nil
 }
+
+// callTimeout bounds one runtime call of the collector, as the
+// lifecycle's own calls are bounded.
+const callTimeout = 2 * time.Minute

@@ -1,4 +1,4 @@
-package lifecycle
+package imagegc
 
 import (
 	"context"
@@ -114,13 +114,13 @@ func (c *clock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newTestImageGC(t *testing.T, rt *fakeImages, fs *fakeImageFS, clk *clock, pinned ...string) *ImageGC {
+func newTestImageGC(t *testing.T, rt *fakeImages, fs *fakeImageFS, clk *clock, pinned ...string) *Collector {
 	t.Helper()
 	if fs == nil {
 		fs = &fakeImageFS{capacity: 100 * gib, available: 50 * gib}
 	}
 	rt.fs = fs
-	g, err := NewImageGC(ImageGCConfig{Runtime: rt, FS: fs, Policy: DefaultImageGCPolicy(), Pinned: pinned, Now: clk.Now})
+	g, err := New(Config{Runtime: rt, FS: fs, Policy: DefaultPolicy(), Pinned: pinned, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +162,14 @@ func TestImageGCSelection(t *testing.T) {
 			name:         "an image first seen less than the minimum age ago stays",
 			images:       []*runtimeapi.Image{image("sha256:old", gib, "old:1")},
 			later:        []*runtimeapi.Image{image("sha256:young", gib, "young:1")},
-			ageBeforeNew: time.Hour, ageAfterNew: DefaultImageMinimumGCAge - time.Second,
+			ageBeforeNew: time.Hour, ageAfterNew: DefaultMinimumAge - time.Second,
 			want: []string{"sha256:old"},
 		},
 		{
 			name:         "an image first seen the minimum age ago goes",
 			images:       []*runtimeapi.Image{image("sha256:old", gib, "old:1")},
 			later:        []*runtimeapi.Image{image("sha256:young", gib, "young:1")},
-			ageBeforeNew: time.Hour, ageAfterNew: DefaultImageMinimumGCAge,
+			ageBeforeNew: time.Hour, ageAfterNew: DefaultMinimumAge,
 			want: []string{"sha256:old", "sha256:young"},
 		},
 		{
@@ -265,26 +265,26 @@ func TestImageGCReportsWhatItCouldNotFree(t *testing.T) {
 
 func TestImageGCPolicyValidate(t *testing.T) {
 	for _, tc := range []struct {
-		p    ImageGCPolicy
+		p    Policy
 		want string
 	}{
-		{ImageGCPolicy{HighThresholdPercent: 101, LowThresholdPercent: 80}, "imageGCHighThresholdPercent: invalid image GC policy: 101 is not between 0 and 100"},
-		{ImageGCPolicy{HighThresholdPercent: 85, LowThresholdPercent: -1}, "imageGCLowThresholdPercent: invalid image GC policy: -1 is not between 0 and 100"},
-		{ImageGCPolicy{HighThresholdPercent: 70, LowThresholdPercent: 80}, "imageGCLowThresholdPercent: invalid image GC policy: 80 is above imageGCHighThresholdPercent 70"},
-		{ImageGCPolicy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: -time.Second}, "imageMinimumGCAge: invalid image GC policy: -1s is negative"},
+		{Policy{HighThresholdPercent: 101, LowThresholdPercent: 80}, "imageGCHighThresholdPercent: invalid image GC policy: 101 is not between 0 and 100"},
+		{Policy{HighThresholdPercent: 85, LowThresholdPercent: -1}, "imageGCLowThresholdPercent: invalid image GC policy: -1 is not between 0 and 100"},
+		{Policy{HighThresholdPercent: 70, LowThresholdPercent: 80}, "imageGCLowThresholdPercent: invalid image GC policy: 80 is above imageGCHighThresholdPercent 70"},
+		{Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: -time.Second}, "imageMinimumGCAge: invalid image GC policy: -1s is negative"},
 	} {
 		err := tc.p.Validate()
-		if err == nil || err.Error() != tc.want || !errors.Is(err, ErrImageGCPolicy) {
+		if err == nil || err.Error() != tc.want || !errors.Is(err, ErrPolicy) {
 			t.Errorf("%+v: %v, want %q", tc.p, err, tc.want)
 		}
 	}
-	if err := DefaultImageGCPolicy().Validate(); err != nil {
+	if err := DefaultPolicy().Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)
 	}
 }
 
 // TestImageGCKeepsTheImagesOfImageVolumes: an image an image volume
-// mounts is in use although no container names it (ImageGCConfig.InUse:
+// mounts is in use although no container names it (Config.InUse:
 // the Manager's ImageVolumeImages); once the pod is gone it may go.
 func TestImageGCKeepsTheImagesOfImageVolumes(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
@@ -292,7 +292,7 @@ func TestImageGCKeepsTheImagesOfImageVolumes(t *testing.T) {
 	fs := &fakeImageFS{capacity: 100 * gib, available: 50 * gib}
 	rt.fs = fs
 	inUse := []string{"sha256:content"}
-	g, err := NewImageGC(ImageGCConfig{Runtime: rt, FS: fs, Policy: DefaultImageGCPolicy(), Now: clk.Now,
+	g, err := New(Config{Runtime: rt, FS: fs, Policy: DefaultPolicy(), Now: clk.Now,
 		InUse: func() []string { return inUse }})
 	if err != nil {
 		t.Fatal(err)
