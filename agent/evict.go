@@ -228,7 +228,7 @@ func tripwireWrites(th []eviction.Threshold, capacity uint64) tripwire.HighRange
 		if t.Signal != nodestats.SignalMemoryAvailable && t.Signal != nodestats.SignalAllocatableMemoryAvailable {
 			continue
 		}
-		thr := t.Value.Resolve(int64(capacity))
+		thr := t.Value.Amount(int64(capacity))
 		if thr >= 0 && uint64(thr) < capacity {
 			top = max(top, capacity-uint64(thr))
 		}

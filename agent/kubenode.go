@@ -199,7 +199,7 @@ func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int,
 		for _, t := range thresholds {
 			if t.Signal == nodestats.SignalMemoryAvailable && t.Hard() {
 				v := alloc[corev1.ResourceMemory]
-				v.Sub(*resource.NewQuantity(t.Value.Resolve(mem.Value()), resource.BinarySI))
+				v.Sub(*resource.NewQuantity(t.Value.Amount(mem.Value()), resource.BinarySI))
 				alloc[corev1.ResourceMemory] = v
 			}
 		}

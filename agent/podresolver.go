@@ -28,7 +28,7 @@ func newPodResolver(mgr *lifecycle.Manager, cgm *kubepods.Manager, layout *cgrou
 	return &podResolver{mgr: mgr, cgm: cgm, layout: layout}
 }
 
-func (r *podResolver) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
+func (r *podResolver) PodLabels(k pressure.CgroupKey) (metrics.PodLabels, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if time.Since(r.at) > 2*time.Second {

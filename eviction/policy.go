@@ -332,10 +332,10 @@ func (p *Policy) evalThresholds(obs Observations, byUID map[types.UID]*Pod, now 
 			continue
 		}
 		e := thresholdEval{idx: i, t: t, info: signalInfos[t.Signal], obs: o}
-		e.quantity = t.Value.Resolve(o.Capacity)
+		e.quantity = t.Value.Amount(o.Capacity)
 		e.limit = e.quantity
 		if p.latched[i] && t.MinReclaim != nil {
-			e.limit += t.MinReclaim.Resolve(o.Capacity)
+			e.limit += t.MinReclaim.Amount(o.Capacity)
 		}
 		e.met = o.Available < e.limit
 		if !e.met {
@@ -657,7 +657,7 @@ func (p *Policy) nextVictim(obs Observations, ths []thresholdEval, nodePSI []psi
 		}
 		for i := range p.cfg.Thresholds {
 			t := &p.cfg.Thresholds[i]
-			if t.Signal == sig && o.Available < 2*t.Value.Resolve(o.Capacity) {
+			if t.Signal == sig && o.Available < 2*t.Value.Amount(o.Capacity) {
 				near = true
 			}
 		}
@@ -782,7 +782,7 @@ func (p *Policy) Calm(obs Observations) bool {
 		if !ok {
 			continue
 		}
-		need := t.Value.Resolve(o.Capacity)
+		need := t.Value.Amount(o.Capacity)
 		if memorySignal(t.Signal) {
 			need *= 2
 		}

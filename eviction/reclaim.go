@@ -87,9 +87,9 @@ func (p *Policy) diskThresholdsMet(signals map[nodestats.Signal]nodestats.Observ
 		if !ok {
 			continue
 		}
-		limit := t.Value.Resolve(o.Capacity)
+		limit := t.Value.Amount(o.Capacity)
 		if t.MinReclaim != nil {
-			limit += t.MinReclaim.Resolve(o.Capacity)
+			limit += t.MinReclaim.Amount(o.Capacity)
 		}
 		if o.Available < limit {
 			met = append(met, t.String())

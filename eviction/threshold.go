@@ -71,9 +71,9 @@ type ThresholdValue struct {
 	text string
 }
 
-// Resolve returns the value in the signal's unit for a capacity, as the
+// Amount returns the value in the signal's unit for a capacity, as the
 // kubelet's GetThresholdQuantity does.
-func (v ThresholdValue) Resolve(capacity int64) int64 {
+func (v ThresholdValue) Amount(capacity int64) int64 {
 	if v.Percentage != 0 {
 		return int64(float64(capacity) * v.Percentage)
 	}

@@ -175,12 +175,12 @@ func TestParseThresholds(t *testing.T) {
 	}
 }
 
-func TestThresholdValueResolve(t *testing.T) {
+func TestThresholdValueAmount(t *testing.T) {
 	ts := mustThresholds(t, ThresholdConfig{EvictionHard: map[string]string{"nodefs.available": "10%", "memory.available": "100Mi"}})
-	if got := ts[0].Value.Resolve(8 * Gi); got != 100*Mi {
+	if got := ts[0].Value.Amount(8 * Gi); got != 100*Mi {
 		t.Errorf("100Mi resolves to %d", got)
 	}
-	if got := ts[1].Value.Resolve(100 * Gi); got != 10*Gi {
+	if got := ts[1].Value.Amount(100 * Gi); got != 10*Gi {
 		t.Errorf("10%% of 100Gi resolves to %d", got)
 	}
 }

@@ -60,7 +60,7 @@ func (p *TripwirePolicy) Line(s *pressure.Snapshot) (line uint64, ok bool) {
 		if !ok {
 			continue
 		}
-		thr := t.Value.Resolve(obs.Capacity)
+		thr := t.Value.Amount(obs.Capacity)
 		var at int64
 		switch t.Signal {
 		case nodestats.SignalAllocatableMemoryAvailable:

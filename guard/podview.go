@@ -173,8 +173,8 @@ func stopping(p *corev1.Pod) bool {
 	return p != nil && (p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded)
 }
 
-// Resolve labels the pods' cgroups for the metrics (metrics.Resolver).
-func (a *Actor) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
+// PodLabels labels the pods' cgroups for the metrics (metrics.Resolver).
+func (a *Actor) PodLabels(k pressure.CgroupKey) (metrics.PodLabels, bool) {
 	if k.HierarchyID != a.cfg.Finder.Layout.Memory.ID {
 		return metrics.PodLabels{}, false
 	}

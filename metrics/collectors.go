@@ -167,7 +167,7 @@ func (c *scrapeCollector) node(ch chan<- prometheus.Metric, snap *pressure.Snaps
 func (c *scrapeCollector) labels(key pressure.CgroupKey, rel string) []string {
 	var pl PodLabels
 	if c.e.opts.Resolver != nil {
-		pl, _ = c.e.opts.Resolver.Resolve(key)
+		pl, _ = c.e.opts.Resolver.PodLabels(key)
 	}
 	return []string{rel, pl.Namespace, pl.Pod, pl.UID, pl.Container, pl.QOS}
 }

@@ -38,7 +38,7 @@ type PodLabels struct {
 // Resolver maps a cgroup (its memory cgroup key) to pod labels. The
 // lifecycle fills it; until then every cgroup resolves to nothing.
 type Resolver interface {
-	Resolve(key pressure.CgroupKey) (PodLabels, bool)
+	PodLabels(key pressure.CgroupKey) (PodLabels, bool)
 }
 
 // Options wire the exporter.

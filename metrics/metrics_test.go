@@ -57,7 +57,7 @@ func (fakeKernel) ReclaimStats() ([]loader.ReclaimStat, error) {
 
 type podResolver struct{}
 
-func (podResolver) Resolve(k pressure.CgroupKey) (metrics.PodLabels, bool) {
+func (podResolver) PodLabels(k pressure.CgroupKey) (metrics.PodLabels, bool) {
 	if k.ID == 42 {
 		return metrics.PodLabels{Namespace: "default", Pod: "hog", UID: "u-1", QOS: "BestEffort"}, true
 	}

@@ -60,7 +60,7 @@ func TestRaceAgentConfig(t *testing.T) {
 				got := map[nodestats.Signal]int64{}
 				for _, th := range pc.Thresholds {
 					if th.Hard() {
-						got[th.Signal] = th.Value.Resolve(1 << 40)
+						got[th.Signal] = th.Value.Amount(1 << 40)
 					}
 				}
 				if got[nodestats.SignalAllocatableMemoryAvailable] != threshold || got[nodestats.SignalMemoryAvailable] != threshold {
