@@ -10,17 +10,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
 	"github.com/nodeguard/nodeguard/cgroups"
 	"github.com/nodeguard/nodeguard/eviction"
+	"github.com/nodeguard/nodeguard/eviction/admission"
 	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/metrics"
 	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 	"github.com/nodeguard/nodeguard/pressure/tripwire"
-	"github.com/nodeguard/nodeguard/qos"
 )
 
 // evictionObserver turns the manager's reports into metrics, the API's
@@ -132,10 +131,10 @@ func (o *evictionObserver) OnStaleness(d time.Duration) {
 }
 
 // admitter is the lifecycle's admission hook, bound to the eviction
-// policy once it exists.
+// policy once it exists. The decisions are package admission's.
 type admitter struct {
 	policy atomic.Pointer[eviction.Policy]
-	// fit, in node mode, is the node allocatable check (fitsAllocatable).
+	// fit, in node mode, is the node allocatable check (admission.Fit).
 	fit func(*corev1.Pod) error
 }
 
@@ -149,29 +148,7 @@ func (a *admitter) admit(p *corev1.Pod) error {
 	if pol == nil {
 		return nil
 	}
-	if tolerableMemoryPressure(pol.Conditions(), p) {
-		return nil
-	}
-	return pol.Admit(eviction.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, QOS: qos.Class(p),
-		Priority: qos.Priority(p), Critical: qos.IsCritical(p)})
-}
-
-// tolerableMemoryPressure is the kubelet's exception to its eviction
-// admission (pkg/kubelet/eviction Admit): under MemoryPressure alone, a
-// BestEffort pod that tolerates the node.kubernetes.io/memory-pressure
-// NoSchedule taint is admitted (eviction.Policy.Admit leaves this check to its
-// caller: its Pod carries no tolerations).
-func tolerableMemoryPressure(conds map[eviction.Condition]bool, p *corev1.Pod) bool {
-	if !conds[eviction.MemoryPressure] || conds[eviction.DiskPressure] || conds[eviction.PIDPressure] {
-		return false
-	}
-	taint := &corev1.Taint{Key: corev1.TaintNodeMemoryPressure, Effect: corev1.TaintEffectNoSchedule}
-	for i := range p.Spec.Tolerations {
-		if p.Spec.Tolerations[i].ToleratesTaint(klog.Background(), taint, false) {
-			return true
-		}
-	}
-	return false
+	return admission.Pressure(pol, p)
 }
 
 // podRootTripwire is the tripwire on the pod cgroup root, armed where

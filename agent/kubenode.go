@@ -19,10 +19,10 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
-	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/eviction"
+	"github.com/nodeguard/nodeguard/eviction/admission"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/kubenode"
 	"github.com/nodeguard/nodeguard/lifecycle"
@@ -212,74 +212,14 @@ func nodeResources(capacity corev1.ResourceList, node cri.NodeInfo, maxPods int,
 	return cap, alloc
 }
 
-// fitsAllocatable is the kubelet's resource admission (its
-// noderesources fit check at admission): the pod's requests, with those
-// of the pods already running that are not terminal, must fit the node's
-// allocatable; the refusal's reason is "OutOf<resource>".
-func fitsAllocatable(p *corev1.Pod, active []*corev1.Pod, alloc corev1.ResourceList) error {
-	want := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-	used := corev1.ResourceList{}
-	running := int64(0)
-	for _, o := range active {
-		if o.UID == p.UID || o.Status.Phase == corev1.PodSucceeded || o.Status.Phase == corev1.PodFailed || o.DeletionTimestamp != nil {
-			continue
-		}
-		running++
-		for name, q := range resourcehelper.PodRequests(o, resourcehelper.PodResourcesOptions{}) {
-			u := used[name]
-			u.Add(q)
-			used[name] = u
-		}
-	}
-	pods := alloc[corev1.ResourcePods]
-	if n := running + 1; !pods.IsZero() && n > pods.Value() {
-		return &resourceRejection{name: corev1.ResourcePods, requested: 1, used: n - 1, capacity: pods.Value()}
-	}
-	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
-		req, ok := want[name]
-		if !ok || req.IsZero() {
-			continue
-		}
-		capq, ok := alloc[name]
-		if !ok {
-			continue
-		}
-		u := used[name]
-		value := func(q resource.Quantity) int64 {
-			if name == corev1.ResourceCPU {
-				return q.MilliValue()
-			}
-			return q.Value()
-		}
-		if value(req)+value(u) > value(capq) {
-			return &resourceRejection{name: name, requested: value(req), used: value(u), capacity: value(capq)}
-		}
-	}
-	return nil
-}
-
-// resourceRejection is a pod that does not fit, in the kubelet's words.
-type resourceRejection struct {
-	name                      corev1.ResourceName
-	requested, used, capacity int64
-}
-
-func (e *resourceRejection) Reason() string { return "OutOf" + string(e.name) }
-
-func (e *resourceRejection) Error() string {
-	return fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", e.name, e.requested, e.used, e.capacity)
-}
-
 // rejectReason is the pod status reason and message of a pod Apply
-// refused, as the kubelet's admission results name them.
+// refused, as the kubelet's admission results name them: admission's
+// refusals (admission.Reason), then the lifecycle's.
 func rejectReason(err error) (string, string) {
-	var rr *resourceRejection
-	var ae *eviction.AdmitError
+	if reason, msg, ok := admission.Reason(err); ok {
+		return reason, msg
+	}
 	switch {
-	case errors.As(err, &rr):
-		return rr.Reason(), rr.Error()
-	case errors.As(err, &ae):
-		return eviction.AdmitReason, ae.Error()
 	case strings.Contains(err.Error(), lifecycle.ReasonNodeAffinity+": "):
 		return lifecycle.ReasonNodeAffinity, lifecycle.MessageNodeAffinity
 	case errors.Is(err, lifecycle.ErrInvalid):

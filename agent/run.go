@@ -22,6 +22,7 @@ import (
 	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/eviction"
+	"github.com/nodeguard/nodeguard/eviction/admission"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/host"
 	"github.com/nodeguard/nodeguard/internal/statestore"
@@ -317,7 +318,7 @@ func Run(ctx context.Context, cfg config.Run, log *slog.Logger, opts Options) (r
 	}
 	if kubeCS != nil {
 		nodeCap, nodeAlloc := nodeResources(capacity, node, cfg.Network.MaxPods, cfg, policy.Thresholds)
-		adm.fit = func(p *corev1.Pod) error { return fitsAllocatable(p, mgr.List(), nodeAlloc) }
+		adm.fit = func(p *corev1.Pod) error { return admission.Fit(p, mgr.List(), nodeAlloc) }
 		ps := kubenode.NewPodSource(kubenode.PodsConfig{Client: kubeCS, NodeName: node.Name, HostIPs: node.HostIPs, Pods: mgr,
 			Reject: rejectReason, Recorder: kubeRec, Log: log.With("component", "pod-source")})
 		podSource.Store(ps)
