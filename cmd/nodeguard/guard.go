@@ -34,27 +34,16 @@ func newGuardCmd(g *globalFlags) *cobra.Command {
 		if err != nil {
 			return cfg, p, err
 		}
-		override := func(name string, dst *string, v string) {
-			if fs.Changed(name) {
-				*dst = v
-			}
-		}
-		override("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
-		override("cgroup-driver", &cfg.CgroupDriver, flags.CgroupDriver)
-		override("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
-		override("kubeconfig", &cfg.Kubeconfig, flags.Kubeconfig)
-		override("node-name", &cfg.NodeName, flags.NodeName)
-		override("root-dir", &cfg.RootDir, flags.RootDir)
-		override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
-		override("log-level", &cfg.Logging.Level, g.logLevel)
-		override("log-format", &cfg.Logging.Format, g.logFormat)
-		if err := cfg.Validate(); err != nil {
-			if p != "" {
-				return cfg, p, fmt.Errorf("config %s: %w", p, err)
-			}
-			return cfg, p, err
-		}
-		return cfg, p, nil
+		o := flagOverrides{fs}
+		o.set("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
+		o.set("cgroup-driver", &cfg.CgroupDriver, flags.CgroupDriver)
+		o.set("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
+		o.set("kubeconfig", &cfg.Kubeconfig, flags.Kubeconfig)
+		o.set("node-name", &cfg.NodeName, flags.NodeName)
+		o.set("root-dir", &cfg.RootDir, flags.RootDir)
+		o.set("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+		o.logging(g, &cfg.Logging)
+		return cfg, p, validateConfig(p, cfg)
 	}
 	cmd := &cobra.Command{
 		Use:   "guard",
@@ -80,10 +69,7 @@ the Eviction API, which PodDisruptionBudgets may refuse.`,
 			if err != nil {
 				return err
 			}
-			agent.ApplyLogging(g.logs, cfg.Logging)
-			if p != "" {
-				log.Info("configuration loaded", "config", p)
-			}
+			configLoaded(g, log, cfg.Logging, p)
 			return agent.RunGuard(cmd.Context(), cfg, log, agent.Options{Notifier: notify, HUP: hup, Logs: g.logs, ConfigPath: p, Version: version})
 		},
 	}

@@ -57,21 +57,17 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				if err != nil {
 					return cfg, err
 				}
-				override := func(name string, dst *string, v string) {
-					if fs.Changed(name) {
-						*dst = v
-					}
-				}
-				override("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
-				override("root-dir", &cfg.RootDir, flags.RootDir)
-				override("cgroup-driver", &cfg.CgroupDriver, flags.CgroupDriver)
-				override("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
-				override("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
-				override("api-socket", &cfg.APISocket, flags.APISocket)
-				override("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
-				override("kubeconfig", &cfg.Kubeconfig, flags.Kubeconfig)
-				override("node-name", &cfg.NodeName, flags.NodeName)
-				override("node-ip", &cfg.NodeIP, flags.NodeIP)
+				o := flagOverrides{fs}
+				o.set("runtime-endpoint", &cfg.RuntimeEndpoint, flags.RuntimeEndpoint)
+				o.set("root-dir", &cfg.RootDir, flags.RootDir)
+				o.set("cgroup-driver", &cfg.CgroupDriver, flags.CgroupDriver)
+				o.set("cgroup-root", &cfg.CgroupRoot, flags.CgroupRoot)
+				o.set("pod-manifest-path", &cfg.PodManifestPath, flags.PodManifestPath)
+				o.set("api-socket", &cfg.APISocket, flags.APISocket)
+				o.set("metrics-addr", &cfg.MetricsAddr, flags.MetricsAddr)
+				o.set("kubeconfig", &cfg.Kubeconfig, flags.Kubeconfig)
+				o.set("node-name", &cfg.NodeName, flags.NodeName)
+				o.set("node-ip", &cfg.NodeIP, flags.NodeIP)
 				if fs.Changed("node-labels") {
 					cfg.NodeLabels = nodeLabelsFlag
 				}
@@ -85,8 +81,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				if fs.Changed("enable-profiling") {
 					cfg.EnableProfiling = flags.EnableProfiling
 				}
-				override("log-level", &cfg.Logging.Level, g.logLevel)
-				override("log-format", &cfg.Logging.Format, g.logFormat)
+				o.logging(g, &cfg.Logging)
 				if private != nil {
 					private.Apply(&cfg)
 				}
@@ -113,16 +108,10 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				privateNet = true
 				fmt.Fprintf(cmd.ErrOrStderr(), "private containerd: %s (crictl --runtime-endpoint %s ps)\n", private.Endpoint(), private.Endpoint())
 			}
-			if err := cfg.Validate(); err != nil {
-				if path != "" {
-					return fmt.Errorf("config %s: %w", path, err)
-				}
+			if err := validateConfig(path, cfg); err != nil {
 				return err
 			}
-			agent.ApplyLogging(g.logs, cfg.Logging)
-			if path != "" {
-				log.Info("configuration loaded", "config", path)
-			}
+			configLoaded(g, log, cfg.Logging, path)
 			return agent.Run(ctx, cfg, log, agent.Options{
 				Notifier: notify, HUP: hup, Logs: g.logs, ConfigPath: path, Version: version, CheckNetwork: privateNet,
 				Reload: func() (config.Run, error) {
