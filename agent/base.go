@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/nodeguard/nodeguard/cgroups/kubepods"
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/internal/group"
 	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/metrics"
+	"github.com/nodeguard/nodeguard/pressure"
+	"github.com/nodeguard/nodeguard/psi"
 )
 
 // base is what every mode of the agent shares: its group and the order
@@ -35,6 +39,11 @@ type base struct {
 	// beats are the heartbeats the watchdog checks, in the order it
 	// reports them.
 	beats []heartbeat
+	// em and wire are the eviction manager and its tripwire on the pod
+	// root once they run (nil before, and without eviction): sensing
+	// wakes them (senseFlags).
+	em   atomic.Pointer[eviction.Manager]
+	wire atomic.Pointer[podRootTripwire]
 }
 
 // startBase starts the group, STOPPING=1 once it ends, and the
@@ -53,6 +62,32 @@ func (d *base) shutdown(retErr *error) {
 	if err := d.g.Shutdown(); err != nil && !errors.Is(*retErr, err) {
 		*retErr = errors.Join(err, *retErr)
 	}
+}
+
+// sensingConfig is the part of a mode's configuration that sensing
+// reads: config.Run's and config.Guard's keys of the same names.
+type sensingConfig struct {
+	metricsAddr string
+	profiling   bool
+	kernel      config.Kernel
+	rootDir     string
+}
+
+// senseFlags are the sensing settings every mode shares: the exporter's
+// address and profiling, the kernel pipeline, a tick of a second with
+// full statistics every pressure.DefaultFullEvery, the pod root kube (of
+// driver's hierarchy) read as podCgroups says, its series labelled by
+// resolver, kernel events forwarded to fwd, and wake-ups and snapshots
+// handed to the eviction manager and its tripwire once they run
+// (wakeEviction). The mode adds what only it has.
+func (d *base) senseFlags(c sensingConfig, kube string, driver kubepods.Driver, resolver metrics.Resolver, fwd *eventForwarder) *senseFlags {
+	f := &senseFlags{version: d.opts.Version, metricsAddr: c.metricsAddr, profiling: c.profiling, roots: []string{kube}, rootDir: c.rootDir,
+		noBPF: !c.kernel.BPF, ringSize: c.kernel.RingSizeBytes, queueSize: c.kernel.QueueSize,
+		tick: time.Second, fullEvery: pressure.DefaultFullEvery, resolver: resolver, onEvent: fwd.send,
+	}
+	f.podCgroups(driver)
+	f.wakeEviction(&d.em, &d.wire)
+	return f
 }
 
 // startSensing starts sensing with sf, registers the mode's collectors
@@ -122,4 +157,29 @@ func (d *base) serve(ctx context.Context, status func() string, hupName string, 
 	}
 	d.log.Info(d.name + " stopped")
 	return nil
+}
+
+// podCgroups makes the pods and the cgroups above them hot (read every
+// tick), the containers' read when a scrape asks (pressure.Config.Hot,
+// Sensor.Scrape), and the pods' own calm: read only while memory is near
+// a threshold (eviction.Policy.Calm); far from every one, the eviction
+// manager's ticks read them every 5th second with the containers'.
+func (f *senseFlags) podCgroups(driver kubepods.Driver) {
+	f.hot = func(rel string) bool { return !kubepods.BeneathPod(driver, rel) }
+	f.calm = func(rel string) bool { return kubepods.IsPod(driver, rel) }
+}
+
+// wakeEviction hands PSI trigger wake-ups to the eviction manager and
+// every snapshot to the pod-root tripwire, once they exist.
+func (f *senseFlags) wakeEviction(em *atomic.Pointer[eviction.Manager], wire *atomic.Pointer[podRootTripwire]) {
+	f.onWake = func(w psi.Wake) {
+		if m := em.Load(); m != nil {
+			m.Wake("psi:"+w.Trigger.String(), w.Time)
+		}
+	}
+	f.onSnapshot = func(snap *pressure.Snapshot) {
+		if w := wire.Load(); w != nil {
+			w.rearm(snap)
+		}
+	}
 }

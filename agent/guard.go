@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -31,10 +30,10 @@ import (
 	"github.com/nodeguard/nodeguard/config"
 	"github.com/nodeguard/nodeguard/eviction"
 	"github.com/nodeguard/nodeguard/guard"
+	"github.com/nodeguard/nodeguard/internal/statestore"
 	"github.com/nodeguard/nodeguard/lifecycle/api"
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 	"github.com/nodeguard/nodeguard/metrics"
-	"github.com/nodeguard/nodeguard/pressure"
 	"github.com/nodeguard/nodeguard/pressure/nodestats"
 )
 
@@ -142,6 +141,90 @@ func guardDriver(layout *cgroups.Layout, cfg config.Guard) (kubepods.Driver, err
 	return "", fmt.Errorf("cgroupDriver: both kubepods.slice and kubepods exist beneath cgroupRoot %q: set cgroupDriver to the kubelet's", cfg.CgroupRoot)
 }
 
+// guardPolicy is guard mode's eviction policy: the configuration's, less
+// the soft thresholds and PSI rules without an API server (withAPI).
+func guardPolicy(cfg config.Guard, withAPI bool, log *slog.Logger) (eviction.PolicyConfig, error) {
+	policy, err := cfg.Eviction.Policy()
+	if err != nil {
+		return policy, err
+	}
+	if !withAPI {
+		// Soft decisions only ever ask the Eviction API: without one
+		// they could only fail, every evaluation.
+		var hard []eviction.Threshold
+		for _, th := range policy.Thresholds {
+			if th.Hard() {
+				hard = append(hard, th)
+			}
+		}
+		if dropped := len(policy.Thresholds) - len(hard) + len(policy.PSIRules); dropped > 0 {
+			log.Warn("guard mode without an API server: soft thresholds and PSI rules evict through the Eviction API only, and are left out",
+				"left_out", dropped)
+		}
+		policy.Thresholds, policy.PSIRules = hard, nil
+	}
+	return policy, nil
+}
+
+// startGuardActor makes guard mode's actor on the kubelet's pods (its
+// events the kubelet's Evicted ones, through the API server when there is
+// one), finds the pods, puts back the oom_score_adj a guard that died left
+// raised, and runs the actor in the group. hard is the hard eviction's
+// action.
+func (d *base) startGuardActor(ctx context.Context, cfg config.Guard, st *guardSetup, store *statestore.Store) (*guard.Actor, guard.HardAction, error) {
+	var rec record.EventRecorder
+	if st.kcs != nil {
+		b := record.NewBroadcaster()
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: st.kcs.CoreV1().Events("")})
+		d.g.Cleanup(b.Shutdown)
+		// The kubelet's source: the events are the kubelet's Evicted ones.
+		rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeguard-guard", Host: st.node})
+	}
+	hard, _ := guard.ParseHardAction(cfg.Eviction.HardAction)
+	// The node's memory: the kubelet's oom_score_adj of a Burstable pod
+	// whose raise record was lost (guard.Actor.RepairOOMScoreAdj).
+	var memCapacity int64
+	if mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath); err == nil {
+		memCapacity = int64(mi.MemTotal)
+	} else {
+		d.log.Warn("guard mode: the node's memory is unknown", "err", err)
+	}
+	// New resumes the evicted pods' holds and pending removals a guard
+	// that died left in the store.
+	actor, err := guard.New(guard.Config{
+		Finder: &guard.Finder{Runtime: st.client, Layout: st.layout, Driver: st.driver, Root: cfg.CgroupRoot},
+		Client: st.kcs, NodeName: st.node, Recorder: rec, Exempt: cfg.Eviction.Exempt, HardAction: hard,
+		State: store, MemoryCapacity: memCapacity, Log: d.log.With("component", "guard"),
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	d.n.Status("finding the kubelet's pods")
+	if err := actor.Sync(ctx); err != nil {
+		return nil, "", err
+	}
+	if st.kcs != nil {
+		// The pods' priorities first: until the API server has listed
+		// them, a critical pod looks like any other. Bounded: memory
+		// comes first, and an API server that does not answer delays
+		// the guard by 30 s at most.
+		d.n.Status("listing the node's pods from the API server")
+		if err := actor.WaitAPI(ctx, 30*time.Second); err != nil {
+			d.log.Warn("guard mode: guarding with the node's figures until the API server lists the pods", "err", err)
+		}
+	}
+	d.log.Info("guard mode: the kubelet's pods found", "pods", len(actor.Found()))
+	// Before anything raises: what a guard that died left raised.
+	if rep, err := actor.RepairOOMScoreAdj(); err != nil {
+		d.log.Warn("guard mode: put back the oom_score_adj a previous guard raised", "repaired", rep, "err", err)
+	} else if rep.Pods > 0 || len(rep.Lost) > 0 {
+		d.log.Info("guard mode: the oom_score_adj a previous guard raised put back", "pods", rep.Pods, "restored", rep.Restored,
+			"forked", rep.Forked, "lost", len(rep.Lost))
+	}
+	d.g.Go("guard pods", actor.Run)
+	return actor, hard, nil
+}
+
 // RunGuard is nodeguard guard's daemon: it runs until ctx ends or a part
 // of it fails.
 func RunGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, opts Options) (retErr error) {
@@ -166,87 +249,19 @@ func RunGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, opts Opti
 		return err
 	}
 	g.Cleanup(store.Close)
-	policy, err := cfg.Eviction.Policy()
+	policy, err := guardPolicy(cfg, st.kcs != nil, log)
 	if err != nil {
 		return err
 	}
-	if st.kcs == nil {
-		// Soft decisions only ever ask the Eviction API: without one
-		// they could only fail, every evaluation.
-		var hard []eviction.Threshold
-		for _, th := range policy.Thresholds {
-			if th.Hard() {
-				hard = append(hard, th)
-			}
-		}
-		if dropped := len(policy.Thresholds) - len(hard) + len(policy.PSIRules); dropped > 0 {
-			log.Warn("guard mode without an API server: soft thresholds and PSI rules evict through the Eviction API only, and are left out",
-				"left_out", dropped)
-		}
-		policy.Thresholds, policy.PSIRules = hard, nil
-	}
-	var rec record.EventRecorder
-	if st.kcs != nil {
-		b := record.NewBroadcaster()
-		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: st.kcs.CoreV1().Events("")})
-		g.Cleanup(b.Shutdown)
-		// The kubelet's source: the events are the kubelet's Evicted ones.
-		rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeguard-guard", Host: st.node})
-	}
-	hard, _ := guard.ParseHardAction(cfg.Eviction.HardAction)
-	// The node's memory: the kubelet's oom_score_adj of a Burstable pod
-	// whose raise record was lost (guard.Actor.RepairOOMScoreAdj).
-	var memCapacity int64
-	if mi, err := nodestats.ReadMeminfo(nodestats.MeminfoPath); err == nil {
-		memCapacity = int64(mi.MemTotal)
-	} else {
-		log.Warn("guard mode: the node's memory is unknown", "err", err)
-	}
-	// New resumes the evicted pods' holds and pending removals a guard
-	// that died left in the store.
-	actor, err := guard.New(guard.Config{
-		Finder: &guard.Finder{Runtime: st.client, Layout: st.layout, Driver: st.driver, Root: cfg.CgroupRoot},
-		Client: st.kcs, NodeName: st.node, Recorder: rec, Exempt: cfg.Eviction.Exempt, HardAction: hard,
-		State: store, MemoryCapacity: memCapacity, Log: log.With("component", "guard"),
-	})
+	actor, hard, err := d.startGuardActor(ctx, cfg, st, store)
 	if err != nil {
 		return err
 	}
-	n.Status("finding the kubelet's pods")
-	if err := actor.Sync(ctx); err != nil {
-		return err
-	}
-	if st.kcs != nil {
-		// The pods' priorities first: until the API server has listed
-		// them, a critical pod looks like any other. Bounded: memory
-		// comes first, and an API server that does not answer delays
-		// the guard by 30 s at most.
-		n.Status("listing the node's pods from the API server")
-		if err := actor.WaitAPI(ctx, 30*time.Second); err != nil {
-			log.Warn("guard mode: guarding with the node's figures until the API server lists the pods", "err", err)
-		}
-	}
-	log.Info("guard mode: the kubelet's pods found", "pods", len(actor.Found()))
-	// Before anything raises: what a guard that died left raised.
-	if rep, err := actor.RepairOOMScoreAdj(); err != nil {
-		log.Warn("guard mode: put back the oom_score_adj a previous guard raised", "repaired", rep, "err", err)
-	} else if rep.Pods > 0 || len(rep.Lost) > 0 {
-		log.Info("guard mode: the oom_score_adj a previous guard raised put back", "pods", rep.Pods, "restored", rep.Restored,
-			"forked", rep.Forked, "lost", len(rep.Lost))
-	}
-	g.Go("guard pods", actor.Run)
 
 	fwd := newEventForwarder(1024, st.layout.Memory.ID)
-	var evictMgr atomic.Pointer[eviction.Manager]
-	var wire atomic.Pointer[podRootTripwire]
-	sf := &senseFlags{version: opts.Version, metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, roots: []string{st.kube}, rootDir: cfg.RootDir,
-		imageFS: "/var/lib/containerd",
-		noBPF:   !cfg.Kernel.BPF, ringSize: cfg.Kernel.RingSizeBytes, queueSize: cfg.Kernel.QueueSize,
-		tick: time.Second, fullEvery: pressure.DefaultFullEvery, resolver: actor,
-		onEvent: fwd.send,
-	}
-	sf.podCgroups(st.driver)
-	sf.wakeEviction(&evictMgr, &wire)
+	sf := d.senseFlags(sensingConfig{metricsAddr: cfg.MetricsAddr, profiling: cfg.EnableProfiling, kernel: cfg.Kernel, rootDir: cfg.RootDir},
+		st.kube, st.driver, actor, fwd)
+	sf.imageFS = "/var/lib/containerd"
 	s, am, err := d.startSensing(ctx, sf, store, fwd, metrics.AgentSources{Eviction: !cfg.Eviction.Disabled,
 		Guard: func() metrics.GuardCounts {
 			c := actor.Counts()
@@ -261,11 +276,11 @@ func RunGuard(ctx context.Context, cfg config.Guard, log *slog.Logger, opts Opti
 	if !cfg.Eviction.Disabled {
 		em, _, err := startEviction(g, evictionWiring{cfg: cfg.Eviction.Eviction, policy: policy, actor: actor,
 			sensing: s, metrics: am.Eviction, events: events, fwd: fwd, layout: st.layout, kube: st.kube, rootDir: cfg.RootDir, store: store,
-			wire: &wire, beats: &d.beats, log: log})
+			wire: &d.wire, beats: &d.beats, log: log})
 		if err != nil {
 			return err
 		}
-		evictMgr.Store(em)
+		d.em.Store(em)
 		d.beats = append(d.beats, evictionBeat(em, cfg.Eviction.Eviction))
 	}
 	status := func() string {

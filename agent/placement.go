@@ -63,7 +63,7 @@ func cgroupDriver(ctx context.Context, cfg config.Run, client *cri.Client, log *
 // driver, where it says (CRI RuntimeConfig), must be nodeguard's; and a
 // runtime handed relative cgroup parents must share nodeguard's cgroup.
 // Every sandbox is checked again once it runs (kubepods.CheckSandbox).
-func checkPlacement(ctx context.Context, client *cri.Client, cgm *kubepods.Manager, log *slog.Logger) error {
+func checkPlacement(ctx context.Context, client *cri.Client, cgm *kubepods.Cgroups, log *slog.Logger) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	d, ok, err := client.CgroupDriver(cctx)

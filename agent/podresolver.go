@@ -16,7 +16,7 @@ import (
 // podResolver labels cgroup series with their pod.
 type podResolver struct {
 	mgr    *lifecycle.Manager
-	cgm    *kubepods.Manager
+	cgm    *kubepods.Cgroups
 	layout *cgroups.Layout
 
 	mu    sync.Mutex
@@ -24,7 +24,7 @@ type podResolver struct {
 	byKey map[pressure.CgroupKey]metrics.PodLabels
 }
 
-func newPodResolver(mgr *lifecycle.Manager, cgm *kubepods.Manager, layout *cgroups.Layout) *podResolver {
+func newPodResolver(mgr *lifecycle.Manager, cgm *kubepods.Cgroups, layout *cgroups.Layout) *podResolver {
 	return &podResolver{mgr: mgr, cgm: cgm, layout: layout}
 }
 

@@ -129,7 +129,7 @@ func RunChurnNodeguard(ctx context.Context, r PodRunner, cfg ChurnConfig) (Churn
 // RunChurnFloor makes the same CRI calls directly (pod cgroup, sandbox,
 // container create and start; stop and remove), which is the floor
 // nodeguard's figures are judged against.
-func RunChurnFloor(ctx context.Context, c *cri.Client, cg *kubepods.Manager, cfg ChurnConfig) (ChurnRow, error) {
+func RunChurnFloor(ctx context.Context, c *cri.Client, cg *kubepods.Cgroups, cfg ChurnConfig) (ChurnRow, error) {
 	row := ChurnRow{Name: "direct CRI calls (floor)"}
 	progressf(cfg.Progress, "direct CRI: %d pods, %d at a time", cfg.Pods, cfg.Parallel)
 	type made struct {

@@ -184,7 +184,7 @@ func churnGraceBench(ctx context.Context, o ChurnOptions, cfg ChurnConfig, clien
 // directory and the node's memory.
 type churnHost struct {
 	layout *cgroups.Layout
-	cg     *kubepods.Manager
+	cg     *kubepods.Cgroups
 	root   string
 	mi     nodestats.Meminfo
 }

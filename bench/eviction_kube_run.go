@@ -66,7 +66,7 @@ type KubeOwner interface {
 // strategies' trials (nodeguard-node).
 type KubeRuntime struct {
 	Pods    *KubePods
-	Cgroups *kubepods.Manager
+	Cgroups *kubepods.Cgroups
 	Owners  map[string]KubeOwner
 }
 

@@ -17,7 +17,7 @@ type EvictionCandidate struct {
 	// MemoryRequest is the sum of the pod's memory requests, MemoryUsage
 	// its pod cgroup's working set, in bytes.
 	MemoryRequest, MemoryUsage int64
-	// CgroupParent is the pod cgroup (kubepods.Manager.Parent).
+	// CgroupParent is the pod cgroup (kubepods.Cgroups.Parent).
 	CgroupParent string
 }
 

@@ -42,7 +42,7 @@ type EvictionPods interface {
 // only the baselines can race.
 type EvictionRuntime struct {
 	Pods    EvictionPods
-	Cgroups *kubepods.Manager
+	Cgroups *kubepods.Cgroups
 	LogDir  string
 	Agent   EvictionAgent
 }

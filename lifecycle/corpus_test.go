@@ -193,7 +193,7 @@ type corpusPod struct {
 // and wait until it is gone, which frees its slot). It returns one result
 // per spec, in the specs' order, and how many containers given the
 // registry's image started.
-func runCorpus(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Manager, opts podspec.Options, hostRoot, pullRef string, specs []corpus.Spec) (_ []corpus.Result, pulled int) {
+func runCorpus(t *testing.T, m *lifecycle.Manager, r *rig, vols *mounts.Volumes, opts podspec.Options, hostRoot, pullRef string, specs []corpus.Spec) (_ []corpus.Result, pulled int) {
 	t.Helper()
 	results := make([]corpus.Result, len(specs))
 	slots := make(chan struct{}, corpusInFlight)
@@ -372,7 +372,7 @@ func notRunningWhy(t *testing.T, m *lifecycle.Manager, p *corev1.Pod) string {
 
 // corpusRefusals are the field errors Apply refused the pod for, from the
 // same checks: podspec's and the volume manager's.
-func corpusRefusals(p *corev1.Pod, opts podspec.Options, vols *mounts.Manager) []corpus.Refusal {
+func corpusRefusals(p *corev1.Pod, opts podspec.Options, vols *mounts.Volumes) []corpus.Refusal {
 	p = p.DeepCopy()
 	podspec.Default(p, lifecycle.SourceAPI)
 	_, errs := podspec.Validate(p, opts)

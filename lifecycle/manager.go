@@ -86,7 +86,7 @@ type Config struct {
 	// state as the runtime last reported it. Node mode writes it to the
 	// API server before deleting the pod there.
 	OnRemoved func(*corev1.Pod)
-	Cgroups   *kubepods.Manager
+	Cgroups   *kubepods.Cgroups
 	// RootDir holds per-pod state: logs under RootDir/logs.
 	RootDir string
 	// MemoryCapacity of the node in bytes, for Burstable oom_score_adj.
@@ -126,7 +126,7 @@ type Config struct {
 	// Volumes mounts pod volumes; nil refuses every pod with volumes. Its
 	// SourceDir also gives the ConfigMaps and Secrets of containers' env,
 	// and the pods' imagePullSecrets.
-	Volumes *mounts.Manager
+	Volumes *mounts.Volumes
 	// ImageCredentialsFile is the node's own registry credentials (a
 	// docker config.json or .dockercfg), tried after a pod's
 	// imagePullSecrets; read at each pull, so a changed file needs no

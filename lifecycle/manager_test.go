@@ -29,7 +29,7 @@ import (
 type rig struct {
 	env    *crienv.Env
 	client *cri.Client
-	cg     *kubepods.Manager
+	cg     *kubepods.Cgroups
 	layout *cgroups.Layout
 	root   string
 	// hostDir is the one hostPath prefix allowed; sources holds the
@@ -91,7 +91,7 @@ func newRig(t *testing.T) *rig {
 	return &rig{env: env, client: client, cg: cg, layout: layout, root: t.TempDir(), hostDir: t.TempDir(), sources: t.TempDir()}
 }
 
-func (r *rig) volumes(t *testing.T) *mounts.Manager {
+func (r *rig) volumes(t *testing.T) *mounts.Volumes {
 	t.Helper()
 	v, err := mounts.New(mounts.Config{RootDir: r.root, HostPathAllow: []string{r.hostDir}, SourceDir: r.sources, NodeMemory: 8 << 30})
 	if err != nil {
@@ -447,7 +447,7 @@ func TestAPodDeletedWhileStartingLeavesNothing(t *testing.T) {
 }
 
 func TestVolumesAreRefusedWithoutAVolumeManager(t *testing.T) {
-	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &kubepods.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
+	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &kubepods.Cgroups{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +473,7 @@ spec:
 }
 
 func TestBadBandwidthAnnotationIsRefusedAtApply(t *testing.T) {
-	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &kubepods.Manager{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
+	m, err := lifecycle.New(lifecycle.Config{Runtime: (*cri.Client)(nil), Cgroups: &kubepods.Cgroups{}, RootDir: t.TempDir(), MemoryCapacity: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

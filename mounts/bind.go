@@ -37,7 +37,7 @@ type checkedBind struct {
 // one that shows another (the path now names another object) is unmounted
 // and mounted again. After mounting, the target is checked to show the
 // object. mounted says whether this call mounted it.
-func (m *Manager) bindChecked(b checkedBind) (target string, mounted bool, err error) {
+func (m *Volumes) bindChecked(b checkedBind) (target string, mounted bool, err error) {
 	podsFd, err := m.openPodsDir()
 	if err != nil {
 		return m.podsDir, false, err

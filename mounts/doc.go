@@ -69,7 +69,7 @@
 //     group fsGroup, g+rw (g+r for the read-only API volumes), directories
 //     setgid and g+x. The walk goes through an os.Root and changes a
 //     symlink's group, never its target. fsGroupChangePolicy Always walks
-//     an emptyDir at its first Setup by a Manager (the kubelet walks at
+//     an emptyDir at its first Setup by a Volumes (the kubelet walks at
 //     every mount), OnRootMismatch only when the root's group or bits are
 //     wrong; API volumes are walked whenever their payload is written.
 //     hostPath volumes are never touched.
@@ -97,6 +97,6 @@
 // env (envFrom, configMapKeyRef, secretKeyRef), with the same rules as a
 // volume's keys; a missing object is "not found", not an error.
 //
-// A Manager does not serialise work on one pod: its caller (the pod worker)
+// A Volumes does not serialise work on one pod: its caller (the pod worker)
 // does.
 package mounts

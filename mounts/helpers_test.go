@@ -29,10 +29,10 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// testEnv is a Manager on a fresh root, with an allowed hostPath tree and
+// testEnv is a Volumes on a fresh root, with an allowed hostPath tree and
 // a source directory.
 type testEnv struct {
-	m       *Manager
+	m       *Volumes
 	root    string // RootDir, resolved
 	allowed string // the only HostPathAllow entry, resolved
 	source  string // SourceDir

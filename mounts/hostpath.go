@@ -17,7 +17,7 @@ import (
 // checkHostPath enforces the node's policy and the volume's type on the
 // hostPath p (see openCheckedHostPath) and keeps no descriptor: Validate's
 // check, with create false.
-func (m *Manager) checkHostPath(p string, typ corev1.HostPathType, create bool) error {
+func (m *Volumes) checkHostPath(p string, typ corev1.HostPathType, create bool) error {
 	fd, err := m.openCheckedHostPath(p, typ, create)
 	if fd >= 0 {
 		unix.Close(fd)
@@ -46,7 +46,7 @@ func (m *Manager) checkHostPath(p string, typ corev1.HostPathType, create bool) 
 //   - type "" checks nothing beyond the allowlist (as the kubelet).
 //
 // The caller mounts the descriptor, never p again (setupHostPath).
-func (m *Manager) openCheckedHostPath(p string, typ corev1.HostPathType, create bool) (int, error) {
+func (m *Volumes) openCheckedHostPath(p string, typ corev1.HostPathType, create bool) (int, error) {
 	if !path.IsAbs(p) || slices.Contains(strings.Split(p, "/"), "..") {
 		return -1, fmt.Errorf("%w: %q must be an absolute path without '..'", ErrUnsafePath, p)
 	}
@@ -95,7 +95,7 @@ func (m *Manager) openCheckedHostPath(p string, typ corev1.HostPathType, create 
 // openHostPath opens the hostPath p beneath the allowlist prefix that
 // contains it (see hostPathRoot). A path that is itself an allowlist entry
 // is opened as it is: the node's administrator named it.
-func (m *Manager) openHostPath(p string, flags int) (int, error) {
+func (m *Volumes) openHostPath(p string, flags int) (int, error) {
 	root, rel, ok := m.hostPathRoot(p)
 	if !ok {
 		return -1, fmt.Errorf("%w: %s", ErrHostPathNotAllowed, p)
@@ -206,7 +206,7 @@ func createFileBeneath(dirFd int, rel string) error {
 // Bidirectional see the host's mounts as they would by the path. Its
 // directory, the pod's hostPath holder, is a bind mount of itself made
 // unbindable (ensureHostPathHolder).
-func (m *Manager) setupHostPath(pod *corev1.Pod, name string, h *corev1.HostPathVolumeSource, readOnly bool) (*volume, error) {
+func (m *Volumes) setupHostPath(pod *corev1.Pod, name string, h *corev1.HostPathVolumeSource, readOnly bool) (*volume, error) {
 	if !validComponent(name) {
 		return nil, volumeErr("set up", name, h.Path, fmt.Errorf("%w: volume name %q", ErrUnsafePath, name))
 	}
@@ -251,7 +251,7 @@ func (m *Manager) setupHostPath(pod *corev1.Pod, name string, h *corev1.HostPath
 //     such pod;
 //   - peers (or slaves) of the hostPath's own mount, which a private or
 //     unbindable parent leaves them.
-func (m *Manager) ensureHostPathHolder(uid types.UID) (string, error) {
+func (m *Volumes) ensureHostPathHolder(uid types.UID) (string, error) {
 	rel := filepath.Join(string(uid), volumesDirName, PluginHostPath)
 	podsFd, err := m.openPodsDir()
 	if err != nil {

@@ -288,7 +288,7 @@ func TestHostPathReplacedByAnAllowedDirectoryIsBoundAnew(t *testing.T) {
 	}
 }
 
-// A Manager started after a crash finds the hostPath binds of a pod it
+// A Volumes started after a crash finds the hostPath binds of a pod it
 // does not know and unmounts them, as it does every mount beneath a pod.
 func TestHostPathBindsOfAnUnknownPodAreCollected(t *testing.T) {
 	env := newTestEnv(t)
@@ -320,7 +320,7 @@ func TestHostPathBindsOfAnUnknownPodAreCollected(t *testing.T) {
 
 // A subPath of a hostPath is bound from inside the hostPath's bind, so it
 // is a peer of the host's mount too: a mount made on the host beneath the
-// subPath after Setup reaches it. Teardown, and GC by a Manager started
+// subPath after Setup reaches it. Teardown, and GC by a Volumes started
 // after a crash, unmount that copy without unmounting the host's mount.
 func TestHostPathSubPathTeardownKeepsTheHostsMountsBeneathIt(t *testing.T) {
 	for _, c := range []struct {
@@ -332,7 +332,7 @@ func TestHostPathSubPathTeardownKeepsTheHostsMountsBeneathIt(t *testing.T) {
 			return env.m.Teardown(ctx, uid)
 		},
 	}, {
-		name: "GC by a Manager started after a crash",
+		name: "GC by a Volumes started after a crash",
 		teardown: func(ctx context.Context, env *testEnv, uid types.UID) error {
 			m2, err := New(Config{RootDir: env.root, HostPathAllow: []string{env.allowed}, NodeMemory: 64 << 20, Logger: testLogger(t)})
 			if err != nil {

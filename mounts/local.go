@@ -124,7 +124,7 @@ func (l *localMounter) MountPV(ctx context.Context, req PVMount) error {
 //
 // The pod volume is read-only when persistentVolumeClaim.readOnly says so;
 // a writable local volume is given to the pod's fsGroup as an emptyDir is.
-func (m *Manager) setupClaim(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
+func (m *Volumes) setupClaim(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	key := claimKey{m.PodDir(pod.UID), v.Name}
 	if vol, ok := m.claimedVolume(key); ok {
 		return vol, nil
@@ -144,7 +144,7 @@ func (m *Manager) setupClaim(ctx context.Context, podsFd int, pod *corev1.Pod, v
 
 // claimedVolume returns the volume set up for key earlier, if it is still
 // in place: mounted.
-func (m *Manager) claimedVolume(key claimKey) (*volume, bool) {
+func (m *Volumes) claimedVolume(key claimKey) (*volume, bool) {
 	m.claimedMu.Lock()
 	vol, ok := m.claimed[key]
 	m.claimedMu.Unlock()
@@ -166,7 +166,7 @@ func isMounted(p string) (bool, error) {
 }
 
 // forgetClaims drops the claim volumes of the pod directory podDir.
-func (m *Manager) forgetClaims(podDir string) {
+func (m *Volumes) forgetClaims(podDir string) {
 	m.claimedMu.Lock()
 	defer m.claimedMu.Unlock()
 	for k := range m.claimed {
@@ -176,7 +176,7 @@ func (m *Manager) forgetClaims(podDir string) {
 	}
 }
 
-func (m *Manager) setupClaimOnce(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
+func (m *Volumes) setupClaimOnce(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	c := v.PersistentVolumeClaim
 	pv, _, err := m.Claim(pod.Namespace, c.ClaimName)
 	if err != nil {
@@ -225,7 +225,7 @@ func (m *Manager) setupClaimOnce(ctx context.Context, podsFd int, pod *corev1.Po
 // directory (through the procfs link of the file opened beneath
 // RootDir/pods). The bind mount is what keeps the device's path in the
 // pod's directory for the runtime, and what Teardown finds and unmounts.
-func (m *Manager) mapBlock(podsFd int, pod *corev1.Pod, v *corev1.Volume, pv *corev1.PersistentVolume) (*volume, error) {
+func (m *Volumes) mapBlock(podsFd int, pod *corev1.Pod, v *corev1.Volume, pv *corev1.PersistentVolume) (*volume, error) {
 	l := pv.Spec.Local
 	if l == nil {
 		return nil, volumeErr("map", v.Name, "", fmt.Errorf("persistentvolume %q: %w: volumeMode Block needs a local volume (a block device), nodeguard maps no other source", pv.Name, ErrUnsupported))

@@ -58,7 +58,7 @@ type NFSMounter interface {
 // one is started, and the pod waits for the next sync.
 var ErrMountInProgress = errors.New("NFS mount still in progress")
 
-// nfsClient runs the NFS mounts of one Manager: in the node's network
+// nfsClient runs the NFS mounts of one Volumes: in the node's network
 // namespace, bounded, one at a time per target.
 type nfsClient struct {
 	mounter         NFSMounter
@@ -364,7 +364,7 @@ const nfsDirMode = 0o750
 // already mounted is taken as it is: its directory is looked up in
 // mountinfo, never stat'ed, so a server that stopped answering does not
 // hold the pod's sync. mountOptions are a PersistentVolume's (nil inline).
-func (m *Manager) setupNFS(podsFd int, pod *corev1.Pod, name string, s *corev1.NFSVolumeSource, mountOptions []string) (*volume, error) {
+func (m *Volumes) setupNFS(podsFd int, pod *corev1.Pod, name string, s *corev1.NFSVolumeSource, mountOptions []string) (*volume, error) {
 	parentRel := filepath.Join(string(pod.UID), volumesDirName, PluginNFS)
 	dir := filepath.Join(m.podsDir, parentRel, name)
 	vol := &volume{name: name, plugin: PluginNFS, path: dir, readOnly: s.ReadOnly, createSubPaths: !s.ReadOnly}

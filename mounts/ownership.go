@@ -94,12 +94,12 @@ func fsGroup(pod *corev1.Pod) (gid int64, onRootMismatch, ok bool) {
 }
 
 // ownVolume applies the pod's fsGroup to volume dir as the kubelet does
-// at mount. first says that this Manager has not set the volume up
+// at mount. first says that this Volumes has not set the volume up
 // before: policy Always walks then (the kubelet walks at every mount,
 // which nodeguard does once per volume), OnRootMismatch only when the
 // root is not yet right. A volume whose root is not right is walked under
 // either policy.
-func (m *Manager) ownVolume(pod *corev1.Pod, dir string, readOnly bool) error {
+func (m *Volumes) ownVolume(pod *corev1.Pod, dir string, readOnly bool) error {
 	gid, onRootMismatch, ok := fsGroup(pod)
 	if !ok {
 		return nil
@@ -117,7 +117,7 @@ func (m *Manager) ownVolume(pod *corev1.Pod, dir string, readOnly bool) error {
 
 // markOwned records that dir was set up, and reports whether it was not
 // before.
-func (m *Manager) markOwned(dir string) bool {
+func (m *Volumes) markOwned(dir string) bool {
 	m.ownedMu.Lock()
 	defer m.ownedMu.Unlock()
 	if m.owned == nil {
@@ -131,7 +131,7 @@ func (m *Manager) markOwned(dir string) bool {
 }
 
 // forgetOwned drops the records of the volumes beneath podDir.
-func (m *Manager) forgetOwned(podDir string) {
+func (m *Volumes) forgetOwned(podDir string) {
 	m.ownedMu.Lock()
 	defer m.ownedMu.Unlock()
 	for d := range m.owned {

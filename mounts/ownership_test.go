@@ -31,7 +31,7 @@ func withFSGroup(pod *corev1.Pod, gid int64, policy corev1.PodFSGroupChangePolic
 // TestFSGroupOwnsAnEmptyDir: the volume's root and what is in it get the
 // group with group read-write (directories setgid and searchable), as the
 // kubelet's SetVolumeOwnership; a symlink in it is not followed. Always
-// walks the volume again when a new Manager (a restarted agent) sets it up;
+// walks the volume again when a new Volumes (a restarted agent) sets it up;
 // OnRootMismatch does not while the root is right.
 func TestFSGroupOwnsAnEmptyDir(t *testing.T) {
 	const gid = 2000
@@ -121,7 +121,7 @@ func TestFSGroupOwnsAConfigMapVolume(t *testing.T) {
 	}
 }
 
-// newEnvAt is a second Manager on env's directories: the agent restarted.
+// newEnvAt is a second Volumes on env's directories: the agent restarted.
 func newEnvAt(t *testing.T, env *testEnv) *testEnv {
 	t.Helper()
 	m, err := New(Config{RootDir: env.root, HostPathAllow: []string{env.allowed}, SourceDir: env.source,

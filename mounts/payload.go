@@ -63,7 +63,7 @@ func (pl payload) add(p string, f payloadFile) error {
 
 // volumePayload returns the files of a configMap, secret, projected or
 // downwardAPI volume of pod.
-func (m *Manager) volumePayload(pod *corev1.Pod, v *corev1.Volume) (payload, error) {
+func (m *Volumes) volumePayload(pod *corev1.Pod, v *corev1.Volume) (payload, error) {
 	pl := payload{}
 	switch s := v.VolumeSource; {
 	case s.ConfigMap != nil:
@@ -103,7 +103,7 @@ func (m *Manager) volumePayload(pod *corev1.Pod, v *corev1.Volume) (payload, err
 // from SourceDir: the keys listed in items at their paths and modes, or
 // every key at its own name with mode. A missing object or item key is an
 // error wrapping ErrSourceNotFound unless optional.
-func (m *Manager) addSource(pl payload, kind, namespace, name string, items []corev1.KeyToPath, mode os.FileMode, optional bool) error {
+func (m *Volumes) addSource(pl payload, kind, namespace, name string, items []corev1.KeyToPath, mode os.FileMode, optional bool) error {
 	what := strings.TrimSuffix(kind, "s") + " " + namespace + "/" + name
 	if !validComponent(namespace) || !validComponent(name) {
 		return fmt.Errorf("%s: %w: not a single path component", what, ErrUnsafePath)
@@ -321,7 +321,7 @@ func isTrue(b *bool) bool { return b != nil && *b }
 // addToken adds a projected serviceAccountToken source: a token of the
 // pod's service account from Objects, at the source's path. Without
 // Objects (standalone) there is no control plane to issue one.
-func (m *Manager) addToken(pl payload, pod *corev1.Pod, s *corev1.ServiceAccountTokenProjection, mode os.FileMode) error {
+func (m *Volumes) addToken(pl payload, pod *corev1.Pod, s *corev1.ServiceAccountTokenProjection, mode os.FileMode) error {
 	if m.objects == nil {
 		return fmt.Errorf("serviceAccountToken: %w: no control plane issues tokens", ErrUnsupported)
 	}

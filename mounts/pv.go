@@ -35,7 +35,7 @@ const PluginLocalVolume = "kubernetes.io~local-volume"
 
 // PersistentVolumeMounter mounts the source of one type of PersistentVolume
 // (local, nfs, ...) in a pod's volume directory. Setup picks it by the
-// volume's source (Manager.pvMounter) once the claim is bound and checked.
+// volume's source (Volumes.pvMounter) once the claim is bound and checked.
 // Teardown needs nothing from it: it unmounts whatever is mounted beneath
 // the pod's directory (mountinfo), whoever mounted it.
 type PersistentVolumeMounter interface {
@@ -108,7 +108,7 @@ var (
 // is the claim (namespace and name, and uid when both carry one). The pair
 // is then checked as checkVolumeSatisfyClaim and findMatchingVolume check
 // it (Satisfies). A missing claim or an unbound one is a *ClaimError.
-func (m *Manager) Claim(namespace, name string) (*corev1.PersistentVolume, *corev1.PersistentVolumeClaim, error) {
+func (m *Volumes) Claim(namespace, name string) (*corev1.PersistentVolume, *corev1.PersistentVolumeClaim, error) {
 	if !validComponent(namespace) || !validComponent(name) {
 		return nil, nil, fmt.Errorf("read persistentvolumeclaim %s/%s: %w: not a single path component", namespace, name, ErrUnsafePath)
 	}
@@ -135,7 +135,7 @@ func (m *Manager) Claim(namespace, name string) (*corev1.PersistentVolume, *core
 	return pv, &pvc, nil
 }
 
-func (m *Manager) boundVolume(pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
+func (m *Volumes) boundVolume(pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
 	if n := pvc.Spec.VolumeName; n != "" {
 		if !validComponent(n) {
 			return nil, fmt.Errorf("persistentvolumeclaim %s/%s: spec.volumeName %q: %w: not a single path component", pvc.Namespace, pvc.Name, n, ErrUnsafePath)
@@ -250,7 +250,7 @@ func volumeMode(m *corev1.PersistentVolumeMode) corev1.PersistentVolumeMode {
 	return *m
 }
 
-func (m *Manager) readVolume(name string) (*corev1.PersistentVolume, bool, error) {
+func (m *Volumes) readVolume(name string) (*corev1.PersistentVolume, bool, error) {
 	var pv corev1.PersistentVolume
 	found, err := m.readObject(filepath.Join(sourceVolumes, name+manifestExt), "PersistentVolume", &pv)
 	if err != nil || !found {
@@ -263,7 +263,7 @@ func (m *Manager) readVolume(name string) (*corev1.PersistentVolume, bool, error
 }
 
 // listVolumes reads every PersistentVolume in SourceDir, sorted by name.
-func (m *Manager) listVolumes() ([]*corev1.PersistentVolume, error) {
+func (m *Volumes) listVolumes() ([]*corev1.PersistentVolume, error) {
 	if m.sourceDir == "" {
 		return nil, nil
 	}
@@ -295,7 +295,7 @@ func (m *Manager) listVolumes() ([]*corev1.PersistentVolume, error) {
 // kind object of apiVersion v1. found is false, with a nil error, when
 // there is no such file (or no SourceDir). Unknown fields are errors: a
 // misspelt field of a volume must not be dropped.
-func (m *Manager) readObject(rel, kind string, obj any) (found bool, err error) {
+func (m *Volumes) readObject(rel, kind string, obj any) (found bool, err error) {
 	if m.sourceDir == "" {
 		return false, nil
 	}
@@ -323,7 +323,7 @@ func (m *Manager) readObject(rel, kind string, obj any) (found bool, err error) 
 // pvMounter returns the mounter of pv's source, or an error wrapping
 // ErrUnsupported naming the source. hostPath volumes have none: they are
 // used in place (setupClaim).
-func (m *Manager) pvMounter(pv *corev1.PersistentVolume) (PersistentVolumeMounter, error) {
+func (m *Volumes) pvMounter(pv *corev1.PersistentVolume) (PersistentVolumeMounter, error) {
 	s := &pv.Spec.PersistentVolumeSource
 	switch {
 	case s.Local != nil:

@@ -389,7 +389,7 @@ func TestBlockVolumeErrorsNameTheProblem(t *testing.T) {
 	}
 }
 
-// A Manager killed without tearing down (a SIGKILLed nodeguard) leaves its
+// A Volumes killed without tearing down (a SIGKILLed nodeguard) leaves its
 // mounts; the next one's GC unmounts those of pods nobody wants, and only
 // beneath its root.
 func TestGCUnmountsWhatAKilledManagerLeft(t *testing.T) {

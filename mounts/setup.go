@@ -19,7 +19,7 @@ const apiDataVolumeMode = 0o755
 // PodVolumes is the outcome of Setup for one pod: where each of its volumes
 // is on the host. Mounts turns it into one container's CRI mounts.
 type PodVolumes struct {
-	m       *Manager
+	m       *Volumes
 	uid     types.UID
 	podDir  string
 	volumes map[string]*volume
@@ -93,7 +93,7 @@ func volumePlugin(s *corev1.VolumeSource) string {
 // Directories are made with mkdirat(2) beneath RootDir/pods. On error, what
 // was made is left in place for the next Setup to reuse or for Teardown to
 // remove. ctx is checked between volumes.
-func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (*PodVolumes, error) {
+func (m *Volumes) Setup(ctx context.Context, pod *corev1.Pod) (*PodVolumes, error) {
 	what := "set up volumes of pod " + pod.Namespace + "/" + pod.Name
 	if errs := m.Validate(pod); len(errs) > 0 {
 		return nil, fmt.Errorf("%s: %w: %w", what, ErrInvalid, errs.ToAggregate())
@@ -132,7 +132,7 @@ func (m *Manager) Setup(ctx context.Context, pod *corev1.Pod) (*PodVolumes, erro
 // field.ErrorList aggregate is wrapped as well.
 var ErrInvalid = errors.New("invalid pod volumes")
 
-func (m *Manager) setupVolume(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
+func (m *Volumes) setupVolume(ctx context.Context, podsFd int, pod *corev1.Pod, v *corev1.Volume) (*volume, error) {
 	s := &v.VolumeSource
 	if s.PersistentVolumeClaim != nil {
 		return m.setupClaim(ctx, podsFd, pod, v)

@@ -14,16 +14,16 @@ import (
 // (configMapKeyRef, envFrom). found is false, with a nil error, when the
 // ConfigMap does not exist (or no SourceDir is configured): the caller
 // decides, by its optional flag, whether that is an error.
-func (m *Manager) ConfigMap(namespace, name string) (data map[string][]byte, found bool, err error) {
+func (m *Volumes) ConfigMap(namespace, name string) (data map[string][]byte, found bool, err error) {
 	return m.source(sourceConfigMaps, namespace, name)
 }
 
 // Secret is ConfigMap for Secret namespace/name.
-func (m *Manager) Secret(namespace, name string) (data map[string][]byte, found bool, err error) {
+func (m *Volumes) Secret(namespace, name string) (data map[string][]byte, found bool, err error) {
 	return m.source(sourceSecrets, namespace, name)
 }
 
-func (m *Manager) source(kind, namespace, name string) (map[string][]byte, bool, error) {
+func (m *Volumes) source(kind, namespace, name string) (map[string][]byte, bool, error) {
 	if !validComponent(namespace) || !validComponent(name) {
 		return nil, false, fmt.Errorf("read %s %s/%s: %w: not a single path component", kind, namespace, name, ErrUnsafePath)
 	}

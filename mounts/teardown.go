@@ -17,7 +17,7 @@ import (
 // Leftovers returns the mount points beneath the pod directory of uid,
 // deepest and most recent first (the order Teardown unmounts them in).
 // A pod that Teardown removed has none.
-func (m *Manager) Leftovers(uid types.UID) ([]string, error) {
+func (m *Volumes) Leftovers(uid types.UID) ([]string, error) {
 	if err := checkUID(uid); err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func (m *Manager) Leftovers(uid types.UID) ([]string, error) {
 // podMounts lists the mounts beneath the pod directory of uid in unmount
 // order: later mounts before the ones they may cover, deeper before
 // shallower.
-func (m *Manager) podMounts(uid types.UID) ([]*mountinfo.Info, error) {
+func (m *Volumes) podMounts(uid types.UID) ([]*mountinfo.Info, error) {
 	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(m.PodDir(uid)))
 	if err != nil {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
@@ -58,7 +58,7 @@ func (m *Manager) podMounts(uid types.UID) ([]*mountinfo.Info, error) {
 // A mount that is busy is detached (MNT_DETACH) so that its content stays
 // with whoever still uses it and is never deleted through the pod
 // directory.
-func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
+func (m *Volumes) Teardown(ctx context.Context, uid types.UID) error {
 	if err := checkUID(uid); err != nil {
 		return fmt.Errorf("tear down pod %s: %w", uid, err)
 	}
@@ -139,7 +139,7 @@ func (m *Manager) Teardown(ctx context.Context, uid types.UID) error {
 // its parent, not its own. infos are the pod's mounts; the mounts are
 // reached through descriptors opened beneath RootDir/pods, in directories
 // only the agent makes.
-func (m *Manager) isolateHostMounts(uid types.UID, infos []*mountinfo.Info) error {
+func (m *Volumes) isolateHostMounts(uid types.UID, infos []*mountinfo.Info) error {
 	dir := m.PodDir(uid)
 	holder := filepath.Join(volumesDirName, PluginHostPath)
 	var rels []string
@@ -183,7 +183,7 @@ func isSubPathBind(rel string) bool {
 
 // unmount unmounts the mount point p without following a symlink at it;
 // busy, it is detached. A mount point that is already gone is fine.
-func (m *Manager) unmount(p string) error {
+func (m *Volumes) unmount(p string) error {
 	err := unix.Unmount(p, unix.UMOUNT_NOFOLLOW)
 	switch {
 	case err == nil:
@@ -203,7 +203,7 @@ func (m *Manager) unmount(p string) error {
 }
 
 // unmountNFS unmounts an NFS volume, bounded (nfsClient.unmount).
-func (m *Manager) unmountNFS(p string) error {
+func (m *Volumes) unmountNFS(p string) error {
 	detached, err := m.nfs.unmount(p)
 	switch {
 	case err != nil:
@@ -274,7 +274,7 @@ func removeBeneath(ctx context.Context, parentFd int, name string, mntID uint64,
 // GC tears down the pod directory of every uid that is not in live and
 // returns the uids it removed. It goes on after a failure and returns
 // every error joined.
-func (m *Manager) GC(ctx context.Context, live map[types.UID]bool) ([]types.UID, error) {
+func (m *Volumes) GC(ctx context.Context, live map[types.UID]bool) ([]types.UID, error) {
 	uids, err := m.PodDirs()
 	if err != nil {
 		return nil, fmt.Errorf("gc pod volumes: %w", err)

@@ -19,7 +19,7 @@ const tmpfsFlags = unix.MS_NOSUID | unix.MS_NODEV
 // already mounted there. A different file system mounted there is an
 // error: nothing is stacked on it. The mount goes through dirFd's procfs
 // link, so it lands on the directory that was opened beneath the pod root.
-func (m *Manager) ensureTmpfs(dirFd int, dir string, size int64, mode uint32) (mounted bool, err error) {
+func (m *Volumes) ensureTmpfs(dirFd int, dir string, size int64, mode uint32) (mounted bool, err error) {
 	already, err := mountinfo.Mounted(dir)
 	if err != nil {
 		return false, fmt.Errorf("check mount %s: %w", dir, err)

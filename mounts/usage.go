@@ -43,7 +43,7 @@ type VolumeUsage struct {
 // maxUsageEntries that does not follow symlinks and does not cross into
 // other mounts. A volume that Setup has not made is an error wrapping
 // fs.ErrNotExist.
-func (m *Manager) Usage(uid types.UID, pod *corev1.Pod) ([]VolumeUsage, error) {
+func (m *Volumes) Usage(uid types.UID, pod *corev1.Pod) ([]VolumeUsage, error) {
 	if err := checkUID(uid); err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (m *Manager) Usage(uid types.UID, pod *corev1.Pod) ([]VolumeUsage, error) {
 // projected volumes are on tmpfs, hostPaths are the node's). It is the
 // volume part of the pod's ephemeral-storage use; the runtime reports the
 // containers' writable layers and logs.
-func (m *Manager) EphemeralStorageUsage(uid types.UID, pod *corev1.Pod) (bytes, inodes uint64, err error) {
+func (m *Volumes) EphemeralStorageUsage(uid types.UID, pod *corev1.Pod) (bytes, inodes uint64, err error) {
 	if err := checkUID(uid); err != nil {
 		return 0, 0, err
 	}
@@ -103,7 +103,7 @@ func (m *Manager) EphemeralStorageUsage(uid types.UID, pod *corev1.Pod) (bytes, 
 	return bytes, inodes, nil
 }
 
-func (m *Manager) measure(podsFd int, uid types.UID, plugin, name, medium string) (VolumeUsage, error) {
+func (m *Volumes) measure(podsFd int, uid types.UID, plugin, name, medium string) (VolumeUsage, error) {
 	u := VolumeUsage{Plugin: plugin, Name: name, Medium: medium}
 	rel := filepath.Join(string(uid), volumesDirName, plugin, name)
 	p := filepath.Join(m.podsDir, rel)

@@ -39,7 +39,7 @@ var (
 //     Bidirectional only in privileged containers.
 //
 // It reads the host file system for hostPath checks and nothing else.
-func (m *Manager) Validate(pod *corev1.Pod) field.ErrorList {
+func (m *Volumes) Validate(pod *corev1.Pod) field.ErrorList {
 	var errs field.ErrorList
 	meta := field.NewPath("metadata")
 	if !validComponent(string(pod.UID)) {
@@ -79,7 +79,7 @@ func (m *Manager) Validate(pod *corev1.Pod) field.ErrorList {
 	return errs
 }
 
-func (m *Manager) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *field.Path) field.ErrorList {
+func (m *Volumes) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	n := 0
 	if e := s.EmptyDir; e != nil {
@@ -188,7 +188,7 @@ func (m *Manager) validateSource(pod *corev1.Pod, s *corev1.VolumeSource, ip *fi
 	return errs
 }
 
-func (m *Manager) validateHostPath(h *corev1.HostPathVolumeSource, hp *field.Path) field.ErrorList {
+func (m *Volumes) validateHostPath(h *corev1.HostPathVolumeSource, hp *field.Path) field.ErrorList {
 	pp := hp.Child("path")
 	switch {
 	case h.Path == "":

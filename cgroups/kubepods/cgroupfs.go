@@ -21,10 +21,10 @@ import (
 // level above a pod enables those of them its parent gives it.
 var delegated = []string{"memory", "cpu", "pids", "io"}
 
-// cgroupfsPlacer is the cgroupfs driver: the Manager makes the directories
+// cgroupfsPlacer is the cgroupfs driver: Cgroups makes the directories
 // itself, in every mounted hierarchy, and writes the controller files, as
 // the kubelet's cgroupfs cgroup manager (through runc's fs managers) does.
-type cgroupfsPlacer struct{ m *Manager }
+type cgroupfsPlacer struct{ m *Cgroups }
 
 func (p *cgroupfsPlacer) close() error { return nil }
 

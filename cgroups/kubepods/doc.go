@@ -1,6 +1,6 @@
 // Package kubepods is the kubelet's pod cgroup hierarchy: how its cgroups
 // are named for each cgroup driver and what resource settings they get
-// (pure functions: strings and numbers, no filesystem), and the Manager
+// (pure functions: strings and numbers, no filesystem), and Cgroups
 // that makes, limits, kills and removes them on the node.
 //
 // # Names and resources
@@ -48,15 +48,15 @@
 // digits and '-'. Errors wrap ErrUnknownDriver, ErrUnknownClass or
 // ErrBadComponent so that callers can tell unsupported from malformed input.
 //
-// # The Manager
+// # Cgroups
 //
-// The Manager makes and removes the pod cgroup hierarchy on the node:
+// Cgroups makes and removes the pod cgroup hierarchy on the node:
 // kubepods -> burstable|besteffort -> pod<uid> (Guaranteed pods directly
 // under kubepods), with the pod-level limits and CPU weights the kubelet
 // sets, and node allocatable on kubepods. How the cgroups come to exist is
 // the driver's (the placer interface; each driver is one file):
 //
-//   - cgroupfs.go: the Manager makes the directories in every mounted
+//   - cgroupfs.go: Cgroups makes the directories in every mounted
 //     hierarchy and writes the controller files itself; on cgroup2 each
 //     level enables its controllers for the next (cgroup.subtree_control).
 //   - systemd.go: the cgroups are transient slice units that systemd makes
@@ -77,7 +77,7 @@
 // Invariants:
 //   - On a node the root is absolute ("/": /kubepods, /kubepods.slice) and
 //     the runtime is handed absolute parents, so that the containers land
-//     in the cgroups the Manager limits and watches whatever cgroup the
+//     in the cgroups Cgroups limits and watches whatever cgroup the
 //     runtime runs in. A relative root is resolved beneath this process's
 //     own cgroup; on pure v2 (one hierarchy) the runtime still gets it
 //     spelled absolute. Only on a host with v1 hierarchies, where this

@@ -11,11 +11,11 @@ import (
 
 var (
 	// ErrMisplaced: the runtime put a sandbox's cgroup somewhere other
-	// than beneath the pod cgroup the Manager made, so the limits, the
+	// than beneath the pod cgroup Cgroups made, so the limits, the
 	// statistics, the tripwire and the kill would all miss its processes.
 	ErrMisplaced = errors.New("containers would not be in their pod cgroups")
 	// ErrDriverMismatch: the runtime places containers with the other
-	// cgroup driver than the Manager's.
+	// cgroup driver than Cgroups's.
 	ErrDriverMismatch = errors.New("cgroup driver mismatch")
 )
 
@@ -28,9 +28,9 @@ func driverHint(runtime Driver) string {
 }
 
 // CheckRuntimeDriver compares the driver the runtime reports (CRI
-// RuntimeConfig) with the Manager's: a mismatch is an ErrDriverMismatch
+// RuntimeConfig) with Cgroups's: a mismatch is an ErrDriverMismatch
 // that says what to change.
-func (m *Manager) CheckRuntimeDriver(runtime string) error {
+func (m *Cgroups) CheckRuntimeDriver(runtime string) error {
 	d, err := ParseDriver(runtime)
 	if err != nil {
 		return fmt.Errorf("the runtime reports cgroup driver %q: %w", runtime, err)
@@ -46,9 +46,9 @@ func (m *Manager) CheckRuntimeDriver(runtime string) error {
 // its own cgroup, so the runtime process (runtimePID, the CRI socket's
 // peer) must share this process's cgroup in the memory
 // hierarchy, as the private test runtime does. Anything else would put
-// every container beneath the runtime's cgroup while the Manager limits and
+// every container beneath the runtime's cgroup while Cgroups limits and
 // watches empty cgroups beneath its own.
-func (m *Manager) CheckRuntimeCgroup(runtimePID int) error {
+func (m *Cgroups) CheckRuntimeCgroup(runtimePID int) error {
 	if m.AbsoluteParents() || runtimePID <= 0 {
 		return nil
 	}
@@ -65,9 +65,9 @@ func (m *Manager) CheckRuntimeCgroup(runtimePID int) error {
 }
 
 // CheckSandbox verifies that the runtime placed sandbox id beneath its pod
-// cgroup parent, named the way the Manager's driver expects: the bare id
+// cgroup parent, named the way Cgroups's driver expects: the bare id
 // with cgroupfs, a <prefix>-<id>.scope with systemd.
-func (m *Manager) CheckSandbox(parent, id string) error {
+func (m *Cgroups) CheckSandbox(parent, id string) error {
 	dir, scope, ok, err := m.containerDir(parent, id)
 	if err != nil {
 		return err
@@ -94,7 +94,7 @@ func (m *Manager) CheckSandbox(parent, id string) error {
 // other errors are returned as they are. runc's systemd driver refuses a
 // cgroupfs path with "expected cgroupsPath to be of format
 // \"slice:prefix:name\"".
-func (m *Manager) ExplainRunError(err error) error {
+func (m *Cgroups) ExplainRunError(err error) error {
 	if err == nil || m.driver != Cgroupfs || !strings.Contains(err.Error(), "slice:prefix:name") {
 		return err
 	}

@@ -37,12 +37,12 @@ const cpuQuotaPeriodVersion = 242
 // and ResetFailedUnit to remove). Slices take no Delegate=: delegation is
 // for the scopes the runtime makes for containers beneath them.
 type systemdPlacer struct {
-	m       *Manager
+	m       *Cgroups
 	conn    SystemdConn
 	version int // systemd's, 0 when unknown
 }
 
-func newSystemdPlacer(ctx context.Context, m *Manager) (*systemdPlacer, error) {
+func newSystemdPlacer(ctx context.Context, m *Cgroups) (*systemdPlacer, error) {
 	if !path.IsAbs(m.root) {
 		return nil, fmt.Errorf("pod cgroups with the systemd driver: %w: the root %q is relative; systemd slices are absolute (use cgroupRoot: /)", ErrUnsupported, m.root)
 	}

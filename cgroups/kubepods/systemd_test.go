@@ -171,7 +171,7 @@ func testPod(uid string, req, lim corev1.ResourceList) *corev1.Pod {
 	}
 }
 
-func newSystemdManager(t *testing.T) (*Manager, *fakeSystemd) {
+func newSystemdManager(t *testing.T) (*Cgroups, *fakeSystemd) {
 	t.Helper()
 	l := v2Layout(t)
 	f := newFakeSystemd(l.Unified.Mount)
@@ -392,7 +392,7 @@ func TestCheckSandboxTellsTheRuntimesDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk := func(m *Manager, name string) string {
+	mk := func(m *Cgroups, name string) string {
 		parent, err := m.Parent(testPod("0000-aaaa", nil, nil))
 		if err != nil {
 			t.Fatal(err)
@@ -407,7 +407,7 @@ func TestCheckSandboxTellsTheRuntimesDriver(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		m    *Manager
+		m    *Cgroups
 		dir  string // made beneath the pod cgroup
 		want error
 	}{
@@ -454,7 +454,7 @@ func TestContainerProcsFindsTheContainerUnderEitherDriver(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		m     *Manager
+		m     *Cgroups
 		dir   string // the container's cgroup beneath the pod cgroup
 		procs string // its cgroup.procs
 		want  []int

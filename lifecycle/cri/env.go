@@ -14,7 +14,7 @@ import (
 )
 
 // EnvSources reads the ConfigMaps and Secrets a container's env refers to
-// (mounts.Manager reads them from the same SourceDir as the volumes).
+// (mounts.Volumes reads them from the same SourceDir as the volumes).
 // found is false, with a nil error, for an object that does not exist.
 type EnvSources interface {
 	ConfigMap(namespace, name string) (data map[string][]byte, found bool, err error)

@@ -146,7 +146,7 @@ var fieldUse = map[reflect.Type]map[string]use{
 		"name": honoured, "hostPath": honoured, "emptyDir": honoured, "configMap": honoured,
 		"secret": honoured, "projected": honoured, "downwardAPI": honoured, "nfs": honoured,
 		// Standalone, the claim and its volume come from the node's
-		// source directory (mounts.Manager.Claim).
+		// source directory (mounts.Volumes.Claim).
 		"persistentVolumeClaim": honoured,
 		// Mounted by the runtime (CRI Mount.image): Validate refuses it
 		// where the runtime cannot (Options.ImageVolumes).

@@ -51,7 +51,7 @@ const (
 	hostPathFileMod = 0o644
 )
 
-// Config configures a Manager.
+// Config configures a Volumes.
 type Config struct {
 	// RootDir holds the per-pod directories, at RootDir/pods/<uid>. It is
 	// made if missing. Required.
@@ -97,10 +97,10 @@ type Config struct {
 	NFSMountTimeout, NFSUnmountTimeout time.Duration
 }
 
-// Manager prepares, measures and removes pod volumes beneath one root. Its
+// Volumes prepares, measures and removes pod volumes beneath one root. Its
 // methods may be called from several goroutines, but not concurrently for
 // the same pod: the caller serialises the work on one pod (the pod worker).
-type Manager struct {
+type Volumes struct {
 	root       string // RootDir, absolute, symlinks resolved
 	podsDir    string // root/pods
 	allow      []string
@@ -114,11 +114,11 @@ type Manager struct {
 	local      *localMounter
 
 	// owned holds the volume directories whose fsGroup ownership was set
-	// since this Manager started (ownVolume), until their pod's Teardown.
+	// since this Volumes started (ownVolume), until their pod's Teardown.
 	ownedMu sync.Mutex
 	owned   map[string]bool
 
-	// claimed holds the claim volumes set up since this Manager started,
+	// claimed holds the claim volumes set up since this Volumes started,
 	// by pod directory and volume name, until their pod's Teardown: a
 	// volume in use keeps its binding, whatever becomes of the claim's
 	// and the PV's files meanwhile (the control plane's PVC protection
@@ -131,8 +131,8 @@ type Manager struct {
 type claimKey struct{ podDir, volume string }
 
 // New checks cfg, makes RootDir/pods if it is missing and returns a
-// Manager.
-func New(cfg Config) (*Manager, error) {
+// Volumes.
+func New(cfg Config) (*Volumes, error) {
 	if cfg.RootDir == "" {
 		return nil, errors.New("new volume manager: RootDir is required")
 	}
@@ -184,7 +184,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new volume manager: %w", err)
 	}
-	return &Manager{
+	return &Volumes{
 		nfs:        nfs,
 		root:       root,
 		podsDir:    filepath.Join(root, podsDirName),
@@ -200,18 +200,18 @@ func New(cfg Config) (*Manager, error) {
 }
 
 // PodDir is the directory of the pod with uid: RootDir/pods/<uid>.
-func (m *Manager) PodDir(uid types.UID) string {
+func (m *Volumes) PodDir(uid types.UID) string {
 	return filepath.Join(m.podsDir, string(uid))
 }
 
 // VolumeDir is the host directory of a volume made by Setup:
 // RootDir/pods/<uid>/volumes/<plugin>/<name>. hostPath volumes have none.
-func (m *Manager) VolumeDir(uid types.UID, plugin, name string) string {
+func (m *Volumes) VolumeDir(uid types.UID, plugin, name string) string {
 	return filepath.Join(m.podsDir, string(uid), volumesDirName, plugin, name)
 }
 
 // PodDirs lists the uids that have a directory under RootDir/pods, sorted.
-func (m *Manager) PodDirs() ([]types.UID, error) {
+func (m *Volumes) PodDirs() ([]types.UID, error) {
 	entries, err := os.ReadDir(m.podsDir)
 	if err != nil {
 		return nil, fmt.Errorf("list pod directories: %w", err)
@@ -233,7 +233,7 @@ func checkUID(uid types.UID) error {
 }
 
 // openPodsDir opens RootDir/pods as an O_PATH directory descriptor.
-func (m *Manager) openPodsDir() (int, error) {
+func (m *Volumes) openPodsDir() (int, error) {
 	return openDir(m.podsDir)
 }
 
@@ -243,7 +243,7 @@ func (m *Manager) openPodsDir() (int, error) {
 // itself (which may be a file, such as a socket): then only that name is
 // resolved beneath the parent, and a symlink there is followed only if it
 // stays in the parent.
-func (m *Manager) hostPathRoot(p string) (root, rel string, ok bool) {
+func (m *Volumes) hostPathRoot(p string) (root, rel string, ok bool) {
 	p = filepath.Clean(p)
 	for _, a := range m.allow {
 		if p == a {
@@ -278,4 +278,4 @@ func allocatable(cfg corev1.ResourceList, mem int64) corev1.ResourceList {
 	return a
 }
 
-func (m *Manager) allocatable() corev1.ResourceList { return m.alloc }
+func (m *Volumes) allocatable() corev1.ResourceList { return m.alloc }

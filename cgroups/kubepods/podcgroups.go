@@ -50,13 +50,13 @@ func (l level) String() string {
 // placer is how a driver makes the hierarchy's cgroups exist with their
 // settings and takes them away again; cgroupfs.go and systemd.go are the
 // two. Everything else (resolving names to directories, reading, killing,
-// listing) is the same for both drivers and lives in the Manager: a
+// listing) is the same for both drivers and lives in Cgroups: a
 // systemd slice is a directory at the path its expanded name spells, in
 // every hierarchy.
 type placer interface {
 	// ensure makes the cgroup name (the driver's form, see PodParent)
 	// exist with rc applied, idempotently. Its parents exist already:
-	// the Manager ensures kubepods and the QoS cgroups first.
+	// Cgroups ensures kubepods and the QoS cgroups first.
 	ensure(ctx context.Context, name string, lv level, rc ResourceConfig) error
 	// remove takes away name, which holds no process any more. A cgroup
 	// already gone is not an error.
@@ -64,7 +64,7 @@ type placer interface {
 	close() error
 }
 
-// Options configure a Manager beyond its driver and root.
+// Options configure a Cgroups beyond its driver and root.
 type Options struct {
 	// NoCPUQuota leaves CPU limits out of the pod cgroups' CFS quota (the
 	// kubelet's cpuCFSQuota: false); by default they are enforced.
@@ -77,9 +77,9 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Manager makes, limits, lists, kills and removes the pod cgroup hierarchy
+// Cgroups makes, limits, lists, kills and removes the pod cgroup hierarchy
 // beneath one root, through one driver.
-type Manager struct {
+type Cgroups struct {
 	layout *cgroups.Layout
 	driver Driver
 	root   string
@@ -97,23 +97,23 @@ type Manager struct {
 	qosMilli, qosNext map[*corev1.Pod]int64
 }
 
-// New returns a Manager for driver beneath root. On a node root is
+// New returns a Cgroups for driver beneath root. On a node root is
 // absolute ("/": /kubepods with cgroupfs, /kubepods.slice with systemd),
-// so that the containers land in the cgroups the Manager limits whatever
+// so that the containers land in the cgroups Cgroups limits whatever
 // cgroup the runtime runs in. A relative root (cgroupfs only) is resolved
 // beneath this process's own cgroup in each hierarchy: for the private
 // test runtime, which shares it.
 //
 // The systemd driver needs systemd as PID 1 and its D-Bus API: without
 // them New fails with ErrUnsupported and says to use cgroupfs.
-func New(ctx context.Context, layout *cgroups.Layout, driver Driver, root string, opts Options) (*Manager, error) {
+func New(ctx context.Context, layout *cgroups.Layout, driver Driver, root string, opts Options) (*Cgroups, error) {
 	if layout.Memory == nil {
 		return nil, fmt.Errorf("pod cgroups: %w: no memory controller mounted", ErrUnsupported)
 	}
 	if _, err := Name(driver, root); err != nil {
 		return nil, fmt.Errorf("pod cgroups: %w", err)
 	}
-	m := &Manager{layout: layout, driver: driver, root: root, opts: opts, log: opts.Log}
+	m := &Cgroups{layout: layout, driver: driver, root: root, opts: opts, log: opts.Log}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -131,24 +131,24 @@ func New(ctx context.Context, layout *cgroups.Layout, driver Driver, root string
 }
 
 // Close releases the driver's resources (the D-Bus connection).
-func (m *Manager) Close() error {
+func (m *Cgroups) Close() error {
 	if m.placer == nil {
 		return nil
 	}
 	return m.placer.close()
 }
 
-// Driver returns the driver the Manager places cgroups with.
-func (m *Manager) Driver() Driver { return m.driver }
+// Driver returns the driver Cgroups places cgroups with.
+func (m *Cgroups) Driver() Driver { return m.driver }
 
 // Root returns the cgroup root as configured.
-func (m *Manager) Root() string { return m.root }
+func (m *Cgroups) Root() string { return m.root }
 
-// AbsoluteParents reports whether the Manager hands the runtime absolute
+// AbsoluteParents reports whether Cgroups hands the runtime absolute
 // cgroup parents: always, except for a relative root on a host with v1
 // hierarchies, where this process's cgroup differs between hierarchies
 // and only the relative form names the right place in each.
-func (m *Manager) AbsoluteParents() bool {
+func (m *Cgroups) AbsoluteParents() bool {
 	return path.IsAbs(m.root) || m.layout.Mode == cgroups.ModeV2
 }
 
@@ -157,7 +157,7 @@ func (m *Manager) AbsoluteParents() bool {
 // relative name is made absolute against this process's cgroup (as it was
 // when the layout was discovered, before a MoveSelfIntoLeaf), so that the
 // runtime places containers there whatever cgroup its shims run in.
-func (m *Manager) spell(name string) string {
+func (m *Cgroups) spell(name string) string {
 	if path.IsAbs(name) || m.layout.Mode != cgroups.ModeV2 || m.layout.Unified == nil {
 		return name
 	}
@@ -166,7 +166,7 @@ func (m *Manager) spell(name string) string {
 
 // Kubepods is the node-allocatable cgroup that holds every pod, in the
 // form Parent uses.
-func (m *Manager) Kubepods() (string, error) {
+func (m *Cgroups) Kubepods() (string, error) {
 	n, err := Name(m.driver, m.root)
 	if err != nil {
 		return "", err
@@ -176,7 +176,7 @@ func (m *Manager) Kubepods() (string, error) {
 
 // Parent is the pod's cgroup parent, as handed to the runtime (see
 // AbsoluteParents and spell) and as every other method takes it.
-func (m *Manager) Parent(pod *corev1.Pod) (string, error) {
+func (m *Cgroups) Parent(pod *corev1.Pod) (string, error) {
 	n, err := PodParent(m.driver, m.root, qos.Class(pod), pod.UID)
 	if err != nil {
 		return "", err
@@ -184,7 +184,7 @@ func (m *Manager) Parent(pod *corev1.Pod) (string, error) {
 	return m.spell(n), nil
 }
 
-func (m *Manager) qosParent(class corev1.PodQOSClass) (string, error) {
+func (m *Cgroups) qosParent(class corev1.PodQOSClass) (string, error) {
 	n, err := QOSParent(m.driver, m.root, class)
 	if err != nil {
 		return "", err
@@ -192,11 +192,11 @@ func (m *Manager) qosParent(class corev1.PodQOSClass) (string, error) {
 	return m.spell(n), nil
 }
 
-func (m *Manager) v2Memory() bool { return m.layout.Memory.V2() }
+func (m *Cgroups) v2Memory() bool { return m.layout.Memory.V2() }
 
 // Ensure makes the pod's cgroup (and its QoS parents) and applies the
 // pod-level limits. It is idempotent.
-func (m *Manager) Ensure(ctx context.Context, pod *corev1.Pod) (string, error) {
+func (m *Cgroups) Ensure(ctx context.Context, pod *corev1.Pod) (string, error) {
 	parent, err := m.Parent(pod)
 	if err != nil {
 		return "", err
@@ -213,7 +213,7 @@ func (m *Manager) Ensure(ctx context.Context, pod *corev1.Pod) (string, error) {
 
 // EnsureRoot makes kubepods and the QoS cgroups, so that sensing can watch
 // them before the first pod. Node allocatable is EnforceAllocatable's.
-func (m *Manager) EnsureRoot(ctx context.Context) error {
+func (m *Cgroups) EnsureRoot(ctx context.Context) error {
 	kube, err := m.Kubepods()
 	if err != nil {
 		return err
@@ -237,7 +237,7 @@ func (m *Manager) EnsureRoot(ctx context.Context) error {
 // system-reserved minus kube-reserved becomes kubepods' memory limit and
 // CPU shares (or weight), as the kubelet's enforceNodeAllocatable=pods
 // does. It returns the limits written.
-func (m *Manager) EnforceAllocatable(ctx context.Context, capacity, systemReserved, kubeReserved corev1.ResourceList) (ResourceConfig, error) {
+func (m *Cgroups) EnforceAllocatable(ctx context.Context, capacity, systemReserved, kubeReserved corev1.ResourceList) (ResourceConfig, error) {
 	kube, err := m.Kubepods()
 	if err != nil {
 		return ResourceConfig{}, err
@@ -258,7 +258,7 @@ func (m *Manager) EnforceAllocatable(ctx context.Context, capacity, systemReserv
 // Burstable the shares of the sum of its pods' cpu requests. It writes
 // only what changed since its last call, so the lifecycle may call it on
 // every pass.
-func (m *Manager) UpdateQOS(ctx context.Context, pods []*corev1.Pod) error {
+func (m *Cgroups) UpdateQOS(ctx context.Context, pods []*corev1.Pod) error {
 	m.qosMu.Lock()
 	defer m.qosMu.Unlock()
 	if m.qosNext == nil {
@@ -299,7 +299,7 @@ func (m *Manager) UpdateQOS(ctx context.Context, pods []*corev1.Pod) error {
 
 // RemoveRoot removes the (empty) kubepods tree, for tests and a node being
 // drained; it fails while any pod cgroup remains.
-func (m *Manager) RemoveRoot(ctx context.Context) error {
+func (m *Cgroups) RemoveRoot(ctx context.Context) error {
 	kube, err := m.Kubepods()
 	if err != nil {
 		return err
@@ -318,7 +318,7 @@ func (m *Manager) RemoveRoot(ctx context.Context) error {
 	}
 	if m.driver == Cgroupfs && !path.IsAbs(m.root) {
 		// The relative root's own directories (e.g. nodeguard/) were
-		// made by the Manager too.
+		// made by Cgroups too.
 		return m.removeDirs(m.spell(m.root))
 	}
 	return nil
@@ -334,7 +334,7 @@ const removeWait = 2 * time.Second
 // ErrPopulated (the caller decides whether they are a leak to Kill or a
 // sandbox to adopt); EBUSY on an empty one (a dying task still charged)
 // is retried for removeWait in all. A cgroup already gone is not an error.
-func (m *Manager) Remove(ctx context.Context, parent string) error {
+func (m *Cgroups) Remove(ctx context.Context, parent string) error {
 	dirs, err := m.layout.Resolve(parent)
 	if err != nil {
 		return fmt.Errorf("remove pod cgroup %s: %w", parent, err)
@@ -355,11 +355,11 @@ func (m *Manager) Remove(ctx context.Context, parent string) error {
 }
 
 // removeDirs removes name's directory tree in every hierarchy.
-func (m *Manager) removeDirs(name string) error {
+func (m *Cgroups) removeDirs(name string) error {
 	return m.removeDirsBy(name, time.Now().Add(removeWait))
 }
 
-func (m *Manager) removeDirsBy(name string, deadline time.Time) error {
+func (m *Cgroups) removeDirsBy(name string, deadline time.Time) error {
 	dirs, err := m.layout.Resolve(name)
 	if err != nil {
 		return err
@@ -389,9 +389,9 @@ func (m *Manager) removeDirsBy(name string, deadline time.Time) error {
 // longer knows of, and how hard eviction releases memory before the
 // runtime is even called. It is the same for both drivers: a systemd
 // slice's cgroup is killed through its files, as runc does.
-func (m *Manager) Kill(parent string) (int, error) { return KillPod(m.layout, parent) }
+func (m *Cgroups) Kill(parent string) (int, error) { return KillPod(m.layout, parent) }
 
-// KillPod is Manager.Kill for a caller with no Manager (guard mode, beside
+// KillPod is Cgroups.Kill for a caller with no Cgroups (guard mode, beside
 // a kubelet that made the cgroups): it creates nothing.
 func KillPod(layout *cgroups.Layout, parent string) (int, error) {
 	dirs, err := layout.Resolve(parent)
@@ -444,7 +444,7 @@ func checkContainerID(id string) error {
 
 // containerDir finds the cgroup directory of container id beneath the
 // pod's memory cgroup, and whether the runtime named it the systemd way.
-func (m *Manager) containerDir(parent, id string) (dir string, scope, ok bool, err error) {
+func (m *Cgroups) containerDir(parent, id string) (dir string, scope, ok bool, err error) {
 	if err := checkContainerID(id); err != nil {
 		return "", false, false, err
 	}
@@ -470,7 +470,7 @@ func (m *Manager) containerDir(parent, id string) (dir string, scope, ok bool, e
 // "runc init" waiting in the container's cgroup while the runtime reports
 // the container created or exited and refuses to delete it ("cannot
 // delete running task", containerd#11037).
-func (m *Manager) KillContainer(parent, id string) (int, error) {
+func (m *Cgroups) KillContainer(parent, id string) (int, error) {
 	dir, _, ok, err := m.containerDir(parent, id)
 	if err != nil {
 		return 0, fmt.Errorf("kill container %s: %w", id, err)
@@ -490,7 +490,7 @@ func (m *Manager) KillContainer(parent, id string) (int, error) {
 // the name the runtime gives it under either driver: the bare id with
 // cgroupfs, cri-containerd-<id>.scope or crio-<id>.scope with systemd. A
 // container without a cgroup (never started, or removed) has none.
-func (m *Manager) ContainerProcs(parent, id string) ([]int, error) {
+func (m *Cgroups) ContainerProcs(parent, id string) ([]int, error) {
 	dir, _, ok, err := m.containerDir(parent, id)
 	if err != nil {
 		return nil, fmt.Errorf("list the processes of container %s: %w", id, err)
@@ -509,9 +509,9 @@ func (m *Manager) ContainerProcs(parent, id string) ([]int, error) {
 }
 
 // SameCgroup reports whether the names a and b (in any spelling the
-// Manager takes: relative, or absolute) are one cgroup directory in the
+// Cgroups takes: relative, or absolute) are one cgroup directory in the
 // memory hierarchy.
-func (m *Manager) SameCgroup(a, b string) bool {
+func (m *Cgroups) SameCgroup(a, b string) bool {
 	if a == b {
 		return true
 	}
@@ -525,19 +525,19 @@ func (m *Manager) SameCgroup(a, b string) bool {
 
 // Dirs are the cgroup directories of parent in every hierarchy, for
 // statistics and eviction.
-func (m *Manager) Dirs(parent string) ([]cgroups.Dir, error) {
+func (m *Cgroups) Dirs(parent string) ([]cgroups.Dir, error) {
 	return m.layout.Resolve(parent)
 }
 
 // MemoryDir is the pod's directory in the memory hierarchy: its Rel is
 // how snapshots and kernel events name the pod cgroup.
-func (m *Manager) MemoryDir(parent string) (cgroups.Dir, error) {
+func (m *Cgroups) MemoryDir(parent string) (cgroups.Dir, error) {
 	return m.layout.Memory.Resolve(parent)
 }
 
 // Procs lists the pids in the pod's memory cgroup and every cgroup
 // beneath it.
-func (m *Manager) Procs(parent string) ([]int, error) {
+func (m *Cgroups) Procs(parent string) ([]int, error) {
 	d, err := m.MemoryDir(parent)
 	if err != nil {
 		return nil, err
@@ -548,7 +548,7 @@ func (m *Manager) Procs(parent string) ([]int, error) {
 // Tasks counts the tasks in the pod cgroup and every cgroup beneath it:
 // pids.current of its pids cgroup, the count the pod's pid limit
 // (pids.max) applies to (cgroups.Tasks).
-func (m *Manager) Tasks(parent string) (int64, error) {
+func (m *Cgroups) Tasks(parent string) (int64, error) {
 	dirs, err := m.layout.Resolve(parent)
 	if err != nil {
 		return 0, fmt.Errorf("count the tasks of pod cgroup %s: %w", parent, err)
@@ -563,12 +563,12 @@ func (m *Manager) Tasks(parent string) (int64, error) {
 // OpenTaskCounter opens the task count of the pod cgroup, for a caller
 // that asks every second (cgroups.TaskCounter); it counts what Tasks
 // counts.
-func (m *Manager) OpenTaskCounter(parent string) (*cgroups.TaskCounter, error) {
+func (m *Cgroups) OpenTaskCounter(parent string) (*cgroups.TaskCounter, error) {
 	return OpenPodTaskCounter(m.layout, parent)
 }
 
-// OpenPodTaskCounter is Manager.OpenTaskCounter for a caller with no
-// Manager.
+// OpenPodTaskCounter is Cgroups.OpenTaskCounter for a caller with no
+// Cgroups.
 func OpenPodTaskCounter(layout *cgroups.Layout, parent string) (*cgroups.TaskCounter, error) {
 	dirs, err := layout.Resolve(parent)
 	if err != nil {
@@ -585,7 +585,7 @@ func OpenPodTaskCounter(layout *cgroups.Layout, parent string) (*cgroups.TaskCou
 // memory hierarchy), by pod UID, in Parent's form: Guaranteed pods under
 // kubepods, Burstable and BestEffort ones under their QoS parents. The
 // garbage collector removes those of pods nobody wants.
-func (m *Manager) PodParents() (map[types.UID]string, error) {
+func (m *Cgroups) PodParents() (map[types.UID]string, error) {
 	out := map[types.UID]string{}
 	for _, class := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
 		qp, err := m.qosParent(class)
