@@ -5,41 +5,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodeguard/nodeguard/cgroups/cgtest"
+	"github.com/nodeguard/nodeguard/lab/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	binDir    string
-)
-
-// buildBinary compiles nodeguard once per test binary run: the tests drive
-// the command as its users do.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		binPath = filepath.Join(binDir, "nodeguard")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func buildBinary(t *testing.T) string { return testbin.Nodeguard(t) }
 
 func TestDoctorJSONDescribesThisHost(t *testing.T) {
 	cgtest.RequirePrivileged(t)
@@ -184,14 +160,5 @@ func TestEventsRejectsAMissingCgroup(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "nodeguard-cli-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+// The tests drive the command as its users do.
+func TestMain(m *testing.M) { testbin.Main(m) }

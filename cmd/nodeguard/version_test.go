@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeguard/nodeguard/lab/testbin"
 	"github.com/nodeguard/nodeguard/loader"
 )
 
@@ -111,7 +112,7 @@ func TestVersionCommand(t *testing.T) {
 		// make -n prints the build command with VERSION and COMMIT
 		// expanded; running that command is running make build without
 		// touching bin/.
-		linked := filepath.Join(binDir, "nodeguard-make")
+		linked := filepath.Join(testbin.Dir(), "nodeguard-make")
 		dry := exec.Command("make", "-s", "--no-print-directory", "-n", "build", "BIN="+linked)
 		dry.Dir = "../.."
 		script, err := dry.Output()
