@@ -284,29 +284,14 @@ func Prepare(ctx context.Context, c Config) (*Prepared, error) {
 	return p, nil
 }
 
-// Test is one test binary run in a guest.
-type Test struct {
-	// Binary is the host path of the static test binary; Args follow it.
-	Binary string
-	Args   []string
-	// Dir is the host package directory (go test starts the runner
-	// there); its testdata/ is packed.
-	Dir string
-	// Environ is the host environment the guest's is taken from.
-	Environ []string
-}
+// Test is one test binary run in a guest, as the VM lane's.
+type Test = vmtest.Test
 
-// Result is how a guest run ended.
+// Result is how a guest run ended (vmtest.Result), and Payload the time
+// to make the payload disk.
 type Result struct {
-	// Status is the test binary's exit status; meaningful when Exited.
-	Status int
-	// Exited reports that the guest printed the exit marker.
-	Exited bool
-	// TimedOut reports that the run was killed at Config.Timeout.
-	TimedOut bool
-	// Elapsed is the qemu wall-clock time, boot to power-off; Payload the
-	// time to make the payload disk.
-	Elapsed, Payload time.Duration
+	vmtest.Result
+	Payload time.Duration
 }
 
 // runDirPrefix starts the name of each run's temporary directory, followed
@@ -528,7 +513,7 @@ func boot(ctx context.Context, c Config, p *Prepared, marker string, disks Disks
 		},
 		Follow: func(start time.Time) func() { return followConsole(console, c.Log, start) },
 	}, stdout, stderr, &bootPanic)
-	res.Status, res.Exited, res.TimedOut, res.Elapsed = r.Status, r.Exited, r.TimedOut, r.Elapsed
+	res.Result = r
 	return res, bootPanic, err
 }
 
