@@ -59,10 +59,10 @@ const (
 	// changes in between.
 	DefaultSteadyResync = time.Minute
 	// callTimeout bounds one CRI call: the kubelet's runtimeRequestTimeout
-	// default (2 min). A call measured 115-300 ms on an idle node; under
-	// a load average of 60 a RunPodSandbox outran 30 s, and every
-	// attempt undone at the bound left the next one "name is reserved"
-	// until the runtime had finished undoing it, for good.
+	// default (2 min). Not shorter: under a heavy load a RunPodSandbox
+	// can outrun a tight bound, and every attempt undone at the bound
+	// leaves the next one "name is reserved" until the runtime has
+	// finished undoing it, for good.
 	callTimeout = 2 * time.Minute
 	// sandboxTimeout bounds RunPodSandbox: twice callTimeout, as the
 	// kubelet's remote runtime service (it pulls the pause image, makes

@@ -43,10 +43,9 @@ const bufSize = 512
 
 // File is an open pressure file that is re-read in place: procfs and
 // cgroupfs regenerate the content on every read at offset 0, so one pread
-// into a buffer the File owns replaces open, read and close (measured on the
-// development machines, parse included: ~2 µs instead of 12-15 µs with
-// os.ReadFile, and no allocation instead of six). A File is not safe for
-// concurrent use.
+// into a buffer the File owns replaces open, read and close, and allocates
+// nothing (BenchmarkFileRead against BenchmarkOpenReadClose; the figures
+// are in docs/benchmarks.md). A File is not safe for concurrent use.
 type File struct {
 	f    *os.File
 	rc   syscall.RawConn
