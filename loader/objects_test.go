@@ -11,6 +11,11 @@ import (
 
 func TestObjectsSHA256(t *testing.T) {
 	files, err := filepath.Glob("*_bpfel.o")
+	if err == nil && len(files) == 0 && os.Getenv("NODEGUARD_VM_KERNEL") != "" {
+		// The VM lane's guest gets the package's testdata/ only; the host
+		// lane compares the objects with the files.
+		t.Skip("no *_bpfel.o in the VM lane's guest: the objects are compared on the host")
+	}
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no *_bpfel.o beside the loader: %v", err)
 	}
