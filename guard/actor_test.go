@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -228,7 +230,13 @@ func TestHardEvictionReleasesTheVictimsMemoryWithoutTheAPIServer(t *testing.T) {
 			}
 			// The kubelet makes the pod a new sandbox: listed again, to
 			// be killed again if it grows again.
-			r.list.sbs[0].Id = "sb-hog-2"
+			r.list.update(func(sbs []*runtimeapi.PodSandbox) []*runtimeapi.PodSandbox {
+				// A new sandbox, not a change under a running actor's reads.
+				sb := proto.Clone(sbs[0]).(*runtimeapi.PodSandbox)
+				sb.Id = "sb-hog-2"
+				sbs[0] = sb
+				return sbs
+			})
 			if err := a.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}

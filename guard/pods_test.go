@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,13 +16,25 @@ import (
 	"github.com/nodeguard/nodeguard/lifecycle/cri"
 )
 
+// sandboxList is a runtime's sandbox listing; a test changes it while an
+// actor runs through update.
 type sandboxList struct {
+	mu  sync.Mutex
 	sbs []*runtimeapi.PodSandbox
 	err error
 }
 
-func (l sandboxList) ListAllPodSandboxes(context.Context) ([]*runtimeapi.PodSandbox, error) {
-	return l.sbs, l.err
+func (l *sandboxList) ListAllPodSandboxes(context.Context) ([]*runtimeapi.PodSandbox, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sbs), l.err
+}
+
+// update changes the listing under its lock.
+func (l *sandboxList) update(f func([]*runtimeapi.PodSandbox) []*runtimeapi.PodSandbox) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sbs = f(l.sbs)
 }
 
 func kubeletSandbox(id, uid, ns, name string, created int64, state runtimeapi.PodSandboxState, annotations map[string]string) *runtimeapi.PodSandbox {
@@ -55,7 +69,7 @@ func TestFinderFindsTheKubeletsPodsByTheirCgroups(t *testing.T) {
 	nodeguards.Labels[cri.ManagedLabel] = "true"
 	unlabelled := kubeletSandbox("sb-bare", besteffort, "default", "bare", 9, ready, nil)
 	delete(unlabelled.Labels, cri.PodNameLabel)
-	list := sandboxList{sbs: []*runtimeapi.PodSandbox{
+	list := &sandboxList{sbs: []*runtimeapi.PodSandbox{
 		kubeletSandbox("sb-g", guaranteed, "prod", "db", 1, ready, nil),
 		kubeletSandbox("sb-b-old", burstable, "default", "web", 1, ready, nil),
 		kubeletSandbox("sb-b", burstable, "default", "web", 2, ready, nil),
@@ -95,7 +109,7 @@ func TestFinderFindsTheKubeletsPodsByTheirCgroups(t *testing.T) {
 
 // The runtime's error is the Finder's, named.
 func TestFinderSaysWhenTheRuntimeFails(t *testing.T) {
-	f := &Finder{Runtime: sandboxList{err: errors.New("connection refused")}, Driver: kubepods.Cgroupfs, Root: "/"}
+	f := &Finder{Runtime: &sandboxList{err: errors.New("connection refused")}, Driver: kubepods.Cgroupfs, Root: "/"}
 	if _, err := f.Pods(context.Background()); err == nil || err.Error() != "find the kubelet's pods: connection refused" {
 		t.Fatalf("Pods: %v, want the runtime's error named", err)
 	}

@@ -165,7 +165,9 @@ func TestAPendingRemovalSurvivesTheAgent(t *testing.T) {
 	})
 	// The kubelet tears the deleted pod down: its sandbox goes, and so
 	// does the record.
-	r.list.sbs = slices.DeleteFunc(r.list.sbs, func(sb *runtimeapi.PodSandbox) bool { return sb.Id == "sb-hog" })
+	r.list.update(func(sbs []*runtimeapi.PodSandbox) []*runtimeapi.PodSandbox {
+		return slices.DeleteFunc(sbs, func(sb *runtimeapi.PodSandbox) bool { return sb.Id == "sb-hog" })
+	})
 	if err := a.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
