@@ -220,3 +220,23 @@ func TestBeneathPod(t *testing.T) {
 		}
 	}
 }
+
+func TestDriverFor(t *testing.T) {
+	for _, c := range []struct {
+		configured, runtime string
+		want                Driver
+		wantErr             bool
+	}{
+		{configured: "", runtime: "", want: Cgroupfs},                // the runtime does not say: the kubelet's default
+		{configured: "", runtime: "systemd", want: Systemd},          // empty follows the runtime
+		{configured: "cgroupfs", runtime: "systemd", want: Cgroupfs}, // set wins; the mismatch is refused later
+		{configured: "systemd", runtime: "", want: Systemd},
+		{configured: "sistemd", wantErr: true},
+		{configured: "", runtime: "other", wantErr: true},
+	} {
+		got, err := DriverFor(c.configured, c.runtime)
+		if (err != nil) != c.wantErr || (!c.wantErr && got != c.want) {
+			t.Errorf("DriverFor(%q, %q) = %q, %v; want %q (error %v)", c.configured, c.runtime, got, err, c.want, c.wantErr)
+		}
+	}
+}
