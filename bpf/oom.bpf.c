@@ -45,6 +45,59 @@ static __always_inline __u64 mm_counter(struct mm_struct *mm, int member)
 	return v < 0 ? 0 : v;
 }
 
+/* The kernel fires mark_victim once per marked thread, not once per kill:
+ * every thread of a killed process that then fails a charge marks itself a
+ * victim again (out_of_memory's task_will_free_mem(current) shortcut), and
+ * memory.events' oom_kill does not count those. oom_marked remembers the
+ * processes already reported so that one kill is one event. The leader's
+ * start time tells a reused pid from the same process; where the victim's
+ * task is out of reach (classic tracepoint, victim not in current's process)
+ * it is 0 and a mark within NG_OOM_MARK_WINDOW_NS counts as the same kill. */
+#define NG_OOM_MARK_WINDOW_NS (60ULL * 1000 * 1000 * 1000)
+
+struct ng_oom_mark {
+	__u64 leader_start_ns;
+	__u64 marked_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tgid */
+	__type(value, struct ng_oom_mark);
+} oom_marked SEC(".maps");
+
+/* first_mark claims tgid's kill and says whether this mark is its first. The
+ * NOEXIST insert is the atomic claim: two threads marking at once on two CPUs
+ * see one winner. */
+static __always_inline bool first_mark(__u32 tgid, __u64 leader_start_ns)
+{
+	struct ng_oom_mark m = { .leader_start_ns = leader_start_ns, .marked_ns = bpf_ktime_get_ns() };
+	struct ng_oom_mark *old;
+
+	if (!tgid)
+		return true;
+	if (bpf_map_update_elem(&oom_marked, &tgid, &m, BPF_NOEXIST) == 0)
+		return true;
+	old = bpf_map_lookup_elem(&oom_marked, &tgid);
+	if (!old)
+		return bpf_map_update_elem(&oom_marked, &tgid, &m, BPF_NOEXIST) == 0;
+	if (old->leader_start_ns && leader_start_ns) {
+		if (old->leader_start_ns == leader_start_ns)
+			return false;
+	} else if (m.marked_ns - old->marked_ns < NG_OOM_MARK_WINDOW_NS) {
+		return false;
+	}
+	/* A reused pid: a new process, a new kill. */
+	bpf_map_update_elem(&oom_marked, &tgid, &m, BPF_ANY);
+	return true;
+}
+
+static __always_inline __u64 leader_start(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, group_leader, start_time);
+}
+
 static __always_inline int emit_oom_kill_task(struct task_struct *victim, __u8 flags)
 {
 	struct ng_task_cgroups c = {};
@@ -54,6 +107,8 @@ static __always_inline int emit_oom_kill_task(struct task_struct *victim, __u8 f
 
 	task_cgroups(victim, &c);
 	if (!is_monitored(&c))
+		return 0;
+	if (!first_mark(BPF_CORE_READ(victim, tgid), leader_start(victim)))
 		return 0;
 	e = bpf_ringbuf_reserve(&ring_oom, sizeof(*e), 0);
 	if (!e) {
@@ -85,19 +140,29 @@ int BPF_PROG(ng_mark_victim_btf, struct task_struct *task)
 	return emit_oom_kill_task(task, 0);
 }
 
-/* Classic tracepoint: the record carries the victim's pid and, from 6.8 on,
- * its comm, rss (in kB) and oom_score_adj. The victim's task_struct is not
- * reachable without kfuncs, so the cgroups are the current task's: the task
- * whose charge failed, which sits in the OOM-ing memory cgroup's subtree. */
+/* Classic tracepoint: the record carries the victim's thread id and, from
+ * 6.8 on, its comm, rss (in kB) and oom_score_adj. A memory cgroup OOM is
+ * mostly raised by the victim's own process: then the victim is a thread of
+ * current's process, its task is current's and the event is as full as on
+ * tp_btf. Otherwise the victim's task_struct is out of reach without kfuncs,
+ * so the cgroups are the current task's (the task whose charge failed, in the
+ * OOM-ing memory cgroup's subtree) and the pid is the thread id the kernel
+ * gives (the leader's, unless the leader has already exited). */
 SEC("tracepoint/oom/mark_victim")
 int ng_mark_victim_tp(struct trace_event_raw_mark_victim *ctx)
 {
 	struct task_struct *cur = current_task();
 	struct ng_task_cgroups c = {};
 	struct ng_oom_kill *e;
+	__u32 victim = ctx->pid;
+
+	if (victim == BPF_CORE_READ(cur, pid) || victim == BPF_CORE_READ(cur, tgid))
+		return emit_oom_kill_task(cur, NG_FLAG_CLASSIC_TP);
 
 	task_cgroups(cur, &c);
 	if (!is_monitored(&c))
+		return 0;
+	if (!first_mark(victim, 0))
 		return 0;
 	e = bpf_ringbuf_reserve(&ring_oom, sizeof(*e), 0);
 	if (!e) {
@@ -106,8 +171,8 @@ int ng_mark_victim_tp(struct trace_event_raw_mark_victim *ctx)
 	}
 	fill_header(&e->hdr, NG_KIND_OOM_KILL, NG_VERSION_OOM_KILL, NULL, &c);
 	e->hdr.flags = NG_FLAG_CGROUP_OF_CURRENT | NG_FLAG_CLASSIC_TP;
-	e->hdr.pid = ctx->pid;
-	e->hdr.tid = ctx->pid;
+	e->hdr.pid = victim;
+	e->hdr.tid = victim;
 	e->trigger_pid = BPF_CORE_READ(cur, tgid);
 	e->comm[0] = 0;
 	e->oom_score_adj = 0;

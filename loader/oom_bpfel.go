@@ -19,6 +19,7 @@ const (
 	oomMapMonitoredCgroups  = "monitored_cgroups"
 	oomMapMonitoredPrefixes = "monitored_prefixes"
 	oomMapNgSettings        = "ng_settings"
+	oomMapOomMarked         = "oom_marked"
 	oomMapRingBench         = "ring_bench"
 	oomMapRingLifecycle     = "ring_lifecycle"
 	oomMapRingOom           = "ring_oom"
@@ -85,6 +86,7 @@ type oomMapSpecs struct {
 	MonitoredCgroups  *ebpf.MapSpec `ebpf:"monitored_cgroups"`
 	MonitoredPrefixes *ebpf.MapSpec `ebpf:"monitored_prefixes"`
 	NgSettings        *ebpf.MapSpec `ebpf:"ng_settings"`
+	OomMarked         *ebpf.MapSpec `ebpf:"oom_marked"`
 	RingBench         *ebpf.MapSpec `ebpf:"ring_bench"`
 	RingLifecycle     *ebpf.MapSpec `ebpf:"ring_lifecycle"`
 	RingOom           *ebpf.MapSpec `ebpf:"ring_oom"`
@@ -121,6 +123,7 @@ type oomMaps struct {
 	MonitoredCgroups  *ebpf.Map `ebpf:"monitored_cgroups"`
 	MonitoredPrefixes *ebpf.Map `ebpf:"monitored_prefixes"`
 	NgSettings        *ebpf.Map `ebpf:"ng_settings"`
+	OomMarked         *ebpf.Map `ebpf:"oom_marked"`
 	RingBench         *ebpf.Map `ebpf:"ring_bench"`
 	RingLifecycle     *ebpf.Map `ebpf:"ring_lifecycle"`
 	RingOom           *ebpf.Map `ebpf:"ring_oom"`
@@ -133,6 +136,7 @@ func (m *oomMaps) Close() error {
 		m.MonitoredCgroups,
 		m.MonitoredPrefixes,
 		m.NgSettings,
+		m.OomMarked,
 		m.RingBench,
 		m.RingLifecycle,
 		m.RingOom,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,28 +18,46 @@ import (
 )
 
 // The test binary doubles as the memory hog: with NODEGUARD_TEST_HOG set it
-// raises its oom_score_adj and then touches memory until it is killed.
+// raises its oom_score_adj and then touches memory until it is killed, from
+// one thread ("1") or from hogThreads threads at once ("threads").
 func TestMain(m *testing.M) {
-	if os.Getenv("NODEGUARD_TEST_HOG") == "1" {
-		hog()
+	switch os.Getenv("NODEGUARD_TEST_HOG") {
+	case "1":
+		hog(1)
+	case "threads":
+		hog(hogThreads)
 	}
 	os.Exit(m.Run())
 }
 
-func hog() {
+// hogThreads threads faulting at once make the kernel mark several threads
+// of one killed process as OOM victims, each with its own mark_victim.
+const hogThreads = 8
+
+func hog(threads int) {
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("500"), 0); err != nil {
 		fmt.Fprintln(os.Stderr, "hog: set oom_score_adj:", err)
 		os.Exit(3)
 	}
-	var keep [][]byte
-	for i := 0; i < 1024; i++ { // 1 GiB at most: bounded even if no limit applies
-		b := make([]byte, 1<<20)
-		for j := 0; j < len(b); j += 4096 {
-			b[j] = 1
-		}
-		keep = append(keep, b)
+	var wg sync.WaitGroup
+	for t := 0; t < threads; t++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread() // each on its own kernel thread
+			var keep [][]byte
+			for i := 0; i < 1024/threads; i++ { // 1 GiB in all at most: bounded even if no limit applies
+				b := make([]byte, 1<<20)
+				for j := 0; j < len(b); j += 4096 {
+					b[j] = 1
+				}
+				keep = append(keep, b)
+			}
+			runtime.KeepAlive(keep)
+		}()
 	}
-	fmt.Fprintln(os.Stderr, "hog: allocated 1 GiB without being killed", len(keep))
+	wg.Wait()
+	fmt.Fprintln(os.Stderr, "hog: allocated 1 GiB without being killed")
 	os.Exit(4)
 }
 
@@ -99,15 +119,20 @@ func TestPipelineDeliversARealOOM(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		paths []loader.AttachPath
+		hog   string
 	}{
-		{"with the fastest path the kernel allows", nil},
-		{"with classic tracepoints only", []loader.AttachPath{loader.PathTracepoint}},
+		{"with the fastest path the kernel allows", nil, "1"},
+		{"with classic tracepoints only", []loader.AttachPath{loader.PathTracepoint}, "1"},
+		// Every thread of the killed hog that faults again marks itself a
+		// victim: still one kill, one event, under the process's pid.
+		{"with the fastest path and a many-threaded hog", nil, "threads"},
+		{"with classic tracepoints and a many-threaded hog", []loader.AttachPath{loader.PathTracepoint}, "threads"},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testRealOOM(t, tc.paths) })
+		t.Run(tc.name, func(t *testing.T) { testRealOOM(t, tc.paths, tc.hog) })
 	}
 }
 
-func testRealOOM(t *testing.T, paths []loader.AttachPath) {
+func testRealOOM(t *testing.T, paths []loader.AttachPath, hogMode string) {
 	p := open(t, loader.Options{Paths: paths, MinReclaimEpisode: 0})
 	for _, h := range p.Hooks() {
 		if h.Path == loader.PathOff {
@@ -143,7 +168,7 @@ func testRealOOM(t *testing.T, paths []loader.AttachPath) {
 	}
 
 	hogCmd := exec.Command(os.Args[0], "-test.run=^$")
-	hogCmd.Env = append(os.Environ(), "NODEGUARD_TEST_HOG=1")
+	hogCmd.Env = append(os.Environ(), "NODEGUARD_TEST_HOG="+hogMode)
 	if err := victim.Start(t, hogCmd); err != nil {
 		t.Fatal(err)
 	}
