@@ -331,6 +331,16 @@ type OverheadConfig struct {
 	Probes      []string
 	ProbePeriod time.Duration
 	ProbeTotals func(ctx context.Context) (ProbeTotals, error)
+	// RuntimeView: the client's pods are what the runtime reports
+	// (bench/staticpods), not what an agent says. Each container's start
+	// is then stamped to the nanosecond, so a churned pod's start is
+	// timed to it instead of to when a poll saw it Running (the agent's
+	// API rounds startedAt to the second); readiness is unknown, so the
+	// probed window waits for Running and then two probe periods.
+	RuntimeView bool
+	// MaxPods, when set, is the most pods the agent admits; the fill and
+	// the churn workers together must stay within it.
+	MaxPods int
 }
 
 func (c OverheadConfig) withDefaults() OverheadConfig {
@@ -367,6 +377,9 @@ type OverheadRow struct {
 	MaxRSS    uint64
 	Procs     int // processes in the group at the last sample
 	Churned   int // pods applied and deleted during the phase (churn only)
+	// Start and Delete are the churned pods' apply -> Running and
+	// delete -> gone (churn only).
+	Start, Delete Summary
 	// Probes and ProbesFailed are the agent's probes over ProbeWindow
 	// (probed only).
 	Probes, ProbesFailed uint64
@@ -414,6 +427,9 @@ func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 		if n < running {
 			return rows, fmt.Errorf("bench overhead: pod counts must ascend (%d after %d)", n, running)
 		}
+		if cfg.MaxPods > 0 && n+cfg.Parallel > cfg.MaxPods {
+			return rows, fmt.Errorf("bench overhead: %d pods and %d churn workers need maxPods %d, the agent admits %d", n, cfg.Parallel, n+cfg.Parallel, cfg.MaxPods)
+		}
 		progressf(cfg.Progress, "overhead: applying pods %d..%d, %d at a time", running, n-1, cfg.Parallel)
 		t0 := time.Now()
 		_, err := parallel(ctx, n-running, cfg.Parallel, func(ctx context.Context, i int) error {
@@ -437,12 +453,18 @@ func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 		rows = append(rows, overheadRows(n, "idle", 0, idle)...)
 		progressf(cfg.Progress, "overhead: %d pods: churn window of %s", n, cfg.Window)
 		wait = cfg.profile(ctx, n, "churn")
-		series, churned, err := sampleChurn(ctx, c, groups, cfg)
+		series, churn, err := sampleChurn(ctx, c, groups, cfg)
 		if err = errors.Join(err, wait()); err != nil {
 			return rows, err
 		}
-		rows = append(rows, overheadRows(n, "churn", churned, series)...)
-		progressf(cfg.Progress, "overhead: %d pods: %d pods applied and deleted during the churn window", n, churned)
+		churnRows := overheadRows(n, "churn", len(churn.starts), series)
+		start, del := Summarize(churn.starts), Summarize(churn.deletes)
+		for i := range churnRows {
+			churnRows[i].Start, churnRows[i].Delete = start, del
+		}
+		rows = append(rows, churnRows...)
+		progressf(cfg.Progress, "overhead: %d pods: %d pods applied and deleted during the churn window (start p50 %s p99 %s, delete p50 %s p99 %s)",
+			n, len(churn.starts), start.P50.Round(time.Millisecond), start.P99.Round(time.Millisecond), del.P50.Round(time.Millisecond), del.P99.Round(time.Millisecond))
 		if len(cfg.Probes) > 0 {
 			probed, err := sampleProbed(ctx, c, groups, cfg, n, n != cfg.Pods[len(cfg.Pods)-1])
 			rows = append(rows, probed...)
@@ -481,13 +503,17 @@ func overheadRows(pods int, phase string, churned int, series []GroupSeries) []O
 	return rows
 }
 
+// churnTimes are the churned pods' apply -> Running and delete -> gone.
+type churnTimes struct{ starts, deletes []time.Duration }
+
 // sampleChurn samples for cfg.Window while workers churn pods; it waits
 // for the workers' last pods to be gone before it returns.
-func sampleChurn(ctx context.Context, c PodClient, groups []ProcGroup, cfg OverheadConfig) ([]GroupSeries, int, error) {
+func sampleChurn(ctx context.Context, c PodClient, groups []ProcGroup, cfg OverheadConfig) ([]GroupSeries, churnTimes, error) {
 	cctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	churned, seq := 0, 0
+	var times churnTimes
+	seq := 0
 	var churnErr error
 	for w := 0; w < cfg.Parallel; w++ {
 		wg.Add(1)
@@ -498,11 +524,12 @@ func sampleChurn(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 				name := fmt.Sprintf("churn-%d", seq)
 				seq++
 				mu.Unlock()
-				err := churnOne(cctx, ctx, c, name, cfg)
+				start, del, err := churnOne(cctx, ctx, c, name, cfg)
 				mu.Lock()
 				switch {
 				case err == nil:
-					churned++
+					times.starts = append(times.starts, start)
+					times.deletes = append(times.deletes, del)
 				case cctx.Err() == nil && churnErr == nil:
 					churnErr = err
 					stop()
@@ -514,29 +541,64 @@ func sampleChurn(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 	series, err := Sample(ctx, cfg.ProcDir, groups, cfg.Window, cfg.Interval)
 	stop()
 	wg.Wait()
-	return series, churned, errors.Join(err, churnErr)
+	return series, times, errors.Join(err, churnErr)
 }
 
 // churnOne applies pod name, waits until it runs, deletes it and waits
-// until it is gone. Once run is cancelled it stops applying, but a pod it
-// made is still deleted under ctx.
-func churnOne(run, ctx context.Context, c PodClient, name string, cfg OverheadConfig) error {
+// until it is gone, and returns how long each took: to Running as the
+// runtime stamped the container's start when the client carries it
+// (cfg.RuntimeView), else as a poll saw it; to gone as a poll saw it.
+// Once run is cancelled it stops applying, but a pod it made is still
+// deleted under ctx.
+func churnOne(run, ctx context.Context, c PodClient, name string, cfg OverheadConfig) (start, del time.Duration, err error) {
+	t0 := time.Now()
 	if _, err := c.Apply(run, overheadManifest(name, cfg.Image, cfg.MemoryLimit), "bench-overhead/"+name); err != nil {
 		if run.Err() != nil {
-			return run.Err()
+			return 0, 0, run.Err()
 		}
-		return fmt.Errorf("bench overhead: churn apply %s: %w", name, err)
+		return 0, 0, fmt.Errorf("bench overhead: churn apply %s: %w", name, err)
 	}
-	waitErr := waitPod(run, c, name, func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodRunning })
+	var running *corev1.Pod
+	waitErr := waitPod(run, c, name, func(p *corev1.Pod) bool {
+		if p != nil && p.Status.Phase == corev1.PodRunning {
+			running = p
+			return true
+		}
+		return false
+	})
+	start = time.Since(t0)
+	if at, ok := runtimeStart(running); ok && cfg.RuntimeView && at.After(t0) && at.Sub(t0) < start {
+		start = at.Sub(t0)
+	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	t1 := time.Now()
 	if err := c.Delete(dctx, overheadNamespace, name); err != nil {
-		return fmt.Errorf("bench overhead: churn delete %s: %w", name, err)
+		return 0, 0, fmt.Errorf("bench overhead: churn delete %s: %w", name, err)
 	}
 	if err := waitPod(dctx, c, name, func(p *corev1.Pod) bool { return p == nil }); err != nil {
-		return fmt.Errorf("bench overhead: churn %s never went away: %w", name, err)
+		return 0, 0, fmt.Errorf("bench overhead: churn %s never went away: %w", name, err)
 	}
-	return waitErr
+	return start, time.Since(t1), waitErr
+}
+
+// runtimeStart is when the last of p's containers started, as its status
+// says.
+func runtimeStart(p *corev1.Pod) (time.Time, bool) {
+	if p == nil || len(p.Status.ContainerStatuses) == 0 {
+		return time.Time{}, false
+	}
+	var last time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		r := cs.State.Running
+		if r == nil || r.StartedAt.IsZero() {
+			return time.Time{}, false
+		}
+		if r.StartedAt.After(last) {
+			last = r.StartedAt.Time
+		}
+	}
+	return last, true
 }
 
 // waitPod polls until pred holds for pod name (nil when it does not
@@ -647,6 +709,17 @@ func deleteAll(ctx context.Context, c PodClient, cfg OverheadConfig) error {
 	}
 }
 
+// ms renders a duration in milliseconds.
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/1e6) }
+
+// msField is a CSV field in milliseconds; empty for none.
+func msField(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64)
+}
+
 // mib renders bytes in MiB.
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
@@ -667,7 +740,8 @@ func WriteOverheadTable(w io.Writer, rows []OverheadRow, agent string) {
 	for _, r := range rows {
 		switch {
 		case r.Phase == "churn" && r.Process == agent:
-			fmt.Fprintf(w, "churn at %d pods: %d pods applied, run and deleted during the window\n", r.Pods, r.Churned)
+			fmt.Fprintf(w, "churn at %d pods: %d pods applied, run and deleted during the window; to Running p50 %s p99 %s, to gone p50 %s p99 %s\n",
+				r.Pods, r.Churned, ms(r.Start.P50), ms(r.Start.P99), ms(r.Delete.P50), ms(r.Delete.P99))
 		case r.Phase == "probed" && r.Process == agent:
 			fmt.Fprintf(w, "probed at %d pods: %d probes (%.1f/s, %d failed) in %s\n", r.Pods, r.Probes, r.ProbeRate(), r.ProbesFailed, r.ProbeWindow.Round(time.Second))
 		}
@@ -701,12 +775,14 @@ func WriteOverheadFiles(dir string, rows []OverheadRow, agent string, interval t
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	summary := [][]string{{"pods", "phase", "process", "procs", "mean_cores", "max_rss_bytes", "churned_pods", "probes", "probes_failed", "probes_per_second"}}
+	summary := [][]string{{"pods", "phase", "process", "procs", "mean_cores", "max_rss_bytes", "churned_pods", "probes", "probes_failed", "probes_per_second",
+		"start_p50_ms", "start_p99_ms", "delete_p50_ms", "delete_p99_ms"}}
 	samples := [][]string{{"pods", "phase", "process", "sample", "seconds", "cores", "rss_bytes", "procs"}}
 	for _, r := range rows {
 		summary = append(summary, []string{strconv.Itoa(r.Pods), r.Phase, r.Process, strconv.Itoa(r.Procs),
 			strconv.FormatFloat(r.MeanCores, 'f', 4, 64), strconv.FormatUint(r.MaxRSS, 10), strconv.Itoa(r.Churned),
-			strconv.FormatUint(r.Probes, 10), strconv.FormatUint(r.ProbesFailed, 10), strconv.FormatFloat(r.ProbeRate(), 'f', 2, 64)})
+			strconv.FormatUint(r.Probes, 10), strconv.FormatUint(r.ProbesFailed, 10), strconv.FormatFloat(r.ProbeRate(), 'f', 2, 64),
+			msField(r.Start.P50), msField(r.Start.P99), msField(r.Delete.P50), msField(r.Delete.P99)})
 		for i, rss := range r.Series.RSS {
 			cores := ""
 			if i > 0 {

@@ -143,9 +143,21 @@ func sampleProbed(ctx context.Context, c PodClient, groups []ProcGroup, cfg Over
 		return nil, fmt.Errorf("bench overhead: apply probed pods: %w", err)
 	}
 	// Ready, not only running: the window sees steady probing, not the
-	// first probes of containers that are still starting.
-	if err := waitPods(ctx, c, cfg.Progress, probedPrefix, n, 10*time.Minute, podReady); err != nil {
+	// first probes of containers that are still starting. The runtime
+	// knows no readiness: there two periods after Running stand for it.
+	ready := podReady
+	if cfg.RuntimeView {
+		ready = podRunning
+	}
+	if err := waitPods(ctx, c, cfg.Progress, probedPrefix, n, 10*time.Minute, ready); err != nil {
 		return nil, err
+	}
+	if cfg.RuntimeView {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * cfg.ProbePeriod):
+		}
 	}
 	progressf(cfg.Progress, "overhead: %d probed pods ready; probed window of %s", n, cfg.Window)
 	before, err := cfg.ProbeTotals(ctx)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodeguard/nodeguard/lifecycle/api"
@@ -300,6 +301,9 @@ func TestRunOverheadFillsMeasuresChurnsAndCleansUp(t *testing.T) {
 		if r.Phase == "churn" && r.Churned == 0 {
 			t.Errorf("no pod was churned at %d pods", r.Pods)
 		}
+		if r.Phase == "churn" && (r.Start.N != r.Churned || r.Delete.N != r.Churned || r.Start.P99 <= 0 || r.Delete.P99 <= 0) {
+			t.Errorf("churn at %d pods: %d pods churned, starts %+v, deletes %+v: want one timing each", r.Pods, r.Churned, r.Start, r.Delete)
+		}
 	}
 	if want := "3 idle self,3 churn self,5 idle self,5 churn self"; strings.Join(got, ",") != want {
 		t.Fatalf("rows %v, want %s", got, want)
@@ -412,5 +416,63 @@ other_total 99
 	}
 	if _, err := ParseProbeTotals(strings.NewReader("prober_probe_total{ 1\n")); err == nil {
 		t.Fatal("malformed exposition: no error")
+	}
+}
+
+// slowPods runs a pod late: Get says Pending until runAfter has passed
+// since its apply, while its container's status says it started startAt
+// after the apply, as a runtime stamps it.
+type slowPods struct {
+	fakePods
+	runAfter, startAt time.Duration
+	applied           map[string]time.Time
+}
+
+func (f *slowPods) Apply(ctx context.Context, manifest []byte, source string) (*corev1.PodList, error) {
+	l, err := f.fakePods.Apply(ctx, manifest, source)
+	if err == nil {
+		f.mu.Lock()
+		f.applied[l.Items[0].Name] = time.Now()
+		f.mu.Unlock()
+	}
+	return l, err
+}
+
+func (f *slowPods) Get(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	p, err := f.fakePods.Get(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	at := f.applied[name]
+	f.mu.Unlock()
+	if time.Since(at) < f.runAfter {
+		p.Status.Phase = corev1.PodPending
+		return p, nil
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{
+		Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at.Add(f.startAt))}}}}
+	return p, nil
+}
+
+// A churned pod's start is the runtime's stamp when the client reads pods
+// from the runtime, and when a poll saw it Running otherwise.
+func TestChurnOneTimesTheStartAsTheRuntimeStampedIt(t *testing.T) {
+	for _, runtimeView := range []bool{true, false} {
+		f := &slowPods{fakePods: fakePods{pods: map[string]corev1.Pod{}}, runAfter: 400 * time.Millisecond, startAt: 20 * time.Millisecond,
+			applied: map[string]time.Time{}}
+		start, del, err := churnOne(t.Context(), t.Context(), f, "churn-0", OverheadConfig{Image: "busybox", MemoryLimit: "16Mi", RuntimeView: runtimeView})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case runtimeView && (start < 20*time.Millisecond || start >= 400*time.Millisecond):
+			t.Errorf("runtime view: start %s, want the stamp's 20 ms", start)
+		case !runtimeView && start < 400*time.Millisecond:
+			t.Errorf("agent view: start %s, want when a poll saw it Running (>= 400 ms)", start)
+		}
+		if del <= 0 || len(f.pods) != 0 {
+			t.Errorf("delete %s, %d pods left", del, len(f.pods))
+		}
 	}
 }
