@@ -3,6 +3,7 @@ package kubeletproc
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -317,4 +318,84 @@ func logProblems(t *testing.T, path string) string {
 		return "(none)"
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestAKubeletThatExitsEarlySaysWhyAndSawItsMounts runs a shell script in
+// the kubelet's place: it prints what the kubelet would find in its mount
+// namespace, then exits before healthz ever answers. It needs no kubelet
+// binary and no containerd (a unix socket stands in for the runtime).
+func TestAKubeletThatExitsEarlySaysWhyAndSawItsMounts(t *testing.T) {
+	cgtest.RequirePrivileged(t)
+	layout, err := cgroups.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := hostState(t)
+	root, err := makeCgroupRoot(layout, "kubeletproc-test-"+strconv.Itoa(os.Getpid())+"/"+rootSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := root.Remove(); err != nil {
+			t.Errorf("remove the cgroup root: %v", err)
+		}
+	})
+	dir, err := os.MkdirTemp("", "kubeletproc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "runtime.sock")
+	// A socket nobody serves: Close's removal of pods is refused at once.
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	bin := filepath.Join(dir, "kubelet")
+	script := `#!/bin/sh
+echo "args: $*"
+echo "overcommit_memory=$(cat /proc/sys/vm/overcommit_memory) panic=$(cat /proc/sys/kernel/panic) panic_on_oops=$(cat /proc/sys/kernel/panic_on_oops)"
+test -S /run/containerd/containerd.sock && echo "runtime socket: yes"
+mountpoint -q /var/log && echo "/var/log: a mount of its own"
+touch /var/lib/kubelet/probe && echo "/var/lib/kubelet: writable"
+echo "no runtime here" >&2
+exit 3
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifests := filepath.Join(dir, "manifests")
+	if err := os.Mkdir(manifests, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(t.Context(), Options{Bin: bin, Dir: dir, RuntimeEndpoint: "unix://" + sock, StaticPodDir: manifests, CgroupRoot: root.Path(), NodeName: "fake"})
+	if err == nil {
+		t.Fatal("Start succeeded with a kubelet that exits")
+	}
+	t.Logf("Start: %v", err)
+	for _, want := range []string{
+		"exited before it was healthy", "no runtime here",
+		"--config=" + filepath.Join(dir, configName), "--hostname-override=fake",
+		"overcommit_memory=1 panic=10 panic_on_oops=1",
+		"runtime socket: yes", "/var/log: a mount of its own", "/var/lib/kubelet: writable",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Start's error lacks %q:\n%v", want, err)
+		}
+	}
+	t.Run("the failed start removed what it made", func(t *testing.T) {
+		for _, name := range []string{configName, wrapperName, rootName, pkiName, podLogsName, varLibName, sysctlName} {
+			if exists(filepath.Join(dir, name)) {
+				t.Errorf("%s is left in %s", name, dir)
+			}
+		}
+		after := hostState(t)
+		for key, v := range before {
+			if after[key] != v {
+				t.Errorf("%s: %s before, %s after", key, v, after[key])
+			}
+		}
+	})
 }
