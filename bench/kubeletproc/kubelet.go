@@ -70,7 +70,9 @@ type Kubelet struct {
 	closeErr  error
 }
 
-// Start runs the kubelet of o and waits until its healthz answers: it
+// Start runs the kubelet of o and waits until its healthz answers "ok"
+// (its sync loop runs; its first relist of the runtime may still be under
+// way, and static pods are admitted from then on): it
 // checks that the cgroup root exists in every hierarchy, picks free
 // loopback ports, writes the KubeletConfiguration and the mount
 // namespace's wrapper beneath o.Dir, and starts
