@@ -27,6 +27,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/nodeguard/nodeguard/bench/staticpods"
 	"github.com/nodeguard/nodeguard/lab/crienv"
 )
 
@@ -78,8 +79,8 @@ type SideBySideOptions struct {
 	Competitors []Competitor
 	// Runs is how many turns each competitor gets; default 1.
 	Runs int
-	// NewClient is the pod driver of a turn: static pods in manifestDir,
-	// read back from env's runtime (bench/staticpods).
+	// NewClient is the pod driver of a turn; nil is bench/staticpods:
+	// static pods in manifestDir, read back from env's runtime.
 	NewClient func(manifestDir string, env *crienv.Env) (PodClient, error)
 	// OutDir, when set, gets sidebyside.csv, sidebyside-samples.csv,
 	// sidebyside.png and each turn's agent log.
@@ -109,7 +110,7 @@ func SideBySide(ctx context.Context, o SideBySideOptions) (rows []SideRow, retEr
 		return nil, errors.New("bench side by side: no competitor")
 	}
 	if o.NewClient == nil {
-		return nil, errors.New("bench side by side: no pod driver")
+		o.NewClient = func(dir string, env *crienv.Env) (PodClient, error) { return staticpods.New(dir, env.RuntimeClient()) }
 	}
 	runs := max(o.Runs, 1)
 	cfg := o.Config.withDefaults()
@@ -466,6 +467,7 @@ func sideBySidePNG(path string, rows []SideRow, competitors []Competitor) error 
 		p.Title.Text = pn.title
 		p.X.Label.Text, p.Y.Label.Text = "pods", pn.y
 		p.Legend.Top, p.Legend.Left = true, true
+		p.Y.Min = 0 // ratios are read off the picture: bars from zero
 		var lines []any
 		for _, c := range competitors {
 			var xy plotter.XYs

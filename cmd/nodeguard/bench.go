@@ -246,7 +246,8 @@ and keeps node mode last. Ground truth is the hog's CRI log on the node.
 func newBenchOverheadCmd(g *globalFlags) *cobra.Command {
 	opts := bench.OverheadOptions{Config: bench.OverheadConfig{Window: 60 * time.Second, Parallel: 4}}
 	cfg := &opts.Config
-	var probes string
+	var probes, kubelet string
+	runs := 1
 	pods := []int{110}
 	cmd := &cobra.Command{
 		Use:   "overhead",
@@ -280,7 +281,20 @@ a loopback port before and after the window). --scrape-every D has the
 agent's /metrics scraped every D through every window, as a Prometheus
 server would, so that the figures include what serving its metrics costs
 (the full cgroup statistics are read at a scrape). Every pod is deleted and
-the environment removed at the end.`,
+the environment removed at the end.
+
+--kubelet BIN (or auto) measures the real kubelet beside nodeguard: each
+agent in turn (--runs turns each, the order reversed every other run) on
+a fresh private containerd, both given the same pods through a static pod
+manifest directory and read back from the runtime (Running is the
+container started as containerd stamps it; readiness two probe periods
+after Running), maxPods sized for the largest count plus the churn
+workers. The kubelet runs standalone in a private mount namespace, with
+the cgroupfs driver, its cgroup root beneath this process's cgroup and
+its defaults otherwise. Prints both side by side with nodeguard/kubelet
+ratios against issue 33's targets and the growth of idle CPU per pod;
+--out DIR writes sidebyside.csv, sidebyside-samples.csv, sidebyside.png
+and each turn's agent log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -301,9 +315,30 @@ the environment removed at the end.`,
 				return fmt.Errorf("--scrape-every %s: must not be negative", opts.ScrapeEvery)
 			}
 			opts.Log, opts.Report, opts.Progress = log, cmd.OutOrStdout(), cmd.ErrOrStderr()
-			return bench.OverheadBench(cmd.Context(), opts)
+			if kubelet == "" {
+				return bench.OverheadBench(cmd.Context(), opts)
+			}
+			if opts.ProfileDir != "" || opts.ScrapeEvery != 0 {
+				return fmt.Errorf("--kubelet: --cpu-profile and --scrape-every measure nodeguard alone; run them without --kubelet")
+			}
+			if runs < 1 {
+				return fmt.Errorf("--runs %d: want at least 1", runs)
+			}
+			if kubelet == "auto" {
+				if kubelet, err = bench.FindKubelet(); err != nil {
+					return fmt.Errorf("--kubelet auto: %w", err)
+				}
+			}
+			_, err = bench.SideBySide(cmd.Context(), bench.SideBySideOptions{
+				Config:      *cfg,
+				Competitors: []bench.Competitor{bench.NodeguardCompetitor(opts.Bin), bench.KubeletCompetitor(kubelet)},
+				Runs:        runs, OutDir: opts.OutDir, Log: log, Report: opts.Report, Progress: opts.Progress,
+			})
+			return err
 		},
 	}
+	cmd.Flags().StringVar(&kubelet, "kubelet", "", `run the real kubelet too, taking turns with nodeguard on the same pods (each on a fresh containerd, both fed through a manifest directory and read back from the runtime): its binary, or "auto" for $NODEGUARD_KUBELET_BIN or the one scripts/controlplane.sh built`)
+	cmd.Flags().IntVar(&runs, "runs", 1, "with --kubelet: turns each agent takes, the first going first in odd runs")
 	cmd.Flags().IntSliceVar(&pods, "pods", pods, "running pod counts to measure at, ascending (e.g. 110,250)")
 	cmd.Flags().DurationVar(&cfg.Window, "window", cfg.Window, "length of each phase (idle, churn)")
 	cmd.Flags().IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "applies in flight while filling, and churn workers")
