@@ -341,6 +341,21 @@ type OverheadConfig struct {
 	// MaxPods, when set, is the most pods the agent admits; the fill and
 	// the churn workers together must stay within it.
 	MaxPods int
+	// ChurnRate, when positive, churns in an open loop: a pod is applied
+	// every 1/ChurnRate seconds whatever the agent's pace, with at most
+	// ChurnInFlight() of them in flight (an arrival beyond is skipped and
+	// counted). Agents are then timed under the same load; the closed
+	// loop of Parallel workers gives a faster agent more pods to start.
+	ChurnRate float64
+}
+
+// ChurnInFlight is the most churned pods in flight at once: the workers
+// of the closed loop, twice as many in the open one.
+func (c OverheadConfig) ChurnInFlight() int {
+	if c.ChurnRate > 0 {
+		return 2 * c.Parallel
+	}
+	return c.Parallel
 }
 
 func (c OverheadConfig) withDefaults() OverheadConfig {
@@ -377,6 +392,9 @@ type OverheadRow struct {
 	MaxRSS    uint64
 	Procs     int // processes in the group at the last sample
 	Churned   int // pods applied and deleted during the phase (churn only)
+	// ChurnSkipped are the open loop's arrivals skipped because
+	// ChurnInFlight pods were in flight (churn only).
+	ChurnSkipped int
 	// Start and Delete are the churned pods' apply -> Running and
 	// delete -> gone (churn only).
 	Start, Delete Summary
@@ -427,8 +445,8 @@ func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 		if n < running {
 			return rows, fmt.Errorf("bench overhead: pod counts must ascend (%d after %d)", n, running)
 		}
-		if cfg.MaxPods > 0 && n+cfg.Parallel > cfg.MaxPods {
-			return rows, fmt.Errorf("bench overhead: %d pods and %d churn workers need maxPods %d, the agent admits %d", n, cfg.Parallel, n+cfg.Parallel, cfg.MaxPods)
+		if cfg.MaxPods > 0 && n+cfg.ChurnInFlight() > cfg.MaxPods {
+			return rows, fmt.Errorf("bench overhead: %d pods and %d churned in flight need maxPods %d, the agent admits %d", n, cfg.ChurnInFlight(), n+cfg.ChurnInFlight(), cfg.MaxPods)
 		}
 		progressf(cfg.Progress, "overhead: applying pods %d..%d, %d at a time", running, n-1, cfg.Parallel)
 		t0 := time.Now()
@@ -460,7 +478,10 @@ func RunOverhead(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 		churnRows := overheadRows(n, "churn", len(churn.starts), series)
 		start, del := Summarize(churn.starts), Summarize(churn.deletes)
 		for i := range churnRows {
-			churnRows[i].Start, churnRows[i].Delete = start, del
+			churnRows[i].Start, churnRows[i].Delete, churnRows[i].ChurnSkipped = start, del, churn.skipped
+		}
+		if churn.skipped > 0 {
+			progressf(cfg.Progress, "overhead: %d pods: %d of the churn's arrivals skipped: %d pods were in flight", n, churn.skipped, cfg.ChurnInFlight())
 		}
 		rows = append(rows, churnRows...)
 		progressf(cfg.Progress, "overhead: %d pods: %d pods applied and deleted during the churn window (start p50 %s p99 %s, delete p50 %s p99 %s)",
@@ -503,11 +524,17 @@ func overheadRows(pods int, phase string, churned int, series []GroupSeries) []O
 	return rows
 }
 
-// churnTimes are the churned pods' apply -> Running and delete -> gone.
-type churnTimes struct{ starts, deletes []time.Duration }
+// churnTimes are the churned pods' apply -> Running and delete -> gone,
+// and the open loop's skipped arrivals.
+type churnTimes struct {
+	starts, deletes []time.Duration
+	skipped         int
+}
 
-// sampleChurn samples for cfg.Window while workers churn pods; it waits
-// for the workers' last pods to be gone before it returns.
+// sampleChurn samples for cfg.Window while pods are churned: by
+// cfg.Parallel workers, each starting its next pod when its last is gone,
+// or, with cfg.ChurnRate, one pod every 1/ChurnRate seconds. It waits for
+// the last pods to be gone before it returns.
 func sampleChurn(ctx context.Context, c PodClient, groups []ProcGroup, cfg OverheadConfig) ([]GroupSeries, churnTimes, error) {
 	cctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -515,28 +542,64 @@ func sampleChurn(ctx context.Context, c PodClient, groups []ProcGroup, cfg Overh
 	var times churnTimes
 	seq := 0
 	var churnErr error
-	for w := 0; w < cfg.Parallel; w++ {
+	one := func() {
+		mu.Lock()
+		name := fmt.Sprintf("churn-%d", seq)
+		seq++
+		mu.Unlock()
+		start, del, err := churnOne(cctx, ctx, c, name, cfg)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			times.starts = append(times.starts, start)
+			times.deletes = append(times.deletes, del)
+		case cctx.Err() == nil && churnErr == nil:
+			churnErr = err
+			stop()
+		}
+	}
+	if cfg.ChurnRate > 0 {
+		// The launcher holds a count of wg while it adds its pods', so
+		// that wg.Wait never sees zero before it is done.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for cctx.Err() == nil {
-				mu.Lock()
-				name := fmt.Sprintf("churn-%d", seq)
-				seq++
-				mu.Unlock()
-				start, del, err := churnOne(cctx, ctx, c, name, cfg)
-				mu.Lock()
-				switch {
-				case err == nil:
-					times.starts = append(times.starts, start)
-					times.deletes = append(times.deletes, del)
-				case cctx.Err() == nil && churnErr == nil:
-					churnErr = err
-					stop()
+			inFlight := make(chan struct{}, cfg.ChurnInFlight())
+			tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.ChurnRate))
+			defer tick.Stop()
+			for {
+				select {
+				case <-cctx.Done():
+					return
+				case <-tick.C:
 				}
-				mu.Unlock()
+				select {
+				case inFlight <- struct{}{}:
+				default:
+					mu.Lock()
+					times.skipped++
+					mu.Unlock()
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-inFlight }()
+					one()
+				}()
 			}
 		}()
+	} else {
+		for w := 0; w < cfg.Parallel; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for cctx.Err() == nil {
+					one()
+				}
+			}()
+		}
 	}
 	series, err := Sample(ctx, cfg.ProcDir, groups, cfg.Window, cfg.Interval)
 	stop()

@@ -476,3 +476,42 @@ func TestChurnOneTimesTheStartAsTheRuntimeStampedIt(t *testing.T) {
 		}
 	}
 }
+
+// The open loop applies pods at its rate whatever the agent's pace, and
+// counts the arrivals it skips while its in-flight pods are all taken.
+func TestOpenLoopChurnKeepsItsRateAndCountsSkips(t *testing.T) {
+	self := ProcGroup{Name: "self", PIDs: func() ([]int, error) { return []int{os.Getpid()}, nil }}
+	for _, tc := range []struct {
+		name     string
+		runAfter time.Duration
+		skips    bool
+	}{{"a fast agent", 0, false}, {"a slow agent", 300 * time.Millisecond, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &slowPods{fakePods: fakePods{pods: map[string]corev1.Pod{}}, runAfter: tc.runAfter, applied: map[string]time.Time{}}
+			rows, err := RunOverhead(t.Context(), f, []ProcGroup{self}, OverheadConfig{
+				Pods: []int{1}, Window: 500 * time.Millisecond, Interval: 100 * time.Millisecond, Parallel: 1, Image: "busybox",
+				ChurnRate: 40, MaxPods: 1 + 2 + 8,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var churn OverheadRow
+			for _, r := range rows {
+				if r.Phase == "churn" {
+					churn = r
+				}
+			}
+			switch {
+			case !tc.skips && (churn.Churned < 8 || churn.ChurnSkipped != 0):
+				// 40/s over 0.5 s is 20 arrivals; a loaded machine's
+				// ticker may merge some, never to under 8.
+				t.Errorf("fast agent: %d churned, %d skipped; want most of 20 arrivals churned and none skipped", churn.Churned, churn.ChurnSkipped)
+			case tc.skips && (churn.ChurnSkipped == 0 || churn.Churned == 0):
+				t.Errorf("slow agent: %d churned, %d skipped; want some of each (2 in flight, 300 ms each, 40 arrivals/s)", churn.Churned, churn.ChurnSkipped)
+			}
+			if len(f.pods) != 0 {
+				t.Errorf("%d pods left", len(f.pods))
+			}
+		})
+	}
+}

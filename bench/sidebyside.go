@@ -99,9 +99,9 @@ type SideRow struct {
 }
 
 // maxPodsFor is the admission limit a turn gives its agent: the largest
-// count plus the churn workers' pods, plus room for a pod still going.
+// count plus the churned pods in flight, plus room for a pod still going.
 func maxPodsFor(cfg OverheadConfig) int {
-	return slices.Max(cfg.Pods) + cfg.Parallel + 8
+	return slices.Max(cfg.Pods) + cfg.ChurnInFlight() + 8
 }
 
 // SideBySide runs every competitor's turns and reports them side by side.
@@ -230,6 +230,7 @@ type sideCell struct {
 	startP50, startP99       spread
 	deleteP50, deleteP99     spread
 	churned, probesPerSecond spread
+	skipped                  spread
 }
 
 // spread is a figure over runs.
@@ -283,6 +284,7 @@ func sideCells(rows []SideRow) map[sideKey]*sideCell {
 		c.deleteP50.add(float64(a.Delete.P50), first)
 		c.deleteP99.add(float64(a.Delete.P99), first)
 		c.churned.add(float64(a.Churned), first)
+		c.skipped.add(float64(a.ChurnSkipped), first)
 		c.probesPerSecond.add(a.ProbeRate(), first)
 	}
 	return cells
@@ -302,8 +304,8 @@ func WriteSideBySideTable(w io.Writer, rows []SideRow, cfg OverheadConfig, compe
 	cells := sideCells(rows)
 	fmt.Fprintf(w, "\nbusybox pods through a manifest directory, read back from the runtime; %s windows sampled every %s, %d churn workers; a fresh private containerd per turn\n",
 		cfg.Window, cfg.Interval, cfg.Parallel)
-	fmt.Fprintf(w, "%-10s %5s %-7s %4s %19s %19s %17s %17s %11s %11s %8s\n",
-		"agent", "pods", "phase", "runs", "agent cores", "agent RSS (MiB)", "containerd cores", "shims cores", "start p50", "start p99", "churned")
+	fmt.Fprintf(w, "%-10s %5s %-7s %4s %19s %19s %17s %17s %9s\n",
+		"agent", "pods", "phase", "runs", "agent cores", "agent RSS (MiB)", "containerd cores", "shims cores", "probes/s")
 	keys := make([]sideKey, 0, len(cells))
 	for k := range cells {
 		keys = append(keys, k)
@@ -324,15 +326,40 @@ func WriteSideBySideTable(w io.Writer, rows []SideRow, cfg OverheadConfig, compe
 	})
 	for _, k := range keys {
 		c := cells[k]
-		start50, start99, churned := "", "", ""
-		if k.phase == "churn" {
-			start50 = fmt.Sprintf("%.0f ms", c.startP50.mean(c.runs)/1e6)
-			start99 = fmt.Sprintf("%.0f ms", c.startP99.mean(c.runs)/1e6)
-			churned = fmt.Sprintf("%.0f", c.churned.mean(c.runs))
+		probes := ""
+		if k.phase == "probed" {
+			probes = fmt.Sprintf("%.1f", c.probesPerSecond.mean(c.runs))
 		}
-		fmt.Fprintf(w, "%-10s %5d %-7s %4d %19s %19s %17s %17s %11s %11s %8s\n", k.agent, k.pods, k.phase, c.runs,
+		fmt.Fprintf(w, "%-10s %5d %-7s %4d %19s %19s %17s %17s %9s\n", k.agent, k.pods, k.phase, c.runs,
 			c.cores.show(c.runs, 1, "%.4f"), c.rss.show(c.runs, 1.0/(1<<20), "%.0f"),
-			c.containerd.show(c.runs, 1, "%.4f"), c.shims.show(c.runs, 1, "%.4f"), start50, start99, churned)
+			c.containerd.show(c.runs, 1, "%.4f"), c.shims.show(c.runs, 1, "%.4f"), probes)
+	}
+	// Churn: each pod applied, Running (the runtime's start stamp),
+	// deleted and gone, by the workers over the window; CPU per pod is
+	// the window's CPU over the pods churned, so an agent that churns
+	// more pods is not charged for doing more.
+	secs := cfg.Window.Seconds()
+	how := fmt.Sprintf("%d workers", cfg.Parallel)
+	if cfg.ChurnRate > 0 {
+		how = fmt.Sprintf("a pod every %s (open loop, at most %d in flight)", time.Duration(float64(time.Second)/cfg.ChurnRate), cfg.ChurnInFlight())
+	}
+	fmt.Fprintf(w, "\nchurn, %s over %s:\n%-10s %5s %8s %10s %10s %10s %10s %14s %18s %8s\n", how, cfg.Window,
+		"agent", "pods", "pods/s", "start p50", "start p99", "gone p50", "gone p99", "agent CPU/pod", "runtime CPU/pod", "skipped")
+	for _, k := range keys {
+		c := cells[k]
+		if k.phase != "churn" {
+			continue
+		}
+		n := c.churned.mean(c.runs)
+		perPod := func(cores float64) string {
+			if n == 0 {
+				return ""
+			}
+			return fmt.Sprintf("%.0f ms", cores*secs/n*1000)
+		}
+		fmt.Fprintf(w, "%-10s %5d %8.2f %10s %10s %10s %10s %14s %18s %8.0f\n", k.agent, k.pods, n/secs,
+			msMean(c.startP50, c.runs), msMean(c.startP99, c.runs), msMean(c.deleteP50, c.runs), msMean(c.deleteP99, c.runs),
+			perPod(c.cores.mean(c.runs)), perPod(c.containerd.mean(c.runs)+c.shims.mean(c.runs)), c.skipped.mean(c.runs))
 	}
 	if len(competitors) < 2 {
 		return
@@ -389,6 +416,9 @@ func WriteSideBySideTable(w io.Writer, rows []SideRow, cfg OverheadConfig, compe
 	}
 }
 
+// msMean renders a spread of durations' mean in milliseconds.
+func msMean(s spread, runs int) string { return fmt.Sprintf("%.0f ms", s.mean(runs)/1e6) }
+
 // show renders a spread's mean, scaled, and its range over several runs.
 func (s spread) show(runs int, scale float64, f string) string {
 	if runs == 0 {
@@ -408,12 +438,12 @@ func WriteSideBySideFiles(dir string, rows []SideRow, competitors []Competitor, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	summary := [][]string{{"agent", "run", "pods", "phase", "process", "procs", "mean_cores", "max_rss_bytes", "churned_pods",
+	summary := [][]string{{"agent", "run", "pods", "phase", "process", "procs", "mean_cores", "max_rss_bytes", "churned_pods", "churn_skipped",
 		"start_p50_ms", "start_p99_ms", "delete_p50_ms", "delete_p99_ms", "probes", "probes_failed", "probes_per_second"}}
 	samples := [][]string{{"agent", "run", "pods", "phase", "process", "sample", "seconds", "cores", "rss_bytes", "procs"}}
 	for _, r := range rows {
 		summary = append(summary, []string{r.Agent, strconv.Itoa(r.Run), strconv.Itoa(r.Pods), r.Phase, r.Process, strconv.Itoa(r.Procs),
-			strconv.FormatFloat(r.MeanCores, 'f', 4, 64), strconv.FormatUint(r.MaxRSS, 10), strconv.Itoa(r.Churned),
+			strconv.FormatFloat(r.MeanCores, 'f', 4, 64), strconv.FormatUint(r.MaxRSS, 10), strconv.Itoa(r.Churned), strconv.Itoa(r.ChurnSkipped),
 			msField(r.Start.P50), msField(r.Start.P99), msField(r.Delete.P50), msField(r.Delete.P99),
 			strconv.FormatUint(r.Probes, 10), strconv.FormatUint(r.ProbesFailed, 10), strconv.FormatFloat(r.ProbeRate(), 'f', 2, 64)})
 		for i, rss := range r.Series.RSS {

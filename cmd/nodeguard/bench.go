@@ -294,7 +294,9 @@ the cgroupfs driver, its cgroup root beneath this process's cgroup and
 its defaults otherwise. Prints both side by side with nodeguard/kubelet
 ratios against issue 33's targets and the growth of idle CPU per pod;
 --out DIR writes sidebyside.csv, sidebyside-samples.csv, sidebyside.png
-and each turn's agent log.`,
+and each turn's agent log. With --kubelet the churn window is an open loop
+of --churn-rate pods per second (1 unless given), so that both agents
+start pods under the same load.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -305,6 +307,9 @@ and each turn's agent log.`,
 				return fmt.Errorf("--pods must be positive and ascending, --window and --parallel positive")
 			}
 			cfg.Pods = pods
+			if cfg.ChurnRate < 0 {
+				return fmt.Errorf("--churn-rate %g: must not be negative", cfg.ChurnRate)
+			}
 			if cfg.Probes, err = bench.ParseProbeMix(probes); err != nil {
 				return fmt.Errorf("--probes: %w", err)
 			}
@@ -324,6 +329,11 @@ and each turn's agent log.`,
 			if runs < 1 {
 				return fmt.Errorf("--runs %d: want at least 1", runs)
 			}
+			if !cmd.Flags().Changed("churn-rate") {
+				// Under the same load: closed-loop workers would give the
+				// agent that deletes faster more pods to start.
+				cfg.ChurnRate = 1
+			}
 			if kubelet == "auto" {
 				if kubelet, err = bench.FindKubelet(); err != nil {
 					return fmt.Errorf("--kubelet auto: %w", err)
@@ -339,6 +349,7 @@ and each turn's agent log.`,
 	}
 	cmd.Flags().StringVar(&kubelet, "kubelet", "", `run the real kubelet too, taking turns with nodeguard on the same pods (each on a fresh containerd, both fed through a manifest directory and read back from the runtime): its binary, or "auto" for $NODEGUARD_KUBELET_BIN or the one scripts/controlplane.sh built`)
 	cmd.Flags().IntVar(&runs, "runs", 1, "with --kubelet: turns each agent takes, the first going first in odd runs")
+	cmd.Flags().Float64Var(&cfg.ChurnRate, "churn-rate", 0, "churn in an open loop: pods applied per second whatever the agent's pace, at most twice --parallel in flight (0: --parallel workers in a closed loop; 1 with --kubelet)")
 	cmd.Flags().IntSliceVar(&pods, "pods", pods, "running pod counts to measure at, ascending (e.g. 110,250)")
 	cmd.Flags().DurationVar(&cfg.Window, "window", cfg.Window, "length of each phase (idle, churn)")
 	cmd.Flags().IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "applies in flight while filling, and churn workers")
