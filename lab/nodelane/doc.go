@@ -379,6 +379,12 @@
 //     container ends with exit 0. Each pod's directory goes on deletion,
 //     and nothing of the five is left (cgroups, mounts, sandboxes,
 //     containers). It starts the agent itself under -run;
+//   - where RuntimeConfig reports the driver (containerd 2.x), nodeguard
+//     restarted with cgroupDriver unset, as make install ships it: the
+//     journal says "cgroup driver: the runtime's" systemd, and an applied
+//     pod's containers run in
+//     /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/cri-containerd-<id>.scope;
+//     skipped on 1.6, whose fallback the next check covers;
 //   - nodeguard restarted with cgroupDriver: cgroupfs on containerd's
 //     systemd driver. Where RuntimeConfig reports the driver (containerd
 //     2.x), the start is refused: `systemctl restart nodeguard` fails
@@ -386,7 +392,8 @@
 //     every 2 s), the journal has "cgroup driver mismatch: cgroupDriver
 //     is cgroupfs but the runtime reports systemd; ... set cgroupDriver:
 //     systemd", no sandbox runs; then the agent is started again with the
-//     node's values. Where it does not (1.6), the agent starts, and an
+//     node's values. Where it does not (1.6), cgroupDriver is left unset:
+//     the journal warns that the agent takes cgroupfs, it starts, and an
 //     applied pod gets no sandbox, its status says "set cgroupDriver:
 //     systemd" (runc's refusal of a cgroupfs parent, explained), and no
 //     cgroup of it is left once it is deleted;

@@ -118,6 +118,74 @@ func (n *node) refusedAtStart(t *testing.T, agent, runtime string, after NodeVal
 	n.restartAgent(t, after)
 }
 
+// driverFromRuntime: nodeguard with cgroupDriver unset, as make install
+// ships it, on a runtime that reports its driver (containerd 2.x): the
+// agent takes containerd's systemd driver from CRI RuntimeConfig, says so,
+// and a pod runs in its systemd slice beneath kubepods.slice. On a runtime
+// that does not report one (1.6) driverMismatch checks the fallback.
+func (n *node) driverFromRuntime(t *testing.T) {
+	requireAgent(t)
+	n.requireReportedDriver(t)
+	if n.runtimeDriver == "" {
+		t.Skip("containerd does not report its cgroup driver (CRI RuntimeConfig): the unset driver's fallback is checked with the mismatch")
+	}
+	base := n.values
+	v := base
+	v.CgroupDriver = ""
+	cursor, err := journalCursor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.restartAgent(t, v)
+	defer n.restartAgent(t, base)
+	e, err := waitJournal(cursor, journalBound, "the agent taking the runtime's driver", func(e JournalEntry) bool {
+		return strings.Contains(e["MESSAGE"], "cgroup driver: the runtime's") && strings.Contains(e["MESSAGE"], "systemd")
+	})
+	if err != nil {
+		t.Fatalf("%v; journal:\n%s", err, journalText("nodeguard", 20))
+	}
+	if out, err := applyPods(appliedPod.File); err != nil {
+		t.Fatalf("nodeguard pod apply -f %s: %v %s", appliedPod.File, err, out)
+	}
+	var pod *corev1.Pod
+	d, err := waitFor("the pod Running", podsBound, func() (bool, string, error) {
+		l, err := listPods()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pod = findPod(l, appliedPod.Namespace, appliedPod.Name)
+		return pod != nil && pod.Status.Phase == corev1.PodRunning, describePods(l), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; journal:\n%s", err, journalText("nodeguard", 30))
+	}
+	uid := string(pod.UID)
+	slice := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"
+	cs, err := podContainers(uid)
+	if err != nil || len(cs) == 0 {
+		t.Fatalf("the pod's containers: %v %v", cs, err)
+	}
+	for _, c := range cs {
+		pid, err := containerPID(c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cg, err := ProcCgroupV2(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := slice + "/cri-containerd-" + c.ID + ".scope"; cg != want {
+			t.Errorf("container %s runs in %s, want %s", c.ID, cg, want)
+		}
+	}
+	t.Logf("cgroupDriver unset: %q; the pod Running in %s after %s", e["MESSAGE"], slice, d.Round(time.Millisecond))
+	deletePod(t, appliedPod)
+}
+
 // driverMismatch: nodeguard with cgroupDriver: cgroupfs on containerd's
 // systemd driver. A runtime that reports its driver (containerd 2.x)
 // gets the agent refused at start; one that does not (1.6) gets every
@@ -132,10 +200,22 @@ func (n *node) driverMismatch(t *testing.T) {
 		n.refusedAtStart(t, "cgroupfs", "systemd", n.values)
 		return
 	}
-	t.Logf("containerd does not report its cgroup driver (CRI RuntimeConfig; see the containerd check): the agent starts, and each sandbox is checked")
+	// cgroupDriver unset, as make install ships it: with no driver
+	// reported the agent warns, takes cgroupfs (the kubelet's default),
+	// and each sandbox is checked.
+	t.Logf("containerd does not report its cgroup driver (CRI RuntimeConfig; see the containerd check): with cgroupDriver unset the agent warns and takes cgroupfs, and each sandbox is checked")
 	v := n.values
-	v.CgroupDriver = "cgroupfs"
+	v.CgroupDriver = ""
+	cursor, err := journalCursor()
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.restartAgent(t, v)
+	if _, err := waitJournal(cursor, journalBound, "the agent's warning that it takes cgroupfs", func(e JournalEntry) bool {
+		return strings.Contains(e["MESSAGE"], "cgroupDriver is not set and the runtime does not report its own")
+	}); err != nil {
+		t.Errorf("%v; journal:\n%s", err, journalText("nodeguard", 20))
+	}
 	if out, err := applyPods(appliedPod.File); err != nil {
 		t.Fatalf("nodeguard pod apply -f %s: %v %s", appliedPod.File, err, out)
 	}

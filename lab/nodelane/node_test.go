@@ -139,6 +139,7 @@ func TestNode(t *testing.T) {
 	t.Run("an image volume: read from and read-only on containerd 2.x, unmounted on deletion; refused on 1.6", n.imageVolume)
 	t.Run("appArmorProfile Localhost, RuntimeDefault and Unconfined confine containers as the kernel reports", n.appArmor)
 	t.Run("the pods people write run on the node: lifecycle hooks, sidecars, gRPC probes, block volumes, exec, attach and port-forward", n.workloads)
+	t.Run("with cgroupDriver unset nodeguard takes the driver containerd reports", n.driverFromRuntime)
 	t.Run("a cgroupDriver other than containerd's is refused, saying which to set", n.driverMismatch)
 	t.Run("with containerd's cgroupfs driver, nodeguard's cgroupfs driver runs the pods in /kubepods", n.cgroupfsDriver)
 	t.Run("the OOM race on containerd's systemd driver: nodeguard loses no trial to the kernel OOM killer", n.race)
