@@ -159,17 +159,18 @@ func isManifest(name string) bool {
 }
 
 // Run keeps the directory applied until ctx ends: it watches the
-// directory with inotify and applies a change Debounce after its first
-// event, so that the several events of one save (an editor writes a
-// temporary file, renames the old one away and the new one in) make one
-// pass, not a pass per event. Every Resync it reads the directory again
+// directory with inotify and applies a complete change (a manifest
+// written and closed, or moved in) at once, anything else Debounce after
+// its first event, so that the several events of one save (an editor
+// writes a temporary file, renames the old one away and the new one in)
+// make one pass, not a pass per event. Every Resync it reads the directory again
 // anyway, the safety net for what inotify does not see (a change on
 // another mount's side of a bind mount or on a network filesystem) and
 // for a watch that could not be made or went away with the directory: it
 // is made again at the next resync. A failure is logged when it changes,
 // not every pass.
 func (s *Source) Run(ctx context.Context) error {
-	changed := make(chan struct{}, 1)
+	changed := make(chan bool, 1)
 	var (
 		w     *watch
 		ended chan error // the watch's reader returned
@@ -211,13 +212,24 @@ func (s *Source) Run(ctx context.Context) error {
 		<-debounce.C
 	}
 	pending := false
+	var lastPass time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-changed:
-			// Not reset by later events: a stream of them cannot
-			// hold a change back.
+		case settled := <-changed:
+			// A settled batch (manifests written and closed or moved
+			// in, nothing else) is applied at once, unless a pass ran
+			// within Debounce or one is already due: a static pod then
+			// starts as soon as its file is complete, as the kubelet's
+			// do, and a burst of saves still makes one pass more, not
+			// one per file. Anything else waits Debounce, not reset by
+			// later events, so a stream of them cannot hold a change
+			// back and a removal is never applied in the middle of an
+			// editor's save.
+			if settled && !pending && time.Since(lastPass) >= Debounce {
+				break
+			}
 			if !pending {
 				debounce.Reset(Debounce)
 				pending = true
@@ -238,6 +250,7 @@ func (s *Source) Run(ctx context.Context) error {
 			}
 		}
 		last = s.sync(ctx, last)
+		lastPass = time.Now()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,8 +44,11 @@ func openWatch(dir string) (*watch, error) {
 
 // run sends on changed after every batch of events (coalescing: changed
 // has room for one) until Close, and then returns nil; or until the
-// directory went away (errWatchGone) or the descriptor fails.
-func (w *watch) run(changed chan<- struct{}) error {
+// directory went away (errWatchGone) or the descriptor fails. What it
+// sends says whether the batch is settled (settledBatch): every event in
+// it a manifest written and closed or moved in. Two batches that meet in
+// the channel merge, settled only if both were.
+func (w *watch) run(changed chan bool) error {
 	// Room for at least one event with the longest name.
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
@@ -55,26 +59,72 @@ func (w *watch) run(changed chan<- struct{}) error {
 		if err != nil {
 			return fmt.Errorf("watch %s: read inotify: %w", w.dir, err)
 		}
-		gone := false
-		// struct inotify_event: wd int32, mask, cookie, len uint32, then
-		// len bytes of name; decoded by hand, with no assumption about
-		// the buffer's alignment. IN_Q_OVERFLOW (events lost) needs
-		// nothing special: every batch means a full re-read anyway.
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			mask := binary.NativeEndian.Uint32(buf[off+4:])
-			if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
-				gone = true
-			}
-			off += unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
-		}
+		settled, gone := settledBatch(buf[:n])
 		select {
-		case changed <- struct{}{}:
+		case changed <- settled:
 		default:
+			select {
+			case pending := <-changed:
+				settled = settled && pending
+			default:
+			}
+			select {
+			case changed <- settled:
+			default:
+			}
 		}
 		if gone {
 			return fmt.Errorf("watch %s: %w", w.dir, errWatchGone)
 		}
 	}
+}
+
+// settledBatch decodes one read of inotify events: struct inotify_event
+// (wd int32, mask, cookie, len uint32, then len bytes of NUL-padded name),
+// by hand, with no assumption about the buffer's alignment. A batch is
+// settled when it changed a manifest (isManifest) and every manifest it
+// touched is complete: closed after writing, moved in, or created and
+// closed within the batch; files that are not manifests are left out. A
+// pass may apply such a change at once. Anything else (a creation not
+// closed yet, whose file may still be written; a manifest removed or
+// moved out, maybe an editor's save under way; a lost event,
+// IN_Q_OVERFLOW) is not. gone says the directory itself went away.
+func settledBatch(b []byte) (settled, gone bool) {
+	// changed: a manifest was closed after writing or moved in. open:
+	// manifests created in this batch and not closed yet (a file copied
+	// in is created, written and closed, often in one batch).
+	changed, unsettled := false, false
+	var open map[string]bool
+	for off := 0; off+unix.SizeofInotifyEvent <= len(b); {
+		mask := binary.NativeEndian.Uint32(b[off+4:])
+		nameLen := int(binary.NativeEndian.Uint32(b[off+12:]))
+		start := off + unix.SizeofInotifyEvent
+		end := min(start+nameLen, len(b))
+		name := strings.TrimRight(string(b[start:end]), "\x00")
+		off = start + nameLen
+		switch {
+		case mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0:
+			gone, unsettled = true, true
+		case mask&unix.IN_Q_OVERFLOW != 0:
+			unsettled = true
+		case mask&unix.IN_ISDIR != 0 || !isManifest(name):
+			// Not a manifest (a temporary file, an editor's backup, a
+			// directory): it changes no pods.
+		case mask&unix.IN_CREATE != 0:
+			if open == nil {
+				open = map[string]bool{}
+			}
+			open[name] = true
+		case mask&unix.IN_CLOSE_WRITE != 0:
+			delete(open, name)
+			changed = true
+		case mask&unix.IN_MOVED_TO != 0:
+			changed = true
+		default: // a manifest removed or moved out
+			unsettled = true
+		}
+	}
+	return changed && !unsettled && len(open) == 0, gone
 }
 
 // Close ends run.
