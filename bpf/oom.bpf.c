@@ -67,9 +67,11 @@ struct {
 	__type(value, struct ng_oom_mark);
 } oom_marked SEC(".maps");
 
-/* first_mark claims tgid's kill and says whether this mark is its first. The
- * NOEXIST insert is the atomic claim: two threads marking at once on two CPUs
- * see one winner. */
+/* first_mark claims tgid's kill and says whether this mark is its first.
+ * The kernel marks victims under oom_lock, one at a time; the NOEXIST insert
+ * keeps the claim atomic without relying on that. A mark with a leader start
+ * time after the stored mark's time is a new process on a reused pid, also
+ * when the stored mark's process was unknown (0). */
 static __always_inline bool first_mark(__u32 tgid, __u64 leader_start_ns)
 {
 	struct ng_oom_mark m = { .leader_start_ns = leader_start_ns, .marked_ns = bpf_ktime_get_ns() };
@@ -85,6 +87,8 @@ static __always_inline bool first_mark(__u32 tgid, __u64 leader_start_ns)
 	if (old->leader_start_ns && leader_start_ns) {
 		if (old->leader_start_ns == leader_start_ns)
 			return false;
+	} else if (leader_start_ns > old->marked_ns) {
+		/* Started after the stored mark: not the process marked then. */
 	} else if (m.marked_ns - old->marked_ns < NG_OOM_MARK_WINDOW_NS) {
 		return false;
 	}
@@ -108,11 +112,15 @@ static __always_inline int emit_oom_kill_task(struct task_struct *victim, __u8 f
 	task_cgroups(victim, &c);
 	if (!is_monitored(&c))
 		return 0;
-	if (!first_mark(BPF_CORE_READ(victim, tgid), leader_start(victim)))
-		return 0;
+	/* Reserved before the claim: a kill that finds the ring full stays
+	 * unclaimed, so a later mark of the same process can still report it. */
 	e = bpf_ringbuf_reserve(&ring_oom, sizeof(*e), 0);
 	if (!e) {
 		ring_count(NG_RING_OOM, false);
+		return 0;
+	}
+	if (!first_mark(BPF_CORE_READ(victim, tgid), leader_start(victim))) {
+		bpf_ringbuf_discard(e, 0);
 		return 0;
 	}
 	fill_header(&e->hdr, NG_KIND_OOM_KILL, NG_VERSION_OOM_KILL, victim, &c);
@@ -162,11 +170,13 @@ int ng_mark_victim_tp(struct trace_event_raw_mark_victim *ctx)
 	task_cgroups(cur, &c);
 	if (!is_monitored(&c))
 		return 0;
-	if (!first_mark(victim, 0))
-		return 0;
 	e = bpf_ringbuf_reserve(&ring_oom, sizeof(*e), 0);
 	if (!e) {
 		ring_count(NG_RING_OOM, false);
+		return 0;
+	}
+	if (!first_mark(victim, 0)) {
+		bpf_ringbuf_discard(e, 0);
 		return 0;
 	}
 	fill_header(&e->hdr, NG_KIND_OOM_KILL, NG_VERSION_OOM_KILL, NULL, &c);

@@ -150,7 +150,15 @@ func (s *Source) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// isManifest says whether a directory entry holds pods: a *.yaml, *.yml
+// or *.json name not starting with a dot. Hidden files are left out as
+// the kubelet leaves them out (its file source reads [^.]*): a tool that
+// writes a temporary file beside the manifest and renames it into place
+// (mkstemp, Ansible, an editor's swap file) never has it run as pods.
 func isManifest(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
 	switch filepath.Ext(name) {
 	case ".yaml", ".yml", ".json":
 		return true
@@ -159,8 +167,8 @@ func isManifest(name string) bool {
 }
 
 // Run keeps the directory applied until ctx ends: it watches the
-// directory with inotify and applies a complete change (a manifest
-// written and closed, or moved in) at once, anything else Debounce after
+// directory with inotify and applies a new manifest that is complete (moved
+// in, or created, written and closed) at once, anything else Debounce after
 // its first event, so that the several events of one save (an editor
 // writes a temporary file, renames the old one away and the new one in)
 // make one pass, not a pass per event. Every Resync it reads the directory again
@@ -205,6 +213,7 @@ func (s *Source) Run(ctx context.Context) error {
 	start()
 	// What changed before the watch was made.
 	last = s.sync(ctx, last)
+	lastPass := time.Now()
 	resync := time.NewTicker(s.cfg.Resync)
 	defer resync.Stop()
 	debounce := time.NewTimer(0)
@@ -212,14 +221,13 @@ func (s *Source) Run(ctx context.Context) error {
 		<-debounce.C
 	}
 	pending := false
-	var lastPass time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case settled := <-changed:
-			// A settled batch (manifests written and closed or moved
-			// in, nothing else) is applied at once, unless a pass ran
+			// A settled batch (new manifests complete, nothing else)
+			// is applied at once, unless a pass ran
 			// within Debounce or one is already due: a static pod then
 			// starts as soon as its file is complete, as the kubelet's
 			// do, and a burst of saves still makes one pass more, not

@@ -20,9 +20,9 @@ const dirEvents = unix.IN_CLOSE_WRITE | unix.IN_CREATE | unix.IN_MOVED_TO | unix
 // errWatchGone says the watched directory was removed or moved away.
 var errWatchGone = errors.New("the directory was removed or moved")
 
-// watch is an inotify watch on one directory. Its events only say "read
-// the directory again": they are not decoded beyond whether the watch
-// went away.
+// watch is an inotify watch on one directory. Its events say "read the
+// directory again", and whether that may be at once (settledBatch) or the
+// watch went away.
 type watch struct {
 	dir string
 	f   *os.File // the inotify descriptor, non-blocking, in Go's poller
@@ -82,17 +82,20 @@ func (w *watch) run(changed chan bool) error {
 // settledBatch decodes one read of inotify events: struct inotify_event
 // (wd int32, mask, cookie, len uint32, then len bytes of NUL-padded name),
 // by hand, with no assumption about the buffer's alignment. A batch is
-// settled when it changed a manifest (isManifest) and every manifest it
-// touched is complete: closed after writing, moved in, or created and
-// closed within the batch; files that are not manifests are left out. A
-// pass may apply such a change at once. Anything else (a creation not
-// closed yet, whose file may still be written; a manifest removed or
-// moved out, maybe an editor's save under way; a lost event,
-// IN_Q_OVERFLOW) is not. gone says the directory itself went away.
+// settled when it brought new manifests (isManifest) that are complete:
+// moved in (an atomic rename), or created, written and closed within the
+// batch; files that are not manifests are left out. A pass may apply such
+// a change at once: no running pod can be lost to a file read half-way.
+// Anything else is not: a manifest closed after it was created in an
+// earlier batch, or rewritten in place (its writer may append more, as
+// `cat a > f; cat b >> f` does, and a pass between the two would stop b's
+// running pods); a creation not closed yet; a manifest removed or moved
+// out (maybe an editor's save under way); a lost event (IN_Q_OVERFLOW).
+// gone says the directory itself went away.
 func settledBatch(b []byte) (settled, gone bool) {
-	// changed: a manifest was closed after writing or moved in. open:
-	// manifests created in this batch and not closed yet (a file copied
-	// in is created, written and closed, often in one batch).
+	// changed: a new manifest was closed after writing or moved in.
+	// open: manifests created in this batch and not closed yet (a file
+	// copied in is created, written and closed, often in one batch).
 	changed, unsettled := false, false
 	var open map[string]bool
 	for off := 0; off+unix.SizeofInotifyEvent <= len(b); {
@@ -116,6 +119,9 @@ func settledBatch(b []byte) (settled, gone bool) {
 			}
 			open[name] = true
 		case mask&unix.IN_CLOSE_WRITE != 0:
+			if !open[name] {
+				unsettled = true // created in an earlier batch, or rewritten in place
+			}
 			delete(open, name)
 			changed = true
 		case mask&unix.IN_MOVED_TO != 0:

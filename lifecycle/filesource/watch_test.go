@@ -11,9 +11,9 @@ import (
 )
 
 // TestWatchSaysWhichBatchesAreSettled drives a real inotify watch: a
-// manifest written and closed, or moved in, is a settled batch (applied
-// at once); a creation still open, a removal, a move out and files that
-// are not manifests are not. (A file created, written and closed at once
+// manifest moved in is a settled batch (applied at once); a creation
+// still open, its close in a later batch, a rewrite in place, a removal,
+// a move out and files that are not manifests are not. (A file created, written and closed at once
 // is settled when the watch reads its events in one batch, and then it
 // is a creation and a close: which, the test cannot choose.)
 func TestWatchSaysWhichBatchesAreSettled(t *testing.T) {
@@ -77,8 +77,8 @@ func TestWatchSaysWhichBatchesAreSettled(t *testing.T) {
 			if err := opened.Close(); err != nil {
 				t.Fatal(err)
 			}
-		}, true},
-		{"the manifest rewritten in place (no creation)", func() { write("a.yaml") }, true},
+		}, false},
+		{"the manifest rewritten in place (no creation)", func() { write("a.yaml") }, false},
 		{"a manifest moved in", func() {
 			write("../" + filepath.Base(outside) + "/b.yml")
 			if err := os.Rename(filepath.Join(outside, "b.yml"), filepath.Join(dir, "b.yml")); err != nil {
@@ -127,11 +127,13 @@ func TestSettledBatch(t *testing.T) {
 		{"created, still open", [][]byte{event(unix.IN_CREATE, "a.yaml")}, false, false},
 		{"another file's close does not close it", [][]byte{event(unix.IN_CREATE, "a.yaml"), event(unix.IN_CLOSE_WRITE, "b.yaml")}, false, false},
 		{"moved in", [][]byte{event(unix.IN_MOVED_TO, "a.json")}, true, false},
+		{"rewritten in place: closed with no creation", [][]byte{event(unix.IN_CLOSE_WRITE, "a.yaml")}, false, false},
+		{"a hidden file named like a manifest", [][]byte{event(unix.IN_CREATE, ".a.yaml"), event(unix.IN_CLOSE_WRITE, ".a.yaml")}, false, false},
 		{"a temporary file renamed into a manifest", [][]byte{event(unix.IN_CREATE, ".a.yaml.1.tmp"), event(unix.IN_CLOSE_WRITE, ".a.yaml.1.tmp"),
 			event(unix.IN_MOVED_FROM, ".a.yaml.1.tmp"), event(unix.IN_MOVED_TO, "a.yaml")}, true, false},
 		{"only files that are not manifests", [][]byte{event(unix.IN_CREATE, "notes.txt"), event(unix.IN_CLOSE_WRITE, "notes.txt")}, false, false},
 		{"a manifest moved out", [][]byte{event(unix.IN_MOVED_FROM, "a.yaml"), event(unix.IN_MOVED_TO, "a.yaml~")}, false, false},
-		{"a manifest saved while another is removed", [][]byte{event(unix.IN_CLOSE_WRITE, "a.yaml"), event(unix.IN_DELETE, "b.yaml")}, false, false},
+		{"a manifest copied in while another is removed", [][]byte{event(unix.IN_CREATE, "a.yaml"), event(unix.IN_CLOSE_WRITE, "a.yaml"), event(unix.IN_DELETE, "b.yaml")}, false, false},
 		{"removed", [][]byte{event(unix.IN_DELETE, "a.yaml")}, false, false},
 		{"a directory named like a manifest", [][]byte{event(unix.IN_CREATE|unix.IN_ISDIR, "d.yaml")}, false, false},
 		{"the directory went away", [][]byte{event(unix.IN_DELETE_SELF, ""), event(unix.IN_IGNORED, "")}, false, true},
