@@ -1,6 +1,7 @@
 // Package filesource is the manifest directory as a pod source, the
 // kubelet's static pods: every *.yaml, *.yml and *.json file directly in
-// the directory holds pods, applied under the source "file:<path>", and a
+// the directory, except hidden ones (a leading dot, as the kubelet skips
+// them), holds pods, applied under the source "file:<path>", and a
 // pod whose file went away is forgotten (stopped and removed).
 //
 // Invariants: a file that does not load or apply leaves the pods it had
