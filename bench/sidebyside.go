@@ -67,6 +67,11 @@ type Setup struct {
 type Competitor struct {
 	Name  string
 	Start func(ctx context.Context, s Setup) (Contender, error)
+	// HostNetwork: the agent runs in this machine's own network
+	// namespace, not the private runtime's, so its network probes
+	// (httpGet, tcpSocket, grpc) would dial pod addresses from there,
+	// out of the default route. SideBySide refuses them for it.
+	HostNetwork bool
 }
 
 // SideBySideOptions is one run of the side-by-side benchmark.
@@ -111,6 +116,13 @@ func SideBySide(ctx context.Context, o SideBySideOptions) (rows []SideRow, retEr
 	}
 	if o.NewClient == nil {
 		o.NewClient = func(dir string, env *crienv.Env) (PodClient, error) { return staticpods.New(dir, env.RuntimeClient()) }
+	}
+	for _, c := range o.Competitors {
+		for _, k := range o.Config.Probes {
+			if c.HostNetwork && k != "exec" {
+				return nil, fmt.Errorf("bench side by side: %s runs in this machine's network namespace, where a %s probe would dial pod addresses out of the default route: only exec probes with it", c.Name, k)
+			}
+		}
 	}
 	runs := max(o.Runs, 1)
 	cfg := o.Config.withDefaults()

@@ -18,9 +18,12 @@ const kubeletName = "kubelet"
 // turn's manifest directory, on the turn's containerd with the cgroupfs
 // driver and a cgroup root of its own beneath this process's cgroup,
 // maxPods the turn's, its defaults otherwise (10 s housekeeping, PLEG,
-// cAdvisor).
+// cAdvisor). It runs in this machine's network namespace (its healthz
+// and metrics on loopback there), not the private runtime's: its network
+// probes could not reach the pods and would leave by the default route,
+// so only exec probes are run beside it (HostNetwork).
 func KubeletCompetitor(bin string) Competitor {
-	return Competitor{Name: kubeletName, Start: func(ctx context.Context, s Setup) (Contender, error) {
+	return Competitor{Name: kubeletName, HostNetwork: true, Start: func(ctx context.Context, s Setup) (Contender, error) {
 		root, err := kubeletproc.NewCgroupRoot(s.Env)
 		if err != nil {
 			return nil, err

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +133,25 @@ func TestSideBySideFiles(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 400 {
 		t.Errorf("sidebyside.png is %v", b)
+	}
+}
+
+// A competitor in this machine's network namespace gets no network
+// probes: they would dial pod addresses out of the default route.
+func TestSideBySideRefusesNetworkProbesForAHostNetworkAgent(t *testing.T) {
+	started := false
+	c := Competitor{Name: "kubelet", HostNetwork: true, Start: func(context.Context, Setup) (Contender, error) {
+		started = true
+		return nil, nil
+	}}
+	for _, probes := range [][]string{{"http"}, {"exec", "tcp"}, {"grpc"}} {
+		_, err := SideBySide(t.Context(), SideBySideOptions{Config: OverheadConfig{Pods: []int{1}, Probes: probes}, Competitors: []Competitor{c},
+			Report: io.Discard, Progress: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "only exec probes") {
+			t.Errorf("probes %v: err %v, want a refusal", probes, err)
+		}
+	}
+	if started {
+		t.Error("the competitor was started")
 	}
 }

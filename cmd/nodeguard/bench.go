@@ -296,7 +296,9 @@ ratios against issue 33's targets and the growth of idle CPU per pod;
 --out DIR writes sidebyside.csv, sidebyside-samples.csv, sidebyside.png
 and each turn's agent log. With --kubelet the churn window is an open loop
 of --churn-rate pods per second (1 unless given), so that both agents
-start pods under the same load.`,
+start pods under the same load. The kubelet runs in this machine's network
+namespace, where pod addresses are not routed to the private runtime's
+bridge: with --kubelet only exec probes are allowed (--probes exec).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
