@@ -1,11 +1,9 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
@@ -419,13 +417,5 @@ func EvictionPNG(path string, trials []EvictionTrial) error {
 	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, dc)
 	top.Draw(canvases[0][0])
 	bottom.Draw(canvases[1][0])
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
-	if err := errors.Join(err, f.Close()); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return writePNG(path, img)
 }

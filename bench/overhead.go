@@ -922,13 +922,5 @@ func overheadPNG(path string, rows []OverheadRow, agent string, interval time.Du
 	canvases := plot.Align([][]*plot.Plot{{cpu}, {rss}}, tiles, dc)
 	cpu.Draw(canvases[0][0])
 	rss.Draw(canvases[1][0])
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
-	if err := errors.Join(err, f.Close()); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return writePNG(path, img)
 }

@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // LatencyHistogramPNG writes a histogram of latencies (in µs) to path,
@@ -32,6 +35,19 @@ func LatencyHistogramPNG(path, title string, samples []time.Duration) error {
 	p.Add(h)
 	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// writePNG writes a drawn canvas to path as a PNG.
+func writePNG(path string, img *vgimg.Canvas) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
+	if err := errors.Join(err, f.Close()); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }

@@ -537,13 +537,5 @@ func sideBySidePNG(path string, rows []SideRow, competitors []Competitor) error 
 	for i, p := range plots {
 		p.Draw(canvases[i/2][i%2])
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
-	if err := errors.Join(err, f.Close()); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return writePNG(path, img)
 }

@@ -7,6 +7,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -340,6 +341,9 @@ bridge: with --kubelet only exec probes are allowed (--probes exec).`,
 				if kubelet, err = bench.FindKubelet(); err != nil {
 					return fmt.Errorf("--kubelet auto: %w", err)
 				}
+			} else if fi, err := os.Stat(kubelet); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+				// Before nodeguard's turn, not after it.
+				return fmt.Errorf("--kubelet %s: not an executable file (%v); auto takes $NODEGUARD_KUBELET_BIN or the one scripts/controlplane.sh built", kubelet, err)
 			}
 			_, err = bench.SideBySide(cmd.Context(), bench.SideBySideOptions{
 				Config:      *cfg,
