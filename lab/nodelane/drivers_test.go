@@ -161,27 +161,7 @@ func (n *node) driverFromRuntime(t *testing.T) {
 	}
 	uid := string(pod.UID)
 	slice := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"
-	cs, err := podContainers(uid)
-	if err != nil || len(cs) == 0 {
-		t.Fatalf("the pod's containers: %v %v", cs, err)
-	}
-	for _, c := range cs {
-		pid, err := containerPID(c.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cg, err := ProcCgroupV2(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := slice + "/cri-containerd-" + c.ID + ".scope"; cg != want {
-			t.Errorf("container %s runs in %s, want %s", c.ID, cg, want)
-		}
-	}
+	checkContainerCgroups(t, uid, func(id string) string { return slice + "/cri-containerd-" + id + ".scope" })
 	t.Logf("cgroupDriver unset: %q; the pod Running in %s after %s", e["MESSAGE"], slice, d.Round(time.Millisecond))
 	deletePod(t, appliedPod)
 }
@@ -296,27 +276,7 @@ func (n *node) cgroupfsDriver(t *testing.T) {
 	}
 	uid := string(pod.UID)
 	podDir := "/kubepods/burstable/pod" + uid
-	cs, err := podContainers(uid)
-	if err != nil || len(cs) == 0 {
-		t.Fatalf("the pod's containers: %v %v", cs, err)
-	}
-	for _, c := range cs {
-		pid, err := containerPID(c.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cg, err := ProcCgroupV2(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := podDir + "/" + c.ID; cg != want {
-			t.Errorf("container %s runs in %s, want %s", c.ID, cg, want)
-		}
-	}
+	checkContainerCgroups(t, uid, func(id string) string { return podDir + "/" + id })
 	if got := mustCgroup(podDir, "memory.max"); got != fmt.Sprint(64<<20) {
 		t.Errorf("%s memory.max %s, want the pod's 64Mi limit", podDir, got)
 	}
@@ -373,4 +333,31 @@ func (n *node) daemonReload(t *testing.T) {
 	}
 	t.Logf("memory.high %s before daemon-reload, %s right after, armed %s later (%s)", before, right,
 		d.Round(time.Millisecond), mustCgroup("/kubepods.slice", "memory.high"))
+}
+
+// checkContainerCgroups checks that every container of pod uid runs in
+// the cgroup want names for its id (/proc/<pid>/cgroup's v2 line).
+func checkContainerCgroups(t *testing.T, uid string, want func(id string) string) {
+	t.Helper()
+	cs, err := podContainers(uid)
+	if err != nil || len(cs) == 0 {
+		t.Fatalf("the pod's containers: %v %v", cs, err)
+	}
+	for _, c := range cs {
+		pid, err := containerPID(c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cg, err := ProcCgroupV2(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := want(c.ID); cg != w {
+			t.Errorf("container %s runs in %s, want %s", c.ID, cg, w)
+		}
+	}
 }
